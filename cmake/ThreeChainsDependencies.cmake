@@ -1,0 +1,19 @@
+# Every external dependency is found here, once, so the in-tree build and the
+# installed package's config (ThreeChainsConfig.cmake.in) agree on what is needed.
+find_package(ucx 1.13 CONFIG REQUIRED)          # ucx::ucp, ucx::ucs (Debian's libucx-dev)
+find_package(fmt CONFIG REQUIRED)               # fmt::fmt
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+find_package(Threads REQUIRED)
+
+# LLVM is needed only to build src/jit; it never reaches a public header.
+find_package(LLVM 22.1 CONFIG REQUIRED HINTS /usr/lib/llvm-22/lib/cmake/llvm)
+message(STATUS "ThreeChains: LLVM ${LLVM_PACKAGE_VERSION} from ${LLVM_DIR}")
+
+# clang of the same LLVM builds ifunc libraries into bitcode and objects.
+find_program(THREECHAINS_CLANG NAMES clang-22 clang HINTS ${LLVM_TOOLS_BINARY_DIR} REQUIRED)
+
+# Tools, demos and benchmarks are CLI11 programs.
+if(THREECHAINS_BUILD_TOOLS OR THREECHAINS_BUILD_EXAMPLES OR THREECHAINS_BUILD_BENCHMARKS)
+  find_package(CLI11 CONFIG REQUIRED)
+endif()

@@ -1,0 +1,89 @@
+# threechains_add_ifunc(<target> NAME <ifunc> SOURCES <src>... [CODEC bitcode|binary]
+#                       [TRIPLES <triple>...] [DEPS <soname>...] [FLAGS <clang flag>...])
+#
+# Builds an ifunc library into a ThreeChains code container (<target>.tcc in the
+# current binary dir): every source is compiled by clang-22 once per triple, into
+# LLVM bitcode (CODEC bitcode, the default) or a relocatable object (CODEC binary),
+# and the images are packed with threechains-pack into one fat container that also
+# records the ifunc's name and the shared libraries it needs on the target (DEPS).
+# The target property THREECHAINS_CONTAINER holds the container's path.
+set(THREECHAINS_DEFAULT_TRIPLES x86_64-linux-gnu aarch64-linux-gnu
+    CACHE STRING "Triples an ifunc library is built for by default")
+set(_THREECHAINS_IFUNC_INCLUDE "${CMAKE_CURRENT_LIST_DIR}/../include")
+
+function(threechains_add_ifunc target)
+  cmake_parse_arguments(ARG "" "NAME;CODEC" "SOURCES;TRIPLES;DEPS;FLAGS" ${ARGN})
+  if(NOT ARG_NAME)
+    set(ARG_NAME ${target})
+  endif()
+  if(NOT ARG_CODEC)
+    set(ARG_CODEC bitcode)
+  endif()
+  if(NOT ARG_TRIPLES)
+    set(ARG_TRIPLES ${THREECHAINS_DEFAULT_TRIPLES})
+  endif()
+  if(NOT ARG_SOURCES)
+    message(FATAL_ERROR "threechains_add_ifunc(${target}): SOURCES is required")
+  endif()
+  if(ARG_CODEC STREQUAL "bitcode")
+    set(kind_flag -emit-llvm)
+    set(ext bc)
+  elseif(ARG_CODEC STREQUAL "binary")
+    set(kind_flag)
+    set(ext o)
+  else()
+    message(FATAL_ERROR "threechains_add_ifunc(${target}): CODEC must be bitcode or binary")
+  endif()
+  if(TARGET ThreeChains::threechains-pack)
+    set(pack $<TARGET_FILE:ThreeChains::threechains-pack>)
+  else()
+    message(FATAL_ERROR "threechains_add_ifunc needs the threechains-pack tool")
+  endif()
+
+  # Shipped code carries no debug info or unwind tables: the target needs neither
+  # to run it, and they would triple the size of a first (uncached) frame.
+  set(common_flags -O2 -fPIC -g0 -fno-asynchronous-unwind-tables -fno-unwind-tables
+      -fno-stack-protector -ffunction-sections -I${_THREECHAINS_IFUNC_INCLUDE} ${ARG_FLAGS})
+  set(out_dir ${CMAKE_CURRENT_BINARY_DIR}/${target}.d)
+  set(images)
+  set(image_args)
+  foreach(triple IN LISTS ARG_TRIPLES)
+    # A foreign triple compiles against Debian's cross libc headers
+    # (libc6-dev-<arch>-cross installs them under /usr/<triple>).
+    set(triple_flags)
+    if(NOT triple MATCHES "^${CMAKE_SYSTEM_PROCESSOR}" AND EXISTS /usr/${triple}/include)
+      set(triple_flags --sysroot=/usr/${triple})
+    endif()
+    set(objects)
+    foreach(src IN LISTS ARG_SOURCES)
+      get_filename_component(src_abs ${src} ABSOLUTE)
+      get_filename_component(stem ${src} NAME_WE)
+      set(obj ${out_dir}/${stem}.${triple}.${ext})
+      add_custom_command(OUTPUT ${obj}
+        COMMAND ${CMAKE_COMMAND} -E make_directory ${out_dir}
+        COMMAND ${THREECHAINS_CLANG} --target=${triple} ${triple_flags} ${common_flags} ${kind_flag} -c ${src_abs} -o ${obj}
+        DEPENDS ${src_abs}
+        COMMENT "ifunc ${ARG_NAME}: ${stem} -> ${triple} ${ARG_CODEC}"
+        VERBATIM)
+      list(APPEND objects ${obj})
+    endforeach()
+    list(LENGTH objects n)
+    if(NOT n EQUAL 1)
+      message(FATAL_ERROR "threechains_add_ifunc(${target}): one source per ifunc for now")
+    endif()
+    list(APPEND images ${objects})
+    list(APPEND image_args --image ${triple}=${objects})
+  endforeach()
+  set(dep_args)
+  foreach(dep IN LISTS ARG_DEPS)
+    list(APPEND dep_args --dep ${dep})
+  endforeach()
+  set(container ${CMAKE_CURRENT_BINARY_DIR}/${target}.tcc)
+  add_custom_command(OUTPUT ${container}
+    COMMAND ${pack} --name ${ARG_NAME} --codec ${ARG_CODEC} ${image_args} ${dep_args} -o ${container}
+    DEPENDS ${images} ${pack}
+    COMMENT "ifunc ${ARG_NAME}: packing ${ARG_CODEC} container"
+    VERBATIM)
+  add_custom_target(${target} ALL DEPENDS ${container})
+  set_target_properties(${target} PROPERTIES THREECHAINS_CONTAINER ${container})
+endfunction()

@@ -1,0 +1,25 @@
+include(CMakePackageConfigHelpers)
+set(THREECHAINS_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/ThreeChains)
+
+install(TARGETS threechains threechains_jit EXPORT ThreeChainsTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+if(TARGET threechains-pack)
+  install(TARGETS threechains-pack threechains-inspect EXPORT ThreeChainsTargets
+    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/threechains DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/cmake/ThreeChainsIfunc.cmake DESTINATION ${THREECHAINS_CMAKE_DIR})
+
+install(EXPORT ThreeChainsTargets NAMESPACE ThreeChains:: DESTINATION ${THREECHAINS_CMAKE_DIR})
+export(EXPORT ThreeChainsTargets NAMESPACE ThreeChains::
+  FILE ${PROJECT_BINARY_DIR}/ThreeChainsTargets.cmake)
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/ThreeChainsConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/ThreeChainsConfig.cmake INSTALL_DESTINATION ${THREECHAINS_CMAKE_DIR})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/ThreeChainsConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/ThreeChainsConfig.cmake ${PROJECT_BINARY_DIR}/ThreeChainsConfigVersion.cmake
+  DESTINATION ${THREECHAINS_CMAKE_DIR})

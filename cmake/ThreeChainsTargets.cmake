@@ -1,0 +1,17 @@
+# One helper names every library target and its ThreeChains:: alias, so users
+# name the same target in-tree (add_subdirectory) and installed (find_package).
+function(threechains_add_library name)
+  cmake_parse_arguments(ARG "INTERFACE;SHARED" "EXPORT_NAME" "" ${ARGN})
+  if(ARG_INTERFACE)
+    add_library(${name} INTERFACE ${ARG_UNPARSED_ARGUMENTS})
+  elseif(ARG_SHARED)
+    add_library(${name} SHARED ${ARG_UNPARSED_ARGUMENTS})
+  else()
+    add_library(${name} ${ARG_UNPARSED_ARGUMENTS})
+  endif()
+  if(NOT ARG_EXPORT_NAME)
+    set(ARG_EXPORT_NAME ${name})
+  endif()
+  set_target_properties(${name} PROPERTIES EXPORT_NAME ${ARG_EXPORT_NAME})
+  add_library(ThreeChains::${ARG_EXPORT_NAME} ALIAS ${name})
+endfunction()

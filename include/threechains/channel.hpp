@@ -1,0 +1,430 @@
+// Source side. A Source serves one Worker's outgoing channels; a Channel is one
+// connection to a Receiver's ring. send() writes a frame straight into a staging
+// slot, puts it into the target's ring slot, fences, and puts the slot's commit
+// word. Credits come back as a put into the Channel's credit word, so the
+// source never overwrites a slot the target has not consumed.
+#pragma once
+
+#include <threechains/detail/outbox.hpp>
+#include <threechains/detail/protocol.hpp>
+#include <threechains/error.hpp>
+#include <threechains/frame.hpp>
+#include <threechains/ifunc.hpp>
+#include <threechains/ucx/endpoint.hpp>
+#include <threechains/ucx/memory.hpp>
+#include <threechains/ucx/worker.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace threechains {
+
+struct ChannelOptions {
+  // Ring the source asks for; the Receiver may grant less (see Channel::slots()).
+  uint32_t slots = 16;
+  // Bytes per slot, commit word included. A frame must fit in one slot; a frame
+  // whose code would not fit is sent in cached form and its code follows by AM.
+  std::size_t slot_size = 128 * 1024;
+  std::chrono::milliseconds connect_timeout{10000};
+};
+
+// What a send did. `would_block` only from try_send: the ring is full.
+enum class SendStatus { sent_cached, sent_with_code, would_block };
+
+struct ChannelStats {
+  uint64_t frames_sent = 0;
+  uint64_t frames_with_code = 0;
+  uint64_t code_requests_served = 0;  // cache misses the target reported
+  std::size_t last_frame_size = 0;
+};
+
+namespace detail {
+class SourceCore;
+
+struct ChannelState {
+  ChannelState(Endpoint ep, MemoryRegion credit_region, MemoryRegion staging_region)
+      : endpoint(std::move(ep)), credit(std::move(credit_region)), staging(std::move(staging_region)) {}
+
+  [[nodiscard]] uint64_t consumed() const noexcept {
+    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(credit.data())).load(std::memory_order_acquire);
+  }
+
+  Endpoint endpoint;
+  MemoryRegion credit;   // the target puts the last consumed sequence here
+  MemoryRegion staging;  // one staging slot per ring slot, frames are built here
+  std::optional<RemoteBuffer> ring;
+  uint32_t slots = 0;
+  std::size_t slot_size = 0;
+  uint64_t next_sequence = 1;
+  std::vector<void*> in_flight;  // per slot: the put requests not yet completed (body, commit)
+  std::unordered_set<CodeId> held;  // code the target holds (or will, once it reads our frames)
+  std::unordered_map<CodeId, Ifunc> sent_code;  // what we can resend on a cache miss
+  std::vector<NeedCode> code_requests;
+  bool welcomed = false;
+  ucs_status_t refused = UCS_OK;
+  ChannelStats stats;
+};
+
+// Per-worker state shared by every Channel of a Source: AM handlers find a
+// Channel by the endpoint that spoke.
+class SourceCore {
+ public:
+  explicit SourceCore(Worker w) : worker(std::move(w)) {
+    worker.set_am_handler(kAmWelcome, &on_welcome, this);
+    worker.set_am_handler(kAmNeedCode, &on_need_code, this);
+  }
+  SourceCore(const SourceCore&) = delete;
+  SourceCore& operator=(const SourceCore&) = delete;
+  ~SourceCore() {
+    worker.set_am_handler(kAmWelcome, nullptr, nullptr);
+    worker.set_am_handler(kAmNeedCode, nullptr, nullptr);
+    outbox.cancel_all(worker);
+  }
+
+  // One round: UCX progress, then answer cache misses (never from inside a handler).
+  unsigned progress() {
+    unsigned events = worker.progress();
+    if (have_requests) [[unlikely]] serve_code_requests();
+    if (!outbox.empty()) outbox.reap();
+    return events;
+  }
+
+  Worker worker;
+  Outbox outbox;
+  std::unordered_map<ucp_ep_h, ChannelState*> channels;
+  bool have_requests = false;
+
+ private:
+  ChannelState* find(const ucp_am_recv_param_t* param) {
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return nullptr;
+    const auto it = channels.find(param->reply_ep);
+    return it == channels.end() ? nullptr : it->second;
+  }
+
+  static ucs_status_t on_welcome(void* arg, const void* header, std::size_t header_length, void* data,
+                                 std::size_t length, const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<SourceCore*>(arg);
+    ChannelState* ch = self->find(param);
+    if (ch == nullptr || header_length != sizeof(Welcome)) return UCS_OK;
+    Welcome welcome;
+    std::memcpy(&welcome, header, sizeof(welcome));
+    if (welcome.version != kProtocolVersion || welcome.status != UCS_OK) {
+      ch->refused = welcome.status != UCS_OK ? static_cast<ucs_status_t>(welcome.status) : UCS_ERR_UNSUPPORTED;
+    } else {
+      ch->slots = welcome.slots;
+      ch->slot_size = welcome.slot_size;
+      ch->ring.emplace(ch->endpoint, welcome.ring_address, std::size_t{welcome.slots} * welcome.slot_size,
+                       std::span<const std::byte>(static_cast<const std::byte*>(data), length));
+    }
+    ch->welcomed = true;
+    return UCS_OK;
+  }
+
+  static ucs_status_t on_need_code(void* arg, const void* header, std::size_t header_length, void*,
+                                   std::size_t, const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<SourceCore*>(arg);
+    ChannelState* ch = self->find(param);
+    if (ch == nullptr || header_length != sizeof(NeedCode)) return UCS_OK;
+    NeedCode request;
+    std::memcpy(&request, header, sizeof(request));
+    ch->code_requests.push_back(request);
+    self->have_requests = true;
+    return UCS_OK;
+  }
+
+  void serve_code_requests() {
+    have_requests = false;
+    for (auto& [ep, ch] : channels) {
+      for (const NeedCode& request : ch->code_requests) {
+        CodeDelivery delivery{};
+        delivery.code_id = request.code_id;
+        const auto it = ch->sent_code.find(request.code_id);
+        if (it == ch->sent_code.end()) {
+          outbox.send(ch->endpoint, kAmCode, delivery, {});
+          continue;
+        }
+        const Ifunc& ifunc = it->second;
+        delivery.codec = static_cast<uint8_t>(ifunc.codec());
+        delivery.found = 1;
+        // The Ifunc handle keeps the code alive until UCX is done with it.
+        auto keep = std::make_shared<Ifunc>(ifunc);
+        const std::span<const std::byte> code = keep->code();
+        outbox.send(ch->endpoint, kAmCode, delivery, code, std::move(keep));
+        ch->held.insert(request.code_id);
+        ++ch->stats.code_requests_served;
+      }
+      ch->code_requests.clear();
+    }
+  }
+};
+}  // namespace detail
+
+// A connection from this process to one Receiver. Move-only.
+class Channel {
+ public:
+  Channel(Channel&&) noexcept = default;
+  Channel& operator=(Channel&&) noexcept = default;
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+  ~Channel() {
+    if (state_) {
+      try {
+        close();
+      } catch (...) {  // a destructor never throws; close() explicitly to see errors
+      }
+    }
+  }
+
+  // Sends one frame whose payload `fill(std::byte* payload)` writes in place.
+  // Blocks (progressing the worker) while the ring is full.
+  template <class Fill>
+  SendStatus send_with(const Ifunc& ifunc, std::size_t payload_size, Fill&& fill) {
+    for (;;) {
+      const SendStatus status = try_send_with(ifunc, payload_size, fill);
+      if (status != SendStatus::would_block) return status;
+      wait_for_credit();
+    }
+  }
+
+  // Non-blocking: returns SendStatus::would_block when the ring is full.
+  template <class Fill>
+  SendStatus try_send_with(const Ifunc& ifunc, std::size_t payload_size, Fill&& fill) {
+    detail::ChannelState& ch = *state_;
+    const uint64_t sequence = ch.next_sequence;
+    if (sequence - 1 - ch.consumed() >= ch.slots) [[unlikely]] return SendStatus::would_block;
+    const std::size_t slot = (sequence - 1) % ch.slots;
+    std::byte* staging = ch.staging.data() + slot * ch.slot_size;
+    reclaim_staging(slot);
+
+    const std::size_t capacity = ch.slot_size - detail::kCommitWordSize;
+    bool with_code = !ch.held.contains(ifunc.id());
+    if (with_code && frame_size(payload_size, ifunc.code().size()) > capacity) {
+      // Too big to travel with its code: send it cached; the target's miss
+      // fetches the code by AM, and the payload still runs exactly once.
+      with_code = false;
+      ch.sent_code.emplace(ifunc.id(), ifunc);
+      ch.held.insert(ifunc.id());
+    }
+    FrameBuilder frame(std::span<std::byte>(staging + detail::kCommitWordSize, capacity));
+    const std::size_t code_size = with_code ? ifunc.code().size() : 0;
+    if (frame.begin(ifunc.codec(), ifunc.id(), static_cast<uint32_t>(sequence), payload_size, code_size) !=
+        errc::ok) [[unlikely]] {
+      throw Error(errc::frame_too_large, "ifunc '" + ifunc.name() + "': a " + std::to_string(payload_size) +
+                                             "-byte payload does not fit a " + std::to_string(ch.slot_size) +
+                                             "-byte ring slot (" + std::to_string(capacity - sizeof(FrameHeader)) +
+                                             " bytes of payload at most)");
+    }
+    fill(frame.payload());
+    if (with_code) {
+      frame.write_code(ifunc.code());
+      ch.held.insert(ifunc.id());
+      ch.sent_code.emplace(ifunc.id(), ifunc);
+    }
+    std::memcpy(staging, &sequence, sizeof(sequence));
+    put_frame(slot, staging, frame.size());
+    ch.next_sequence = sequence + 1;
+    ++ch.stats.frames_sent;
+    ch.stats.frames_with_code += with_code ? 1 : 0;
+    ch.stats.last_frame_size = frame.size();
+    return with_code ? SendStatus::sent_with_code : SendStatus::sent_cached;
+  }
+
+  // Progresses until the target has consumed every frame sent so far.
+  void flush(std::chrono::milliseconds limit = std::chrono::seconds(60)) {
+    const uint64_t last = state_->next_sequence - 1;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (state_->consumed() < last) {
+      progress_or_fail();
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw Error(errc::timeout, "flush: the target consumed " + std::to_string(state_->consumed()) + " of " +
+                                       std::to_string(last) + " frames");
+      }
+    }
+  }
+
+  // Flushes, tells the target goodbye, and closes the endpoint. Throws if the
+  // target did not consume every frame (the channel is closed all the same).
+  void close() {
+    if (!state_) return;
+    std::exception_ptr error;
+    if (!state_->endpoint.failed()) {
+      try {
+        flush(std::chrono::seconds(10));
+        core_->outbox.send(state_->endpoint, detail::kAmBye, uint64_t{0}, {});
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        while (!core_->outbox.empty() && !state_->endpoint.failed() &&
+               std::chrono::steady_clock::now() < deadline) {
+          core_->progress();
+        }
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    core_->channels.erase(state_->endpoint.handle());
+    drain_requests(*core_, *state_);
+    state_->ring.reset();  // the rkey goes before its endpoint
+    state_->endpoint.close();
+    state_.reset();
+    core_.reset();
+    if (error) std::rethrow_exception(error);
+  }
+
+  // One round of progress on the Source's worker (answers cache misses).
+  unsigned progress() { return core_->progress(); }
+
+  [[nodiscard]] uint32_t slots() const noexcept { return state_->slots; }
+  [[nodiscard]] std::size_t slot_size() const noexcept { return state_->slot_size; }
+  [[nodiscard]] std::size_t max_payload() const noexcept {
+    return state_->slot_size - detail::kCommitWordSize - sizeof(FrameHeader);
+  }
+  [[nodiscard]] uint64_t frames_in_flight() const noexcept {
+    return state_->next_sequence - 1 - state_->consumed();
+  }
+  [[nodiscard]] const ChannelStats& stats() const noexcept { return state_->stats; }
+  [[nodiscard]] bool target_holds(CodeId id) const noexcept { return state_->held.contains(id); }
+  // Forget what the target holds, so the next send of each ifunc carries its code.
+  void forget_held_code() noexcept { state_->held.clear(); }
+  [[nodiscard]] const Endpoint& endpoint() const noexcept { return state_->endpoint; }
+
+ private:
+  friend class Source;
+  Channel(std::shared_ptr<detail::SourceCore> core, std::unique_ptr<detail::ChannelState> state)
+      : core_(std::move(core)), state_(std::move(state)) {}
+
+  void progress_or_fail() {
+    core_->progress();
+    if (state_->endpoint.failed()) [[unlikely]] {
+      throw Error(state_->endpoint.status(), "channel: the target went away");
+    }
+  }
+
+  void wait_for_credit() {
+    const uint64_t sequence = state_->next_sequence;
+    while (sequence - 1 - state_->consumed() >= state_->slots) progress_or_fail();
+  }
+
+  // A staging slot is reused only once UCX has let go of its previous puts.
+  void reclaim_staging(std::size_t slot) {
+    void** requests = &state_->in_flight[slot * 2];
+    for (int i = 0; i < 2; ++i) {
+      if (requests[i] == nullptr) continue;
+      while (ucp_request_check_status(requests[i]) == UCS_INPROGRESS) progress_or_fail();
+      ucp_request_free(requests[i]);
+      requests[i] = nullptr;
+    }
+  }
+
+  static void drain_requests(detail::SourceCore& core, detail::ChannelState& state) noexcept {
+    for (void*& request : state.in_flight) {
+      if (request == nullptr) continue;
+      if (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_request_cancel(core.worker.handle(), request);
+      while (ucp_request_check_status(request) == UCS_INPROGRESS) core.worker.progress();
+      ucp_request_free(request);
+      request = nullptr;
+    }
+  }
+
+  // Body first, then (after a fence) the commit word: the target never sees a
+  // commit word before the frame it commits.
+  void put_frame(std::size_t slot, std::byte* staging, std::size_t frame_bytes) {
+    detail::ChannelState& ch = *state_;
+    const uint64_t remote = ch.ring->address() + slot * ch.slot_size;
+    ucp_request_param_t params{};
+    void** requests = &ch.in_flight[slot * 2];
+    requests[0] = issue(ucp_put_nbx(ch.endpoint.handle(), staging + detail::kCommitWordSize, frame_bytes,
+                                    remote + detail::kCommitWordSize, ch.ring->rkey(), &params));
+    core_->worker.fence();
+    requests[1] = issue(ucp_put_nbx(ch.endpoint.handle(), staging, detail::kCommitWordSize, remote,
+                                    ch.ring->rkey(), &params));
+  }
+
+  static void* issue(ucs_status_ptr_t request) {
+    if (UCS_PTR_IS_ERR(request)) [[unlikely]] check(UCS_PTR_STATUS(request), "ucp_put_nbx(frame)");
+    return request;
+  }
+
+  std::shared_ptr<detail::SourceCore> core_;
+  std::unique_ptr<detail::ChannelState> state_;
+};
+
+// The source side of one Worker: opens Channels to Receivers.
+class Source {
+ public:
+  explicit Source(Worker worker) : core_(std::make_shared<detail::SourceCore>(std::move(worker))) {}
+
+  // Connects to a Receiver listening at host:port and waits for its ring.
+  [[nodiscard]] Channel connect(const std::string& host, uint16_t port, const ChannelOptions& options = {}) {
+    const Worker& worker = core_->worker;
+    const Context& context = worker.context();
+    const std::size_t slot_size = (options.slot_size + detail::kSlotAlignment - 1) & ~(detail::kSlotAlignment - 1);
+    if (options.slots == 0 || slot_size < detail::kCommitWordSize + sizeof(FrameHeader) + 8) {
+      throw Error(errc::protocol, "ChannelOptions: need at least one slot of at least 64 bytes");
+    }
+    auto state = std::make_unique<detail::ChannelState>(Endpoint::connect(worker, host, port),
+                                                        MemoryRegion(context, detail::kSlotAlignment),
+                                                        MemoryRegion(context, std::size_t{options.slots} * slot_size));
+    core_->channels.emplace(state->endpoint.handle(), state.get());
+    Channel channel(core_, std::move(state));
+    detail::ChannelState& ch = *channel.state_;
+
+    const detail::Hello hello{detail::kProtocolVersion, options.slots, slot_size, ch.credit.address()};
+    const std::vector<std::byte> rkey = ch.credit.pack_rkey();
+    core_->outbox.send(ch.endpoint, detail::kAmHello, hello, rkey);
+    const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
+    while (!ch.welcomed) {
+      channel.progress_or_fail();
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw Error(errc::timeout, "connect " + host + ":" + std::to_string(port) + ": no answer from a Receiver");
+      }
+    }
+    if (ch.refused != UCS_OK) throw Error(ch.refused, "connect " + host + ":" + std::to_string(port) + ": refused");
+    if (ch.slots > options.slots || ch.slot_size > slot_size) {
+      throw Error(errc::protocol, "connect: the Receiver granted a larger ring than asked for");
+    }
+    ch.in_flight.assign(std::size_t{ch.slots} * 2, nullptr);
+    return channel;
+  }
+
+  unsigned progress() { return core_->progress(); }
+  [[nodiscard]] const Worker& worker() const noexcept { return core_->worker; }
+
+ private:
+  std::shared_ptr<detail::SourceCore> core_;
+};
+
+// ---- typed send ----------------------------------------------------------
+
+// A payload that can be written into a frame byte for byte.
+template <class T>
+concept TriviallyCopyablePayload = std::is_trivially_copyable_v<T> && !std::is_pointer_v<T>;
+
+// Sends `value` as the payload, copied once, straight into the frame.
+template <TriviallyCopyablePayload T>
+SendStatus send(Channel& channel, const Ifunc& ifunc, const T& value) {
+  return channel.send_with(ifunc, sizeof(T), [&](std::byte* payload) { std::memcpy(payload, &value, sizeof(T)); });
+}
+
+// Sends raw bytes as the payload.
+inline SendStatus send(Channel& channel, const Ifunc& ifunc, std::span<const std::byte> payload) {
+  return channel.send_with(ifunc, payload.size(), [&](std::byte* out) {
+    if (!payload.empty()) std::memcpy(out, payload.data(), payload.size());
+  });
+}
+
+template <TriviallyCopyablePayload T>
+SendStatus try_send(Channel& channel, const Ifunc& ifunc, const T& value) {
+  return channel.try_send_with(ifunc, sizeof(T),
+                               [&](std::byte* payload) { std::memcpy(payload, &value, sizeof(T)); });
+}
+
+}  // namespace threechains

@@ -1,0 +1,56 @@
+// Code containers: the fat, multi-ISA code section an ifunc carries. One image
+// per target triple, each either LLVM bitcode or a relocatable object, plus the
+// ifunc's name and the shared libraries it needs. The format on the wire is
+// LLVM's own multi-image container (llvm::object::OffloadBinary, one per image,
+// concatenated), so `llvm-offload-binary` can read what ThreeChains writes.
+// Implemented in the compiled library: no LLVM header reaches this one.
+#pragma once
+
+#include <threechains/frame.hpp>
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace threechains {
+
+struct CodeImage {
+  std::string triple;            // e.g. "x86_64-linux-gnu"
+  CodecId kind = CodecId::bitcode;  // bitcode module or relocatable object
+  std::vector<std::byte> bytes;
+};
+
+// An ifunc library on the source, before packing.
+struct IfuncLibrary {
+  std::string name;                 // entry point is <name>_main
+  std::vector<CodeImage> images;    // one per triple
+  std::vector<std::string> deps;    // shared libraries to load on the target, e.g. "libm.so.6"
+};
+
+// What a container says about itself, read without compiling anything.
+struct ContainerInfo {
+  std::string name;
+  CodecId codec = CodecId::bitcode;
+  std::vector<std::string> triples;
+  std::vector<std::string> deps;
+  std::vector<std::size_t> image_sizes;
+};
+
+// Packs a library into a container. Every image must be of the same kind.
+[[nodiscard]] std::vector<std::byte> pack_container(const IfuncLibrary& library);
+
+// Parses a container; throws Error(errc::bad_container) saying what is malformed.
+[[nodiscard]] ContainerInfo inspect_container(std::span<const std::byte> container);
+
+// The identity of a code section: xxHash3-64 of its bytes.
+[[nodiscard]] CodeId code_identity(std::span<const std::byte> code) noexcept;
+
+// This process's target triple as LLVM normalises it (e.g. x86_64-unknown-linux-gnu).
+[[nodiscard]] std::string host_triple();
+
+// Whether two triples name the same target once normalised: vendor is ignored and
+// an unknown environment matches any (x86_64-pc-linux-gnu == x86_64-linux-gnu).
+[[nodiscard]] bool same_target(const std::string& a, const std::string& b);
+
+}  // namespace threechains

@@ -1,0 +1,173 @@
+// Frame: the bytes one ifunc send puts into the target's memory.
+//
+//   | header (24 B) | payload (payload_size B) | code section (code_size B) |
+//
+// The code goes last, so the cached form of a frame (code_size == 0) is the
+// same bytes, shorter. FrameBuilder lays a frame out in place (the payload is
+// written straight into it); FrameView validates one that arrived.
+#pragma once
+
+#include <threechains/error.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <type_traits>
+
+namespace threechains {
+
+enum class CodecId : uint8_t { bitcode = 1, binary = 2 };
+
+[[nodiscard]] constexpr bool is_known_codec(uint8_t id) noexcept {
+  return id == static_cast<uint8_t>(CodecId::bitcode) || id == static_cast<uint8_t>(CodecId::binary);
+}
+
+[[nodiscard]] constexpr const char* to_string(CodecId id) noexcept {
+  return id == CodecId::bitcode ? "bitcode" : id == CodecId::binary ? "binary" : "unknown";
+}
+
+// Content hash of a code section (xxHash3-64): new code under an old name is new code.
+using CodeId = uint64_t;
+
+struct FrameHeader {
+  static constexpr uint16_t kMagic = 0x4354;  // "TC" little-endian
+  static constexpr uint8_t kVersion = 1;
+
+  uint16_t magic;
+  uint8_t version;
+  uint8_t codec;          // a CodecId
+  uint32_t sequence;      // low 32 bits of the frame's sequence number on its channel
+  uint32_t payload_size;  // bytes of payload after the header
+  uint32_t code_size;     // bytes of code after the payload; 0 in a cached frame
+  CodeId code_id;         // identity of the code, present in cached frames too
+};
+static_assert(sizeof(FrameHeader) == 24, "the wire header is 24 bytes");
+static_assert(std::is_trivially_copyable_v<FrameHeader>);
+
+[[nodiscard]] constexpr std::size_t frame_size(std::size_t payload_size, std::size_t code_size) noexcept {
+  return sizeof(FrameHeader) + payload_size + code_size;
+}
+
+// Lays out one frame in a caller-provided buffer, without copying the payload
+// twice: write the header, then write the payload into payload(), then the code.
+class FrameBuilder {
+ public:
+  explicit FrameBuilder(std::span<std::byte> buffer) noexcept : buffer_(buffer) {}
+
+  // Writes the header; returns errc::frame_too_large if the frame does not fit.
+  [[nodiscard]] errc begin(CodecId codec, CodeId code_id, uint32_t sequence,
+                           std::size_t payload_size, std::size_t code_size) noexcept {
+    if (frame_size(payload_size, code_size) > buffer_.size() || payload_size > UINT32_MAX ||
+        code_size > UINT32_MAX) [[unlikely]] {
+      return errc::frame_too_large;
+    }
+    const FrameHeader header{FrameHeader::kMagic, FrameHeader::kVersion,
+                             static_cast<uint8_t>(codec), sequence,
+                             static_cast<uint32_t>(payload_size), static_cast<uint32_t>(code_size),
+                             code_id};
+    std::memcpy(buffer_.data(), &header, sizeof(header));
+    payload_size_ = payload_size;
+    code_size_ = code_size;
+    return errc::ok;
+  }
+
+  [[nodiscard]] std::byte* payload() const noexcept { return buffer_.data() + sizeof(FrameHeader); }
+  [[nodiscard]] std::byte* code() const noexcept { return payload() + payload_size_; }
+  [[nodiscard]] std::size_t size() const noexcept { return frame_size(payload_size_, code_size_); }
+
+  void write_payload(std::span<const std::byte> bytes) const noexcept {
+    if (!bytes.empty()) std::memcpy(payload(), bytes.data(), bytes.size());
+  }
+  void write_code(std::span<const std::byte> bytes) const noexcept {
+    if (!bytes.empty()) std::memcpy(code(), bytes.data(), bytes.size());
+  }
+
+ private:
+  std::span<std::byte> buffer_;
+  std::size_t payload_size_ = 0;
+  std::size_t code_size_ = 0;
+};
+
+// A validated, read-only view of a received frame.
+class FrameView {
+ public:
+  // Checks magic, version, codec and that the sizes stay within `bytes`.
+  // Returns errc::ok and fills `out`, or the first rule the frame breaks.
+  [[nodiscard]] static errc parse(std::span<const std::byte> bytes, FrameView& out) noexcept {
+    if (bytes.size() < sizeof(FrameHeader)) return errc::truncated_frame;
+    FrameHeader header;
+    std::memcpy(&header, bytes.data(), sizeof(header));
+    if (header.magic != FrameHeader::kMagic) return errc::bad_magic;
+    if (header.version != FrameHeader::kVersion) return errc::bad_version;
+    if (!is_known_codec(header.codec)) return errc::bad_codec;
+    if (frame_size(header.payload_size, header.code_size) > bytes.size()) return errc::truncated_frame;
+    out.header_ = header;
+    out.bytes_ = bytes.first(frame_size(header.payload_size, header.code_size));
+    return errc::ok;
+  }
+
+  // The same checks, throwing an Error whose message says exactly what is wrong.
+  [[nodiscard]] static FrameView parse_or_throw(std::span<const std::byte> bytes) {
+    FrameView view;
+    if (const errc e = parse(bytes, view); e != errc::ok) throw Error(e, describe(e, bytes));
+    return view;
+  }
+
+  // A human-readable account of why `bytes` was rejected with `e`.
+  [[nodiscard]] static std::string describe(errc e, std::span<const std::byte> bytes) {
+    FrameHeader h{};
+    std::memcpy(&h, bytes.data(), std::min(bytes.size(), sizeof(h)));
+    switch (e) {
+      case errc::bad_magic:
+        return "frame rejected: magic 0x" + hex(h.magic) + ", expected 0x" + hex(FrameHeader::kMagic);
+      case errc::bad_version:
+        return "frame rejected: version " + std::to_string(h.version) + ", this build speaks " +
+               std::to_string(FrameHeader::kVersion);
+      case errc::bad_codec:
+        return "frame rejected: codec id " + std::to_string(h.codec) + " is not bitcode (1) or binary (2)";
+      case errc::truncated_frame:
+        if (bytes.size() < sizeof(FrameHeader)) {
+          return "frame rejected: " + std::to_string(bytes.size()) + " bytes is shorter than the " +
+                 std::to_string(sizeof(FrameHeader)) + "-byte header";
+        }
+        return "frame rejected: header claims " + std::to_string(h.payload_size) + " B payload + " +
+               std::to_string(h.code_size) + " B code, but only " +
+               std::to_string(bytes.size() - sizeof(FrameHeader)) + " B follow the header";
+      default:
+        return std::string("frame rejected: ") + make_error_code(e).message();
+    }
+  }
+
+  [[nodiscard]] const FrameHeader& header() const noexcept { return header_; }
+  [[nodiscard]] CodecId codec() const noexcept { return static_cast<CodecId>(header_.codec); }
+  [[nodiscard]] CodeId code_id() const noexcept { return header_.code_id; }
+  [[nodiscard]] uint32_t sequence() const noexcept { return header_.sequence; }
+  [[nodiscard]] bool has_code() const noexcept { return header_.code_size != 0; }
+  [[nodiscard]] std::size_t size() const noexcept { return bytes_.size(); }
+
+  [[nodiscard]] std::span<const std::byte> payload() const noexcept {
+    return bytes_.subspan(sizeof(FrameHeader), header_.payload_size);
+  }
+  [[nodiscard]] std::span<const std::byte> code() const noexcept {
+    return bytes_.subspan(sizeof(FrameHeader) + header_.payload_size, header_.code_size);
+  }
+
+ private:
+  static std::string hex(unsigned value) {
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string s;
+    do {
+      s.insert(s.begin(), digits[value & 0xf]);
+      value >>= 4;
+    } while (value != 0);
+    return s;
+  }
+
+  FrameHeader header_{};
+  std::span<const std::byte> bytes_;
+};
+
+}  // namespace threechains

@@ -1,0 +1,41 @@
+// Ifunc: the source's handle on one ifunc library, loaded from a code container.
+// Immutable and cheap to copy; its code identity is computed once, here, never
+// on the send path.
+#pragma once
+
+#include <threechains/container.hpp>
+#include <threechains/frame.hpp>
+
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace threechains {
+
+class Ifunc {
+ public:
+  // Takes a packed container (see pack_container / threechains-pack).
+  [[nodiscard]] static Ifunc from_container(std::vector<std::byte> container);
+  // Reads a .tcc container file.
+  [[nodiscard]] static Ifunc load(const std::filesystem::path& path);
+
+  [[nodiscard]] const std::string& name() const noexcept { return state_->info.name; }
+  [[nodiscard]] CodecId codec() const noexcept { return state_->info.codec; }
+  [[nodiscard]] CodeId id() const noexcept { return state_->id; }
+  [[nodiscard]] const ContainerInfo& info() const noexcept { return state_->info; }
+  [[nodiscard]] std::span<const std::byte> code() const noexcept { return state_->code; }
+
+ private:
+  struct State {
+    std::vector<std::byte> code;
+    ContainerInfo info;
+    CodeId id = 0;
+  };
+  explicit Ifunc(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+  std::shared_ptr<const State> state_;
+};
+
+}  // namespace threechains

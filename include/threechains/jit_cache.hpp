@@ -1,0 +1,67 @@
+// JitCache: the target's cache of callable ifuncs, keyed by code identity.
+// Loading compiles bitcode with ORC for this host's CPU, or links a relocatable
+// object with JITLink; each ifunc lives in its own JITDylib with its own
+// ResourceTracker, so helper symbols of two ifuncs never clash and evicting one
+// frees its code. LLVM stays behind the pimpl.
+#pragma once
+
+#include <threechains/frame.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+
+namespace threechains {
+
+// The C ABI of an ifunc's entry point, <name>_main.
+using IfuncMain = void (*)(void* payload, std::size_t payload_size, void* target_args);
+
+struct JitOptions {
+  // Codegen level for bitcode: 0 none, 1 less, 2 default, 3 aggressive. The
+  // shipped bitcode is already optimised by clang -O2, so this only steers
+  // instruction selection and scheduling for the host CPU.
+  int codegen_level = 2;
+};
+
+struct LoadResult {
+  IfuncMain entry = nullptr;
+  std::chrono::nanoseconds compile_time{0};  // parse + compile/link + lookup
+  std::string triple;                        // the image chosen for this host
+};
+
+class JitCache {
+ public:
+  explicit JitCache(const JitOptions& options = {});
+  ~JitCache();
+  JitCache(const JitCache&) = delete;
+  JitCache& operator=(const JitCache&) = delete;
+  JitCache(JitCache&&) noexcept;
+  JitCache& operator=(JitCache&&) noexcept;
+
+  // Hot path: the entry point for `id`, or nullptr if it is not cached.
+  [[nodiscard]] IfuncMain find(CodeId id) const noexcept {
+    const auto it = entries_.find(id);
+    return it == entries_.end() ? nullptr : it->second;
+  }
+  [[nodiscard]] bool contains(CodeId id) const noexcept { return entries_.contains(id); }
+  [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
+
+  // Verifies that `code` hashes to `id`, picks the image for this host, and
+  // compiles or links it. Throws Error (bad_container, no_image_for_target,
+  // code_identity_mismatch, dependency_not_found, symbol_not_found, jit_failed)
+  // and leaves the cache as it was. Loading an id already cached returns it.
+  LoadResult load(CodeId id, CodecId codec, std::span<const std::byte> code);
+
+  // Removes an ifunc and frees its code. Returns false if it was not cached.
+  bool evict(CodeId id);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::unordered_map<CodeId, IfuncMain> entries_;
+};
+
+}  // namespace threechains

@@ -1,0 +1,385 @@
+// threechains::Receiver — the target side of ThreeChains (not a std::execution
+// receiver). It listens for Sources, maps one ring of frame slots per connected
+// source, and poll() dispatches each committed frame into the JIT cache:
+// main(payload, payload_size, target_args). A bad frame is reported and
+// skipped; the Receiver keeps serving.
+#pragma once
+
+#include <threechains/detail/outbox.hpp>
+#include <threechains/detail/protocol.hpp>
+#include <threechains/error.hpp>
+#include <threechains/frame.hpp>
+#include <threechains/jit_cache.hpp>
+#include <threechains/ucx/endpoint.hpp>
+#include <threechains/ucx/listener.hpp>
+#include <threechains/ucx/memory.hpp>
+#include <threechains/ucx/worker.hpp>
+
+#include <fmt/core.h>
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace threechains {
+
+struct ReceiverOptions {
+  uint16_t port = 0;                     // 0: the OS picks one; see Receiver::port()
+  uint32_t max_slots = 64;               // per source
+  std::size_t max_slot_size = 1 << 20;   // per slot, commit word included
+  void* target_args = nullptr;           // third argument of every ifunc's main
+  JitOptions jit;
+  // Called for every rejected frame or failed load; the default prints to stderr.
+  std::function<void(const Error&)> on_error;
+  uint32_t dispatch_burst = 64;          // frames per source per poll before moving on
+};
+
+struct ReceiverStats {
+  uint64_t frames_dispatched = 0;
+  uint64_t frames_rejected = 0;
+  uint64_t code_loads = 0;
+  uint64_t cache_misses = 0;  // cached frames whose code had to be fetched
+  uint64_t peers_connected = 0;
+  uint64_t peers_closed = 0;
+  std::chrono::nanoseconds last_load_time{0};
+  std::chrono::nanoseconds total_load_time{0};
+};
+
+class Receiver {
+ public:
+  explicit Receiver(Worker worker, ReceiverOptions options = {})
+      : core_(std::make_unique<Core>(std::move(worker), std::move(options))) {}
+
+  [[nodiscard]] uint16_t port() const noexcept { return core_->listener.port(); }
+
+  // Non-blocking: progresses the worker once and dispatches what is committed.
+  // Returns the number of frames dispatched.
+  unsigned poll() { return core_->poll(); }
+
+  // Polls until `stop()` holds. Yields the CPU after a run of empty polls, so a
+  // spinning Receiver does not starve its peers on an oversubscribed machine.
+  template <class StopCondition>
+  void run(StopCondition&& stop) {
+    unsigned idle = 0;
+    while (!stop()) {
+      if (poll() != 0) {
+        idle = 0;
+      } else if (++idle >= 1024) {
+        idle = 0;
+        sched_yield();
+      }
+    }
+  }
+
+  [[nodiscard]] JitCache& cache() noexcept { return core_->cache; }
+  [[nodiscard]] const ReceiverStats& stats() const noexcept { return core_->stats; }
+  [[nodiscard]] std::size_t peers() const noexcept { return core_->peers.size(); }
+  void set_target_args(void* args) noexcept { core_->options.target_args = args; }
+  [[nodiscard]] const Worker& worker() const noexcept { return core_->worker; }
+
+ private:
+  struct Peer {
+    explicit Peer(Endpoint ep) : endpoint(std::move(ep)) {}
+    Endpoint endpoint;
+    std::optional<MemoryRegion> ring;
+    std::optional<RemoteBuffer> credit;  // the source's credit word
+    uint32_t slots = 0;
+    std::size_t slot_size = 0;
+    uint64_t expected = 1;        // sequence of the next frame to dispatch
+    uint64_t reported = 0;        // last sequence credited back to the source
+    uint64_t credit_value = 0;    // buffer of the credit put in flight
+    void* credit_request = nullptr;
+    uint64_t stalled_on = 0;      // sequence waiting for its code (cache miss), 0 if none
+    bool bye = false;
+    std::optional<detail::Hello> hello;
+    std::vector<std::byte> hello_rkey;
+    struct Delivery {
+      detail::CodeDelivery header;
+      std::vector<std::byte> code;
+    };
+    std::vector<Delivery> deliveries;
+  };
+
+  struct Core {
+    Core(Worker w, ReceiverOptions o)
+        : worker(std::move(w)),
+          options(std::move(o)),
+          cache(options.jit),
+          listener(worker, options.port, [this](ucp_conn_request_h request) {
+            pending_connections.push_back(request);
+            control_pending = true;
+          }) {
+      if (!options.on_error) {
+        options.on_error = [](const Error& e) { fmt::print(stderr, "threechains receiver: {}\n", e.what()); };
+      }
+      worker.set_am_handler(detail::kAmHello, &on_hello, this);
+      worker.set_am_handler(detail::kAmCode, &on_code, this);
+      worker.set_am_handler(detail::kAmBye, &on_bye, this);
+    }
+    Core(const Core&) = delete;
+    Core& operator=(const Core&) = delete;
+    ~Core() {
+      worker.set_am_handler(detail::kAmHello, nullptr, nullptr);
+      worker.set_am_handler(detail::kAmCode, nullptr, nullptr);
+      worker.set_am_handler(detail::kAmBye, nullptr, nullptr);
+      for (ucp_conn_request_h request : pending_connections) listener.reject(request);
+      while (!peers.empty()) remove_peer(peers.size() - 1);
+      outbox.cancel_all(worker);
+    }
+
+    unsigned poll() {
+      worker.progress();
+      // A peer that vanished is noticed by its endpoint's error handler, which
+      // cannot reach us; look for such peers every few thousand polls.
+      if ((++polls & 0xfff) == 0) control_pending = true;
+      if (control_pending) [[unlikely]] handle_control();
+      unsigned dispatched = 0;
+      for (const std::unique_ptr<Peer>& peer : peers) {
+        if (peer->ring) dispatched += drain(*peer);
+      }
+      return dispatched;
+    }
+
+    // ---- frames (hot path) -------------------------------------------------
+    unsigned drain(Peer& peer) {
+      unsigned dispatched = 0;
+      for (uint32_t budget = options.dispatch_burst; budget != 0; --budget) {
+        std::byte* slot = peer.ring->data() + ((peer.expected - 1) % peer.slots) * peer.slot_size;
+        const uint64_t commit =
+            std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot)).load(std::memory_order_acquire);
+        if (commit != peer.expected) break;
+        if (!dispatch(peer, slot)) break;  // waiting for code
+        ++peer.expected;
+        ++dispatched;
+      }
+      if (peer.reported != peer.expected - 1) return_credit(peer);
+      return dispatched;
+    }
+
+    // Returns false if the frame must wait in its slot for its code.
+    bool dispatch(Peer& peer, std::byte* slot) {
+      const std::span<const std::byte> bytes(slot + detail::kCommitWordSize, peer.slot_size - detail::kCommitWordSize);
+      FrameView frame;
+      errc e = FrameView::parse(bytes, frame);
+      if (e == errc::ok && frame.sequence() != static_cast<uint32_t>(peer.expected)) e = errc::bad_sequence;
+      if (e != errc::ok) [[unlikely]] {
+        reject(Error(e, e == errc::bad_sequence ? "frame rejected: sequence " + std::to_string(frame.sequence()) +
+                                                      " in slot committed as " + std::to_string(peer.expected)
+                                                : FrameView::describe(e, bytes)));
+        return true;
+      }
+      IfuncMain entry = cache.find(frame.code_id());
+      if (entry == nullptr) [[unlikely]] {
+        if (!frame.has_code()) return request_code(peer, frame);
+        entry = load(frame.code_id(), frame.codec(), frame.code());
+        if (entry == nullptr) return true;  // rejected; reported
+      }
+      peer.stalled_on = 0;
+      entry(slot + detail::kCommitWordSize + sizeof(FrameHeader), frame.header().payload_size, options.target_args);
+      ++stats.frames_dispatched;
+      return true;
+    }
+
+    IfuncMain load(CodeId id, CodecId codec, std::span<const std::byte> code) {
+      try {
+        const LoadResult result = cache.load(id, codec, code);
+        ++stats.code_loads;
+        stats.last_load_time = result.compile_time;
+        stats.total_load_time += result.compile_time;
+        return result.entry;
+      } catch (const Error& error) {
+        reject(error);
+        return nullptr;
+      }
+    }
+
+    void reject(const Error& error) {
+      ++stats.frames_rejected;
+      options.on_error(error);
+    }
+
+    // A cached frame for code this target does not hold: ask its source once and
+    // leave the frame in its slot (the source cannot overwrite it: no credit).
+    bool request_code(Peer& peer, const FrameView& frame) {
+      if (peer.stalled_on == peer.expected) return false;
+      peer.stalled_on = peer.expected;
+      ++stats.cache_misses;
+      outbox.send(peer.endpoint, detail::kAmNeedCode, detail::NeedCode{peer.expected, frame.code_id()}, {});
+      return false;
+    }
+
+    void return_credit(Peer& peer) {
+      if (peer.credit_request != nullptr) {
+        if (ucp_request_check_status(peer.credit_request) == UCS_INPROGRESS) return;
+        ucp_request_free(peer.credit_request);
+        peer.credit_request = nullptr;
+      }
+      peer.credit_value = peer.expected - 1;
+      ucp_request_param_t params{};
+      ucs_status_ptr_t request = ucp_put_nbx(peer.endpoint.handle(), &peer.credit_value, sizeof(uint64_t),
+                                             peer.credit->address(), peer.credit->rkey(), &params);
+      if (UCS_PTR_IS_ERR(request)) [[unlikely]] {
+        peer.bye = true;  // the source is unreachable; drop it on the next control round
+        control_pending = true;
+        return;
+      }
+      peer.credit_request = request;
+      peer.reported = peer.credit_value;
+    }
+
+    // ---- control (slow path) ----------------------------------------------
+    void handle_control() {
+      control_pending = false;
+      for (ucp_conn_request_h request : pending_connections) {
+        try {
+          peers.push_back(std::make_unique<Peer>(Endpoint::accept(worker, request)));
+          by_endpoint.emplace(peers.back()->endpoint.handle(), peers.back().get());
+          ++stats.peers_connected;
+        } catch (const Error& error) {
+          options.on_error(error);
+        }
+      }
+      pending_connections.clear();
+      for (std::size_t i = 0; i < peers.size(); ++i) {
+        Peer& peer = *peers[i];
+        if (peer.hello) open_ring(peer);
+        for (Peer::Delivery& delivery : peer.deliveries) accept_code(peer, delivery);
+        peer.deliveries.clear();
+        if (peer.endpoint.failed() || peer.bye) {
+          if (peer.ring) drain(peer);  // what the source committed before it left still runs
+          remove_peer(i--);
+        }
+      }
+      outbox.reap();
+      if (!outbox.empty()) control_pending = true;  // keep reaping
+    }
+
+    void open_ring(Peer& peer) {
+      const detail::Hello hello = *peer.hello;
+      peer.hello.reset();
+      detail::Welcome welcome{detail::kProtocolVersion, UCS_OK, 0, 0, 0, 0};
+      std::vector<std::byte> rkey;
+      try {
+        if (hello.version != detail::kProtocolVersion || peer.ring) {
+          welcome.status = UCS_ERR_UNSUPPORTED;
+        } else {
+          peer.slots = std::min(hello.slots, options.max_slots);
+          peer.slot_size = std::min<std::size_t>(hello.slot_size, options.max_slot_size) & ~(detail::kSlotAlignment - 1);
+          peer.credit.emplace(peer.endpoint, hello.credit_address, sizeof(uint64_t), peer.hello_rkey);
+          peer.ring.emplace(worker.context(), std::size_t{peer.slots} * peer.slot_size);
+          rkey = peer.ring->pack_rkey();
+          welcome.slots = peer.slots;
+          welcome.slot_size = peer.slot_size;
+          welcome.ring_address = peer.ring->address();
+        }
+      } catch (const Error& error) {
+        welcome.status = error.ucs_status() != UCS_ERR_NO_MESSAGE ? error.ucs_status() : UCS_ERR_NO_RESOURCE;
+        peer.ring.reset();
+        options.on_error(error);
+      }
+      outbox.send(peer.endpoint, detail::kAmWelcome, welcome, rkey);
+    }
+
+    void accept_code(Peer& peer, Peer::Delivery& delivery) {
+      if (delivery.header.found == 0) {
+        // The source cannot supply the code: the stalled frame can never run.
+        if (peer.stalled_on != 0) {
+          reject(Error(errc::unknown_code, "frame " + std::to_string(peer.stalled_on) +
+                                               " dropped: its source no longer holds the code it names"));
+          skip_stalled(peer);
+        }
+        return;
+      }
+      if (cache.contains(delivery.header.code_id)) return;
+      if (load(delivery.header.code_id, static_cast<CodecId>(delivery.header.codec), delivery.code) == nullptr &&
+          peer.stalled_on != 0) {
+        skip_stalled(peer);  // the code is bad; the frame waiting for it cannot run
+      }
+    }
+
+    void skip_stalled(Peer& peer) {
+      if (peer.stalled_on == peer.expected) ++peer.expected;
+      peer.stalled_on = 0;
+    }
+
+    void remove_peer(std::size_t index) {
+      Peer& peer = *peers[index];
+      if (peer.credit_request != nullptr) {
+        if (ucp_request_check_status(peer.credit_request) == UCS_INPROGRESS) {
+          ucp_request_cancel(worker.handle(), peer.credit_request);
+        }
+        while (ucp_request_check_status(peer.credit_request) == UCS_INPROGRESS) worker.progress();
+        ucp_request_free(peer.credit_request);
+      }
+      by_endpoint.erase(peer.endpoint.handle());
+      peer.credit.reset();
+      peer.endpoint.close(std::chrono::milliseconds(500));
+      peers.erase(peers.begin() + static_cast<std::ptrdiff_t>(index));
+      ++stats.peers_closed;
+    }
+
+    Peer* find(const ucp_am_recv_param_t* param) {
+      if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return nullptr;
+      const auto it = by_endpoint.find(param->reply_ep);
+      return it == by_endpoint.end() ? nullptr : it->second;
+    }
+
+    static ucs_status_t on_hello(void* arg, const void* header, std::size_t header_length, void* data,
+                                 std::size_t length, const ucp_am_recv_param_t* param) {
+      auto* self = static_cast<Core*>(arg);
+      Peer* peer = self->find(param);
+      if (peer == nullptr || header_length != sizeof(detail::Hello)) return UCS_OK;
+      peer->hello.emplace();
+      std::memcpy(&*peer->hello, header, sizeof(detail::Hello));
+      peer->hello_rkey.assign(static_cast<const std::byte*>(data), static_cast<const std::byte*>(data) + length);
+      self->control_pending = true;
+      return UCS_OK;
+    }
+
+    static ucs_status_t on_code(void* arg, const void* header, std::size_t header_length, void* data,
+                                std::size_t length, const ucp_am_recv_param_t* param) {
+      auto* self = static_cast<Core*>(arg);
+      Peer* peer = self->find(param);
+      if (peer == nullptr || header_length != sizeof(detail::CodeDelivery)) return UCS_OK;
+      Peer::Delivery delivery;
+      std::memcpy(&delivery.header, header, sizeof(detail::CodeDelivery));
+      delivery.code.assign(static_cast<const std::byte*>(data), static_cast<const std::byte*>(data) + length);
+      peer->deliveries.push_back(std::move(delivery));
+      self->control_pending = true;
+      return UCS_OK;
+    }
+
+    static ucs_status_t on_bye(void* arg, const void*, std::size_t, void*, std::size_t,
+                               const ucp_am_recv_param_t* param) {
+      auto* self = static_cast<Core*>(arg);
+      if (Peer* peer = self->find(param)) {
+        peer->bye = true;
+        self->control_pending = true;
+      }
+      return UCS_OK;
+    }
+
+    Worker worker;
+    ReceiverOptions options;
+    JitCache cache;
+    detail::Outbox outbox;
+    std::vector<std::unique_ptr<Peer>> peers;
+    std::unordered_map<ucp_ep_h, Peer*> by_endpoint;
+    std::vector<ucp_conn_request_h> pending_connections;
+    bool control_pending = false;
+    uint32_t polls = 0;
+    ReceiverStats stats;
+    Listener listener;  // last: destroyed first, so no connection arrives mid-teardown
+  };
+
+  std::unique_ptr<Core> core_;
+};
+
+}  // namespace threechains

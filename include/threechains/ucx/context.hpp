@@ -1,0 +1,88 @@
+// Context: RAII owner of a ucp_context_h, configured for AM + RMA and for the
+// transport the caller asks for. Copies share the same UCX context.
+#pragma once
+
+#include <threechains/error.hpp>
+
+#include <ucp/api/ucp.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace threechains {
+
+// Which UCX transports a Context may use. `shared_memory` and `tcp` pin UCX to
+// one family (what the tests and the demo compare); `any` leaves UCX_TLS alone.
+enum class Transport { any, shared_memory, tcp };
+
+[[nodiscard]] constexpr std::string_view to_string(Transport t) noexcept {
+  switch (t) {
+    case Transport::shared_memory: return "shm";
+    case Transport::tcp: return "tcp";
+    case Transport::any: break;
+  }
+  return "any";
+}
+
+[[nodiscard]] inline Transport parse_transport(std::string_view name) {
+  if (name == "shm" || name == "shared_memory") return Transport::shared_memory;
+  if (name == "tcp") return Transport::tcp;
+  if (name == "any") return Transport::any;
+  throw Error(errc::protocol, "unknown transport '" + std::string(name) + "' (shm, tcp, any)");
+}
+
+// The UCX_TLS list for a transport. Connection set-up goes through UCX's
+// sockaddr client/server (its TCP connection manager) whatever the data lanes are;
+// `self` is kept so a process can also talk to itself.
+[[nodiscard]] constexpr const char* transport_tls(Transport t) noexcept {
+  switch (t) {
+    case Transport::shared_memory: return "posix,sysv,self,tcp";
+    case Transport::tcp: return "tcp,self";
+    case Transport::any: break;
+  }
+  return nullptr;
+}
+
+struct ContextOptions {
+  Transport transport = Transport::any;
+  std::string name = "threechains";
+};
+
+class Context {
+ public:
+  explicit Context(const ContextOptions& options = {}) : transport_(options.transport) {
+    ucp_config_t* config = nullptr;
+    check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+    const auto modify = [&](const char* name, const char* value) {
+      const ucs_status_t status = ucp_config_modify(config, name, value);
+      if (status != UCS_OK) {
+        ucp_config_release(config);
+        check(status, (std::string("ucp_config_modify(") + name + ")").c_str());
+      }
+    };
+    if (const char* tls = transport_tls(options.transport)) modify("TLS", tls);
+    // Endpoints ask for peer error handling (a peer that goes away is reported,
+    // not fatal). UCX 1.13 then leaves shared-memory transports out of
+    // client/server endpoints unless they are told to take part in it.
+    if (options.transport != Transport::tcp) modify("MM_ERROR_HANDLING", "y");
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+    params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA;
+    params.name = options.name.c_str();
+    ucp_context_h handle = nullptr;
+    const ucs_status_t status = ucp_init(&params, config, &handle);
+    ucp_config_release(config);
+    check(status, "ucp_init");
+    handle_ = std::shared_ptr<ucp_context>(handle, [](ucp_context_h h) { ucp_cleanup(h); });
+  }
+
+  [[nodiscard]] ucp_context_h handle() const noexcept { return handle_.get(); }
+  [[nodiscard]] Transport transport() const noexcept { return transport_; }
+
+ private:
+  std::shared_ptr<ucp_context> handle_;
+  Transport transport_;
+};
+
+}  // namespace threechains

@@ -1,0 +1,132 @@
+// Endpoint: RAII owner of a ucp_ep_h, created by UCX's sockaddr client/server
+// set-up (connect to host:port, or accept a listener's connection request).
+// Holds its Worker alive; notes when the peer goes away instead of crashing.
+#pragma once
+
+#include <threechains/error.hpp>
+#include <threechains/ucx/worker.hpp>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+namespace threechains {
+
+class Endpoint {
+ public:
+  // Client side: connect to a Listener at host:port.
+  [[nodiscard]] static Endpoint connect(const Worker& worker, const std::string& host,
+                                        uint16_t port) {
+    sockaddr_storage address{};
+    const socklen_t length = resolve(host, port, address);
+    auto state = std::make_shared<State>(worker);
+    ucp_ep_params_t params = base_params(state.get());
+    params.field_mask |= UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&address);
+    params.sockaddr.addrlen = length;
+    check(ucp_ep_create(worker.handle(), &params, &state->handle),
+          ("ucp_ep_create(" + host + ":" + std::to_string(port) + ")").c_str());
+    return Endpoint(std::move(state));
+  }
+
+  // Server side: accept a connection request a Listener handed over.
+  [[nodiscard]] static Endpoint accept(const Worker& worker, ucp_conn_request_h request) {
+    auto state = std::make_shared<State>(worker);
+    ucp_ep_params_t params = base_params(state.get());
+    params.field_mask |= UCP_EP_PARAM_FIELD_CONN_REQUEST;
+    params.conn_request = request;
+    check(ucp_ep_create(worker.handle(), &params, &state->handle), "ucp_ep_create(accept)");
+    return Endpoint(std::move(state));
+  }
+
+  [[nodiscard]] ucp_ep_h handle() const noexcept { return state_->handle; }
+  [[nodiscard]] const Worker& worker() const noexcept { return state_->worker; }
+  // UCS_OK while the connection is usable; the error UCX reported once it is not.
+  [[nodiscard]] ucs_status_t status() const noexcept { return state_->status; }
+  [[nodiscard]] bool failed() const noexcept { return state_->status != UCS_OK; }
+
+  // UCX's own description of this endpoint's lanes (which transport carries AM, RMA).
+  [[nodiscard]] std::string describe() const {
+    char* text = nullptr;
+    std::size_t size = 0;
+    FILE* stream = open_memstream(&text, &size);
+    if (stream == nullptr) return {};
+    ucp_ep_print_info(state_->handle, stream);
+    std::fclose(stream);
+    std::string out(text, size);
+    std::free(text);
+    return out;
+  }
+
+  // Flushes outstanding operations and closes the connection, waiting at most `limit`.
+  // Safe to call more than once; the destructor of the last copy force-closes otherwise.
+  void close(std::chrono::milliseconds limit = std::chrono::seconds(2)) {
+    state_->close(failed() ? UCP_EP_CLOSE_FLAG_FORCE : 0, limit);
+  }
+
+ private:
+  struct State {
+    explicit State(Worker w) : worker(std::move(w)) {}
+    State(const State&) = delete;
+    State& operator=(const State&) = delete;
+    ~State() { close(UCP_EP_CLOSE_FLAG_FORCE, std::chrono::milliseconds(200)); }
+
+    void close(uint32_t flags, std::chrono::milliseconds limit) noexcept {
+      if (handle == nullptr) return;
+      ucp_request_param_t params{};
+      params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      params.flags = flags;
+      ucs_status_ptr_t request = ucp_ep_close_nbx(handle, &params);
+      handle = nullptr;
+      if (wait_request(worker, request, limit) != UCS_OK && status == UCS_OK) {
+        status = UCS_ERR_CANCELED;
+      }
+    }
+
+    Worker worker;
+    ucp_ep_h handle = nullptr;
+    ucs_status_t status = UCS_OK;
+  };
+
+  explicit Endpoint(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+  static ucp_ep_params_t base_params(State* state) {
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t status) {
+      static_cast<State*>(arg)->status = status;
+    };
+    params.err_handler.arg = state;
+    return params;
+  }
+
+  static socklen_t resolve(const std::string& host, uint16_t port, sockaddr_storage& out) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* result = nullptr;
+    const std::string service = std::to_string(port);
+    if (const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &result); rc != 0) {
+      throw Error(UCS_ERR_INVALID_ADDR, "cannot resolve '" + host + "': " + gai_strerror(rc));
+    }
+    const socklen_t length = result->ai_addrlen;
+    std::memcpy(&out, result->ai_addr, length);
+    freeaddrinfo(result);
+    return length;
+  }
+
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace threechains

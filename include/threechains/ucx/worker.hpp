@@ -1,0 +1,86 @@
+// Worker: RAII owner of a ucp_worker_h (single-threaded, polled). Holds its
+// Context alive. Copies share the same UCX worker.
+#pragma once
+
+#include <threechains/error.hpp>
+#include <threechains/ucx/context.hpp>
+
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace threechains {
+
+class Worker {
+ public:
+  explicit Worker(Context context) : context_(std::move(context)) {
+    ucp_worker_params_t params{};
+    params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    params.thread_mode = UCS_THREAD_MODE_SINGLE;
+    ucp_worker_h handle = nullptr;
+    check(ucp_worker_create(context_.handle(), &params, &handle), "ucp_worker_create");
+    handle_ = std::shared_ptr<ucp_worker>(handle, [](ucp_worker_h h) { ucp_worker_destroy(h); });
+  }
+
+  [[nodiscard]] ucp_worker_h handle() const noexcept { return handle_.get(); }
+  [[nodiscard]] const Context& context() const noexcept { return context_; }
+
+  // One round of UCX progress; returns how many events it handled.
+  unsigned progress() const noexcept { return ucp_worker_progress(handle_.get()); }
+
+  // Orders this worker's earlier RMA/AM operations before its later ones, per endpoint.
+  void fence() const { check(ucp_worker_fence(handle_.get()), "ucp_worker_fence"); }
+
+  // Progresses until `done()` holds; throws errc::timeout after `limit`.
+  template <class Predicate>
+  void progress_until(Predicate&& done, std::chrono::milliseconds limit,
+                      const char* what = "progress_until") const {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+      if (progress() == 0 && std::chrono::steady_clock::now() > deadline) {
+        if (done()) return;
+        throw Error(errc::timeout, std::string(what) + ": timed out");
+      }
+    }
+  }
+
+  // Registers `callback(arg, ...)` for Active Messages with `id` on this worker.
+  void set_am_handler(unsigned id, ucp_am_recv_callback_t callback, void* arg) const {
+    ucp_am_handler_param_t params{};
+    params.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                        UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    params.id = id;
+    params.cb = callback;
+    params.arg = arg;
+    params.flags = UCP_AM_FLAG_WHOLE_MSG;
+    check(ucp_worker_set_am_recv_handler(handle_.get(), &params), "ucp_worker_set_am_recv_handler");
+  }
+
+ private:
+  Context context_;
+  std::shared_ptr<ucp_worker> handle_;
+};
+
+// Waits for a request returned by a *_nbx call and releases it. Returns its status.
+[[nodiscard]] inline ucs_status_t wait_request(const Worker& worker, ucs_status_ptr_t request,
+                                               std::chrono::milliseconds limit) {
+  if (request == nullptr) return UCS_OK;
+  if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  ucs_status_t status = UCS_INPROGRESS;
+  while ((status = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+    if (worker.progress() == 0 && std::chrono::steady_clock::now() > deadline) {
+      ucp_request_cancel(worker.handle(), request);
+      // Cancellation completes the request; progress until it does so it can be freed.
+      while (ucp_request_check_status(request) == UCS_INPROGRESS) worker.progress();
+      status = UCS_ERR_TIMED_OUT;
+      break;
+    }
+  }
+  ucp_request_free(request);
+  return status;
+}
+
+}  // namespace threechains

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package ThreeChains needs to build, test and run its demo.
+# Idempotent: packages already present are skipped; apt-get update runs only when
+# something is missing. Run as root (as CI and the fresh-machine check do) or with sudo.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build git pkg-config
+  libucx-dev ucx-utils
+  llvm-22-dev clang-22 libzstd-dev libc6-dev-arm64-cross
+  libfmt-dev libcli11-dev catch2 libxxhash-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -q
+"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,23 @@
+// Internal: a container parsed into its images (compiled library only).
+#pragma once
+
+#include <threechains/container.hpp>
+
+#include <span>
+#include <string>
+#include <vector>
+
+namespace threechains {
+
+struct ParsedImage {
+  std::string name;
+  std::string triple;
+  CodecId kind = CodecId::bitcode;
+  std::vector<std::string> deps;
+  std::vector<std::byte> bytes;
+};
+
+// Splits a container into images, checking every offset; throws errc::bad_container.
+[[nodiscard]] std::vector<ParsedImage> parse_container(std::span<const std::byte> container);
+
+}  // namespace threechains

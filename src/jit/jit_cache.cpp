@@ -1,0 +1,188 @@
+// JitCache: ORC LLJIT behind a pimpl. One JITDylib + ResourceTracker per ifunc.
+#include "jit/container_images.hpp"
+
+#include <threechains/error.hpp>
+#include <threechains/jit_cache.hpp>
+
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/TargetSelect.h>
+
+#include <mutex>
+
+namespace threechains {
+namespace {
+
+std::string message_of(llvm::Error error) { return llvm::toString(std::move(error)); }
+
+std::string hex_id(CodeId id) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, id >>= 4) s[static_cast<std::size_t>(i)] = digits[id & 0xf];
+  return s;
+}
+
+llvm::CodeGenOptLevel codegen_level(int level) {
+  switch (level) {
+    case 0: return llvm::CodeGenOptLevel::None;
+    case 1: return llvm::CodeGenOptLevel::Less;
+    case 3: return llvm::CodeGenOptLevel::Aggressive;
+    default: return llvm::CodeGenOptLevel::Default;
+  }
+}
+
+void initialise_native_target_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    llvm::InitializeNativeTargetAsmParser();
+  });
+}
+
+}  // namespace
+
+struct JitCache::Impl {
+  explicit Impl(const JitOptions& options) {
+    initialise_native_target_once();
+    auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
+    if (!builder) throw Error(errc::jit_failed, "cannot describe this host to LLVM: " + message_of(builder.takeError()));
+    builder->setCodeGenOptLevel(codegen_level(options.codegen_level));
+    // One TargetMachine for the life of the cache (LLJIT's single-threaded
+    // compiler owns one), built for this host's CPU name and features.
+    auto created = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*builder)).create();
+    if (!created) throw Error(errc::jit_failed, "cannot create the ORC JIT: " + message_of(created.takeError()));
+    jit = std::move(*created);
+    triple = jit->getTargetTriple().str();
+  }
+
+  ~Impl() {
+    for (auto& [id, dylib] : dylibs) {
+      if (llvm::Error e = jit->getExecutionSession().removeJITDylib(*dylib)) llvm::consumeError(std::move(e));
+    }
+  }
+
+  // A dependency library becomes a JITDylib of its own, shared by every ifunc that names it.
+  llvm::orc::JITDylib& dependency(const std::string& library, const std::string& ifunc) {
+    if (llvm::orc::JITDylib* existing = jit->getJITDylibByName(library)) return *existing;
+    auto loaded = jit->loadPlatformDynamicLibrary(library.c_str());
+    if (!loaded) {
+      throw Error(errc::dependency_not_found, "ifunc '" + ifunc + "' needs library '" + library +
+                                                  "', which cannot be loaded: " + message_of(loaded.takeError()));
+    }
+    return *loaded;
+  }
+
+  // Compiling for the host CPU means dropping the generic CPU the source's clang
+  // pinned on each function; otherwise the per-function attributes win over the
+  // TargetMachine's and AVX2/SVE would never be used.
+  static void retarget_to_host(llvm::Module& module, const llvm::orc::LLJIT& jit) {
+    for (llvm::Function& f : module) {
+      f.removeFnAttr("target-cpu");
+      f.removeFnAttr("target-features");
+      f.removeFnAttr("tune-cpu");
+    }
+    module.setTargetTriple(jit.getTargetTriple());
+    module.setDataLayout(jit.getDataLayout());
+  }
+
+  IfuncMain load(CodeId id, CodecId codec, const ParsedImage& image) {
+    const std::string entry_name = image.name + "_main";
+    auto dylib = jit->createJITDylib("ifunc-" + image.name + "-" + hex_id(id));
+    if (!dylib) throw Error(errc::jit_failed, "cannot create a JITDylib: " + message_of(dylib.takeError()));
+    llvm::orc::JITDylib& jd = *dylib;
+    try {
+      for (const std::string& library : image.deps) jd.addToLinkOrder(dependency(library, image.name));
+      const llvm::StringRef bytes(reinterpret_cast<const char*>(image.bytes.data()), image.bytes.size());
+      if (codec == CodecId::bitcode) {
+        auto context = std::make_unique<llvm::LLVMContext>();
+        auto module = llvm::parseBitcodeFile(llvm::MemoryBufferRef(bytes, image.name), *context);
+        if (!module) {
+          throw Error(errc::bad_container, "ifunc '" + image.name + "': bad bitcode for " + image.triple + ": " +
+                                               message_of(module.takeError()));
+        }
+        retarget_to_host(**module, *jit);
+        if (llvm::Error e = jit->addIRModule(jd, llvm::orc::ThreadSafeModule(std::move(*module), std::move(context)))) {
+          throw Error(errc::jit_failed, "ifunc '" + image.name + "': " + message_of(std::move(e)));
+        }
+      } else {
+        if (llvm::Error e = jit->addObjectFile(jd, llvm::MemoryBuffer::getMemBufferCopy(bytes, image.name))) {
+          throw Error(errc::jit_failed, "ifunc '" + image.name + "': " + message_of(std::move(e)));
+        }
+      }
+      // Lookup materialises the code: compile or link errors, and unresolved
+      // external symbols, surface here.
+      auto address = jit->lookup(jd, entry_name);
+      if (!address) {
+        const std::string why = message_of(address.takeError());
+        const bool missing = why.find("not found") != std::string::npos;
+        throw Error(missing ? errc::symbol_not_found : errc::jit_failed,
+                    "ifunc '" + image.name + "' (" + image.triple + "): " + why);
+      }
+      dylibs.emplace(id, &jd);
+      return address->toPtr<IfuncMain>();
+    } catch (...) {
+      if (llvm::Error e = jit->getExecutionSession().removeJITDylib(jd)) llvm::consumeError(std::move(e));
+      throw;
+    }
+  }
+
+  bool evict(CodeId id) {
+    const auto it = dylibs.find(id);
+    if (it == dylibs.end()) return false;
+    if (llvm::Error e = jit->getExecutionSession().removeJITDylib(*it->second)) {
+      throw Error(errc::jit_failed, "evicting ifunc " + hex_id(id) + ": " + message_of(std::move(e)));
+    }
+    dylibs.erase(it);
+    return true;
+  }
+
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  std::string triple;
+  std::unordered_map<CodeId, llvm::orc::JITDylib*> dylibs;
+};
+
+JitCache::JitCache(const JitOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+JitCache::~JitCache() = default;
+JitCache::JitCache(JitCache&&) noexcept = default;
+JitCache& JitCache::operator=(JitCache&&) noexcept = default;
+
+LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> code) {
+  if (IfuncMain cached = find(id)) return {cached, std::chrono::nanoseconds{0}, impl_->triple};
+  const auto start = std::chrono::steady_clock::now();
+  if (code_identity(code) != id) {
+    throw Error(errc::code_identity_mismatch, "code section of " + std::to_string(code.size()) +
+                                                  " bytes does not hash to its identity " + hex_id(id));
+  }
+  const std::vector<ParsedImage> images = parse_container(code);
+  const ParsedImage* chosen = nullptr;
+  std::string available;
+  for (const ParsedImage& image : images) {
+    available += (available.empty() ? "" : ", ") + image.triple;
+    if (chosen == nullptr && same_target(image.triple, impl_->triple)) chosen = &image;
+  }
+  if (chosen == nullptr) {
+    throw Error(errc::no_image_for_target, "ifunc '" + images.front().name + "' has no image for " + impl_->triple +
+                                               " (it carries: " + available + ")");
+  }
+  if (chosen->kind != codec) {
+    throw Error(errc::bad_codec, "frame says " + std::string(to_string(codec)) + " but ifunc '" + chosen->name +
+                                     "' carries " + to_string(chosen->kind));
+  }
+  const IfuncMain entry = impl_->load(id, codec, *chosen);
+  entries_.emplace(id, entry);
+  return {entry, std::chrono::steady_clock::now() - start, chosen->triple};
+}
+
+bool JitCache::evict(CodeId id) {
+  if (!impl_->evict(id)) return false;
+  entries_.erase(id);
+  return true;
+}
+
+}  // namespace threechains
