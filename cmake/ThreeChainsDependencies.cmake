@@ -13,7 +13,5 @@ message(STATUS "ThreeChains: LLVM ${LLVM_PACKAGE_VERSION} from ${LLVM_DIR}")
 # clang of the same LLVM builds ifunc libraries into bitcode and objects.
 find_program(THREECHAINS_CLANG NAMES clang-22 clang HINTS ${LLVM_TOOLS_BINARY_DIR} REQUIRED)
 
-# Tools, demos and benchmarks are CLI11 programs.
-if(THREECHAINS_BUILD_TOOLS OR THREECHAINS_BUILD_EXAMPLES OR THREECHAINS_BUILD_BENCHMARKS)
-  find_package(CLI11 CONFIG REQUIRED)
-endif()
+# Tools (threechains-pack is always built), demos and benchmarks are CLI11 programs.
+find_package(CLI11 CONFIG REQUIRED)

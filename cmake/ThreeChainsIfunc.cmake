@@ -9,7 +9,11 @@
 # The target property THREECHAINS_CONTAINER holds the container's path.
 set(THREECHAINS_DEFAULT_TRIPLES x86_64-linux-gnu aarch64-linux-gnu
     CACHE STRING "Triples an ifunc library is built for by default")
-set(_THREECHAINS_IFUNC_INCLUDE "${CMAKE_CURRENT_LIST_DIR}/../include")
+# Where <threechains/ifunc.h> is: the source tree, or the install prefix when the
+# package config set it before including this file. Cached so every directory sees it.
+if(NOT THREECHAINS_IFUNC_INCLUDE_DIR)
+  set(THREECHAINS_IFUNC_INCLUDE_DIR "${CMAKE_CURRENT_LIST_DIR}/../include" CACHE INTERNAL "")
+endif()
 
 function(threechains_add_ifunc target)
   cmake_parse_arguments(ARG "" "NAME;CODEC" "SOURCES;TRIPLES;DEPS;FLAGS" ${ARGN})
@@ -43,7 +47,7 @@ function(threechains_add_ifunc target)
   # Shipped code carries no debug info or unwind tables: the target needs neither
   # to run it, and they would triple the size of a first (uncached) frame.
   set(common_flags -O2 -fPIC -g0 -fno-asynchronous-unwind-tables -fno-unwind-tables
-      -fno-stack-protector -ffunction-sections -I${_THREECHAINS_IFUNC_INCLUDE} ${ARG_FLAGS})
+      -fno-stack-protector -ffunction-sections -I${THREECHAINS_IFUNC_INCLUDE_DIR} ${ARG_FLAGS})
   set(out_dir ${CMAKE_CURRENT_BINARY_DIR}/${target}.d)
   set(images)
   set(image_args)

@@ -6,9 +6,9 @@ install(TARGETS threechains threechains_jit EXPORT ThreeChainsTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-if(TARGET threechains-pack)
-  install(TARGETS threechains-pack threechains-inspect EXPORT ThreeChainsTargets
-    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS threechains-pack EXPORT ThreeChainsTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(TARGET threechains-inspect)
+  install(TARGETS threechains-inspect RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/threechains DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/cmake/ThreeChainsIfunc.cmake DESTINATION ${THREECHAINS_CMAKE_DIR})
@@ -18,7 +18,8 @@ export(EXPORT ThreeChainsTargets NAMESPACE ThreeChains::
   FILE ${PROJECT_BINARY_DIR}/ThreeChainsTargets.cmake)
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/ThreeChainsConfig.cmake.in
-  ${PROJECT_BINARY_DIR}/ThreeChainsConfig.cmake INSTALL_DESTINATION ${THREECHAINS_CMAKE_DIR})
+  ${PROJECT_BINARY_DIR}/ThreeChainsConfig.cmake INSTALL_DESTINATION ${THREECHAINS_CMAKE_DIR}
+  PATH_VARS CMAKE_INSTALL_INCLUDEDIR)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/ThreeChainsConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/ThreeChainsConfig.cmake ${PROJECT_BINARY_DIR}/ThreeChainsConfigVersion.cmake

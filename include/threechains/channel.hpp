@@ -200,43 +200,45 @@ class Channel {
   template <class Fill>
   SendStatus try_send_with(const Ifunc& ifunc, std::size_t payload_size, Fill&& fill) {
     detail::ChannelState& ch = *state_;
-    const uint64_t sequence = ch.next_sequence;
-    if (sequence - 1 - ch.consumed() >= ch.slots) [[unlikely]] return SendStatus::would_block;
-    const std::size_t slot = (sequence - 1) % ch.slots;
-    std::byte* staging = ch.staging.data() + slot * ch.slot_size;
-    reclaim_staging(slot);
-
+    std::byte* staging = acquire_slot();
+    if (staging == nullptr) [[unlikely]] return SendStatus::would_block;
     const std::size_t capacity = ch.slot_size - detail::kCommitWordSize;
     bool with_code = !ch.held.contains(ifunc.id());
-    if (with_code && frame_size(payload_size, ifunc.code().size()) > capacity) {
-      // Too big to travel with its code: send it cached; the target's miss
-      // fetches the code by AM, and the payload still runs exactly once.
-      with_code = false;
+    if (with_code) [[unlikely]] {
       ch.sent_code.emplace(ifunc.id(), ifunc);
       ch.held.insert(ifunc.id());
+      // Too big to travel with its code: send it cached; the target's miss
+      // fetches the code by AM, and the payload still runs exactly once.
+      with_code = frame_size(payload_size, ifunc.code().size()) <= capacity;
     }
     FrameBuilder frame(std::span<std::byte>(staging + detail::kCommitWordSize, capacity));
     const std::size_t code_size = with_code ? ifunc.code().size() : 0;
-    if (frame.begin(ifunc.codec(), ifunc.id(), static_cast<uint32_t>(sequence), payload_size, code_size) !=
+    if (frame.begin(ifunc.codec(), ifunc.id(), static_cast<uint32_t>(ch.next_sequence), payload_size, code_size) !=
         errc::ok) [[unlikely]] {
       throw Error(errc::frame_too_large, "ifunc '" + ifunc.name() + "': a " + std::to_string(payload_size) +
                                              "-byte payload does not fit a " + std::to_string(ch.slot_size) +
-                                             "-byte ring slot (" + std::to_string(capacity - sizeof(FrameHeader)) +
+                                             "-byte ring slot (" + std::to_string(max_payload()) +
                                              " bytes of payload at most)");
     }
     fill(frame.payload());
-    if (with_code) {
-      frame.write_code(ifunc.code());
-      ch.held.insert(ifunc.id());
-      ch.sent_code.emplace(ifunc.id(), ifunc);
-    }
-    std::memcpy(staging, &sequence, sizeof(sequence));
-    put_frame(slot, staging, frame.size());
-    ch.next_sequence = sequence + 1;
-    ++ch.stats.frames_sent;
+    if (with_code) frame.write_code(ifunc.code());
+    commit_slot(staging, frame.size());
     ch.stats.frames_with_code += with_code ? 1 : 0;
-    ch.stats.last_frame_size = frame.size();
     return with_code ? SendStatus::sent_with_code : SendStatus::sent_cached;
+  }
+
+  // Puts pre-built frame bytes into the next slot exactly as they are (relays,
+  // tools, tests); the Receiver validates them like any other frame. Blocks
+  // while the ring is full.
+  void send_frame(std::span<const std::byte> frame) {
+    std::byte* staging = nullptr;
+    while ((staging = acquire_slot()) == nullptr) wait_for_credit();
+    if (frame.size() > state_->slot_size - detail::kCommitWordSize) {
+      throw Error(errc::frame_too_large, std::to_string(frame.size()) + "-byte frame does not fit a " +
+                                             std::to_string(state_->slot_size) + "-byte ring slot");
+    }
+    std::memcpy(staging + detail::kCommitWordSize, frame.data(), frame.size());
+    commit_slot(staging, frame.size());
   }
 
   // Progresses until the target has consumed every frame sent so far.
@@ -311,6 +313,27 @@ class Channel {
   void wait_for_credit() {
     const uint64_t sequence = state_->next_sequence;
     while (sequence - 1 - state_->consumed() >= state_->slots) progress_or_fail();
+  }
+
+  // The staging slot for the next sequence, or nullptr when the ring is full.
+  std::byte* acquire_slot() {
+    detail::ChannelState& ch = *state_;
+    const uint64_t sequence = ch.next_sequence;
+    if (sequence - 1 - ch.consumed() >= ch.slots) [[unlikely]] return nullptr;
+    const std::size_t slot = (sequence - 1) % ch.slots;
+    reclaim_staging(slot);
+    return ch.staging.data() + slot * ch.slot_size;
+  }
+
+  // Stamps the commit word, puts the frame, and moves to the next sequence.
+  void commit_slot(std::byte* staging, std::size_t frame_bytes) {
+    detail::ChannelState& ch = *state_;
+    const uint64_t sequence = ch.next_sequence;
+    std::memcpy(staging, &sequence, sizeof(sequence));
+    put_frame((sequence - 1) % ch.slots, staging, frame_bytes);
+    ch.next_sequence = sequence + 1;
+    ++ch.stats.frames_sent;
+    ch.stats.last_frame_size = frame_bytes;
   }
 
   // A staging slot is reused only once UCX has let go of its previous puts.

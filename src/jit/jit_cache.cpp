@@ -59,6 +59,10 @@ struct JitCache::Impl {
     if (!created) throw Error(errc::jit_failed, "cannot create the ORC JIT: " + message_of(created.takeError()));
     jit = std::move(*created);
     triple = jit->getTargetTriple().str();
+    // Linking errors (e.g. "Symbols not found: [ foo ]") reach the session's
+    // error reporter, not the failed lookup; keep them for the error we throw.
+    jit->getExecutionSession().setErrorReporter(
+        [this](llvm::Error error) { reported += (reported.empty() ? "" : "; ") + message_of(std::move(error)); });
   }
 
   ~Impl() {
@@ -117,9 +121,11 @@ struct JitCache::Impl {
       }
       // Lookup materialises the code: compile or link errors, and unresolved
       // external symbols, surface here.
+      reported.clear();
       auto address = jit->lookup(jd, entry_name);
       if (!address) {
-        const std::string why = message_of(address.takeError());
+        std::string why = message_of(address.takeError());
+        if (!reported.empty()) why = reported + " (" + why + ")";
         const bool missing = why.find("not found") != std::string::npos;
         throw Error(missing ? errc::symbol_not_found : errc::jit_failed,
                     "ifunc '" + image.name + "' (" + image.triple + "): " + why);
@@ -144,6 +150,7 @@ struct JitCache::Impl {
 
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::string triple;
+  std::string reported;  // what the session reported during the current load
   std::unordered_map<CodeId, llvm::orc::JITDylib*> dylibs;
 };
 

@@ -1,0 +1,33 @@
+// The smallest complete ThreeChains program: a Receiver on one thread, a Source
+// on another, each with its own UCX context, talking over tcp on loopback.
+#include <threechains/threechains.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+namespace tc = threechains;
+
+int main() {
+  int64_t total = 0;
+  std::atomic<uint16_t> port{0};
+  std::atomic<bool> done{false};
+  std::thread target([&] {
+    tc::Worker worker(tc::Context({.transport = tc::Transport::tcp}));
+    tc::Receiver receiver(worker, {.target_args = &total});
+    port = receiver.port();
+    receiver.run([&] { return receiver.stats().peers_closed >= 1; });
+    done = true;
+  });
+  while (port == 0) std::this_thread::yield();
+
+  tc::Worker worker(tc::Context({.transport = tc::Transport::tcp}));
+  tc::Source source(worker);
+  tc::Channel channel = source.connect("127.0.0.1", port);
+  const tc::Ifunc adder = tc::Ifunc::load(ADDER_CONTAINER);
+  for (int64_t i = 1; i <= 100; ++i) (void)tc::send(channel, adder, i);
+  channel.close();
+  target.join();
+  std::printf("consumer: total = %lld (expected 5050)\n", static_cast<long long>(total));
+  return total == 5050 && done ? 0 : 1;
+}

@@ -1,0 +1,254 @@
+// Source and Receiver in two real processes over UCX shared memory and tcp:
+// round trips with both codecs, caching, cache-miss recovery, new code under an
+// old name, back-pressure, and bad frames that must not stop the Receiver.
+#include "support/two_process.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+using namespace threechains;
+using namespace threechains::test;
+
+namespace {
+
+struct CounterResult {
+  uint64_t counter;
+  uint64_t dispatched;
+  uint64_t rejected;
+  uint64_t code_loads;
+  uint64_t misses;
+  uint64_t errors;
+  char first_error[256];
+};
+
+uint64_t g_counter = 0;  // the child target's counter (each child has its own copy)
+
+CounterResult report(const ChildContext& context) {
+  CounterResult result{};
+  const ReceiverStats& stats = context.receiver.stats();
+  result.counter = g_counter;
+  result.dispatched = stats.frames_dispatched;
+  result.rejected = stats.frames_rejected;
+  result.code_loads = stats.code_loads;
+  result.misses = stats.cache_misses;
+  result.errors = context.errors.size();
+  context.first_error(result.first_error);
+  return result;
+}
+
+// A child target that serves the counter until its source closes.
+ChildTarget<CounterResult> counter_target(Transport transport,
+                                          std::function<void(ChildContext&)> before_serving = nullptr) {
+  return ChildTarget<CounterResult>(transport, [before_serving](ChildContext& context) {
+    context.receiver.set_target_args(&g_counter);
+    if (before_serving) before_serving(context);
+    ChildTarget<CounterResult>::serve_until_closed(context.receiver);
+    return report(context);
+  });
+}
+
+template <class C>
+const char* counter_container() {
+  return C::id == CodecId::bitcode ? TC_COUNTER_BITCODE : TC_COUNTER_BINARY;
+}
+
+template <class T, class C>
+struct Case {
+  static constexpr Transport transport = T::transport;
+  using codec = C;
+};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("an ifunc runs on another process, then runs cached", "[ucx][channel]",
+                   (Case<Shm, BitcodeCodec>), (Case<Shm, BinaryCodec>), (Case<Tcp, BitcodeCodec>),
+                   (Case<Tcp, BinaryCodec>)) {
+  auto target = counter_target(TestType::transport);
+  const Ifunc counter = Ifunc::load(counter_container<typename TestType::codec>());
+  TestSource source(TestType::transport, target.port());
+
+  CHECK(send(source.channel, counter, uint64_t{10}) == SendStatus::sent_with_code);
+  const std::size_t full = source.channel.stats().last_frame_size;
+  CHECK(full == 24 + 8 + counter.code().size());
+  for (int i = 0; i < 999; ++i) CHECK(send(source.channel, counter, uint64_t{1}) == SendStatus::sent_cached);
+  CHECK(source.channel.stats().last_frame_size == 32);
+  source.channel.close();
+
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.counter == 10 + 999);
+  CHECK(result.dispatched == 1000);
+  CHECK(result.code_loads == 1);
+  CHECK(result.errors == 0);
+}
+
+TEMPLATE_TEST_CASE("shared memory puts land in the target's memory directly", "[ucx][shm]", Shm) {
+  auto target = counter_target(TestType::transport);
+  TestSource source(TestType::transport, target.port());
+  const std::string lanes = source.channel.endpoint().describe();
+  INFO(lanes);
+  CHECK_THAT(lanes, Catch::Contains("posix") || Catch::Contains("sysv"));
+  source.channel.close();
+  (void)target.result();
+}
+
+TEMPLATE_TEST_CASE("a cached frame for evicted code is recovered and runs exactly once", "[ucx][cache-miss]", Shm,
+                   Tcp) {
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  const CodeId id = counter.id();
+  auto target = counter_target(TestType::transport, [id](ChildContext& context) {
+    // Serve the first frame, then evict its code when the test says so.
+    REQUIRE(ChildTarget<CounterResult>::wait_command(context) == 'e');
+    if (!context.receiver.cache().evict(id)) throw std::runtime_error("nothing to evict");
+    context.ack();
+  });
+  TestSource source(TestType::transport, target.port());
+  CHECK(send(source.channel, counter, uint64_t{1}) == SendStatus::sent_with_code);
+  source.channel.flush();
+  target.command_and_wait('e');
+  // The source still believes the target holds the code: these go cached.
+  for (int i = 0; i < 20; ++i) CHECK(send(source.channel, counter, uint64_t{100}) == SendStatus::sent_cached);
+  source.channel.flush();
+  CHECK(source.channel.stats().code_requests_served == 1);
+  source.channel.close();
+
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.counter == 1 + 20 * 100);
+  CHECK(result.misses == 1);
+  CHECK(result.code_loads == 2);
+  CHECK(result.errors == 0);
+}
+
+TEMPLATE_TEST_CASE("new code under an old name is new code", "[ucx][identity]", Shm, Tcp) {
+  auto target = counter_target(TestType::transport);
+  const Ifunc one = Ifunc::load(TC_COUNTER_BITCODE);
+  const Ifunc two = Ifunc::load(TC_COUNTER_BY_TWO);
+  REQUIRE(one.name() == two.name());
+  TestSource source(TestType::transport, target.port());
+  CHECK(send(source.channel, one, uint64_t{1}) == SendStatus::sent_with_code);
+  CHECK(send(source.channel, two, uint64_t{1}) == SendStatus::sent_with_code);
+  CHECK(send(source.channel, one, uint64_t{1}) == SendStatus::sent_cached);
+  CHECK(send(source.channel, two, uint64_t{1}) == SendStatus::sent_cached);
+  source.channel.close();
+  const CounterResult result = target.result();
+  CHECK(result.counter == 1 + 2 + 1 + 2);
+  CHECK(result.code_loads == 2);
+}
+
+TEMPLATE_TEST_CASE("a full ring pushes back instead of losing frames", "[ucx][flow]", Shm, Tcp) {
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  auto target = counter_target(TestType::transport, [](ChildContext& context) {
+    // Serve the connection set-up, then stop polling until told: the ring fills up.
+    REQUIRE(ChildTarget<CounterResult>::wait_command(context) == 'w');
+    char c = 0;
+    if (read(context.commands, &c, 1) != 1 || c != 'g') throw std::runtime_error("expected go");
+  });
+  TestSource source(TestType::transport, target.port(), ChannelOptions{.slots = 4, .slot_size = 16 * 1024});
+  REQUIRE(source.channel.slots() == 4);
+  target.command('w');
+  int sent = 0;
+  while (try_send(source.channel, counter, uint64_t{1}) != SendStatus::would_block) ++sent;
+  CHECK(sent == 4);
+  CHECK(source.channel.frames_in_flight() == 4);
+  target.command('g');
+  for (int i = 0; i < 96; ++i) (void)send(source.channel, counter, uint64_t{1});  // blocks on credits
+  source.channel.close();
+  const CounterResult result = target.result();
+  CHECK(result.counter == 100);
+}
+
+TEMPLATE_TEST_CASE("bad frames are rejected and the Receiver keeps serving", "[ucx][reject]", Shm, Tcp) {
+  auto target = counter_target(TestType::transport);
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  TestSource source(TestType::transport, target.port());
+  Channel& channel = source.channel;
+
+  std::vector<std::byte> frame(frame_size(8, 0));
+  FrameBuilder builder(frame);
+  uint64_t increment = 1000;
+  const auto build_cached = [&](uint32_t sequence) {
+    REQUIRE(builder.begin(CodecId::bitcode, counter.id(), sequence, 8, 0) == errc::ok);
+    builder.write_payload(std::as_bytes(std::span(&increment, 1)));
+  };
+
+  std::string expected_error;
+  SECTION("bad magic") {
+    build_cached(1);
+    frame[0] = std::byte{0};
+    expected_error = "magic";
+  }
+  SECTION("a header whose sizes run past the slot") {
+    build_cached(1);
+    const uint32_t huge = 1u << 30;
+    std::memcpy(frame.data() + offsetof(FrameHeader, payload_size), &huge, sizeof(huge));
+    expected_error = "truncated";
+  }
+  SECTION("a sequence that does not match its slot") {
+    build_cached(77);
+    expected_error = "sequence 77";
+  }
+  SECTION("a code section that is not a container") {
+    std::vector<std::byte> junk(64, std::byte{0x5a});
+    frame.resize(frame_size(8, junk.size()));
+    FrameBuilder b(frame);
+    REQUIRE(b.begin(CodecId::bitcode, code_identity(junk), 1, 8, junk.size()) == errc::ok);
+    b.write_code(junk);
+    expected_error = "bad magic";
+  }
+  SECTION("a container without this host's triple") {
+    const Ifunc foreign = Ifunc::load(TC_COUNTER_AARCH64_ONLY);
+    frame.resize(frame_size(8, foreign.code().size()));
+    FrameBuilder b(frame);
+    REQUIRE(b.begin(CodecId::bitcode, foreign.id(), 1, 8, foreign.code().size()) == errc::ok);
+    b.write_code(foreign.code());
+    expected_error = "aarch64";
+  }
+  SECTION("code that does not match the identity it claims") {
+    frame.resize(frame_size(8, counter.code().size()));
+    FrameBuilder b(frame);
+    REQUIRE(b.begin(CodecId::bitcode, counter.id() ^ 1, 1, 8, counter.code().size()) == errc::ok);
+    b.write_code(counter.code());
+    expected_error = "does not hash";
+  }
+  SECTION("an ifunc with an unresolved symbol") {
+    const Ifunc missing = Ifunc::load(TC_NEEDS_MISSING_SYMBOL);
+    frame.resize(frame_size(8, missing.code().size()));
+    FrameBuilder b(frame);
+    REQUIRE(b.begin(CodecId::bitcode, missing.id(), 1, 8, missing.code().size()) == errc::ok);
+    b.write_code(missing.code());
+    expected_error = "threechains_test_no_such_function";
+  }
+  channel.send_frame(frame);
+  // Then good frames: the first carries the code, the rest are cached.
+  for (int i = 0; i < 5; ++i) (void)send(channel, counter, uint64_t{1});
+  channel.close();
+
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.rejected == 1);
+  CHECK(result.errors == 1);
+  CHECK_THAT(result.first_error, Catch::Contains(expected_error));
+  CHECK(result.counter == 5);
+  CHECK(result.dispatched == 5);
+}
+
+TEST_CASE("a frame too large for a slot is refused on the source with a clear error", "[ucx][channel]") {
+  auto target = counter_target(Transport::shared_memory);
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  TestSource source(Transport::shared_memory, target.port(), ChannelOptions{.slots = 2, .slot_size = 4096});
+  std::vector<std::byte> big(source.channel.max_payload() + 1);
+  CHECK_THROWS_WITH(send(source.channel, counter, big), Catch::Contains("does not fit"));
+  // A payload that fits, but not together with the code, still runs: the code
+  // follows by the cache-miss path.
+  std::vector<std::byte> fits(source.channel.max_payload());
+  std::memset(fits.data(), 0, fits.size());
+  fits[0] = std::byte{3};
+  CHECK(send(source.channel, counter, fits) == SendStatus::sent_cached);
+  source.channel.close();
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.counter == 3);
+  CHECK(result.misses == 1);
+}

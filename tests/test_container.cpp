@@ -1,0 +1,72 @@
+// Code containers: packing, inspection, triple matching, and rejection of
+// malformed or foreign containers, on real clang-22-built images.
+#include <threechains/codec.hpp>
+#include <threechains/container.hpp>
+#include <threechains/ifunc.hpp>
+
+#include <catch2/catch.hpp>
+
+using namespace threechains;
+
+TEST_CASE("a built container names its ifunc, codec and triples", "[container]") {
+  const Ifunc bitcode = Ifunc::load(TC_COUNTER_BITCODE);
+  CHECK(bitcode.name() == "counter");
+  CHECK(bitcode.codec() == CodecId::bitcode);
+  REQUIRE(bitcode.info().triples.size() == 2);
+  CHECK(same_target(bitcode.info().triples[0], "x86_64-linux-gnu"));
+  CHECK(same_target(bitcode.info().triples[1], "aarch64-linux-gnu"));
+  CHECK(bitcode.id() == code_identity(bitcode.code()));
+
+  const Ifunc binary = Ifunc::load(TC_COUNTER_BINARY);
+  CHECK(binary.codec() == CodecId::binary);
+  CHECK(binary.id() != bitcode.id());
+}
+
+TEST_CASE("triples match once normalised", "[container]") {
+  CHECK(same_target("x86_64-pc-linux-gnu", "x86_64-linux-gnu"));
+  CHECK(same_target("x86_64-unknown-linux-gnu", "x86_64-linux-gnu"));
+  CHECK(same_target("x86_64-linux", "x86_64-unknown-linux-gnu"));
+  CHECK_FALSE(same_target("aarch64-linux-gnu", "x86_64-linux-gnu"));
+  CHECK_FALSE(same_target("x86_64-apple-darwin", "x86_64-linux-gnu"));
+  CHECK(same_target(host_triple(), host_triple()));
+}
+
+TEST_CASE("pack and inspect round-trip", "[container]") {
+  IfuncLibrary library{"demo", {}, {"libm.so.6", "libz.so.1"}};
+  library.images.push_back({"x86_64-linux-gnu", CodecId::binary, std::vector<std::byte>(13, std::byte{1})});
+  library.images.push_back({"aarch64-linux-gnu", CodecId::binary, std::vector<std::byte>(7, std::byte{2})});
+  const auto container = BinaryCodec::encode(library);
+  const ContainerInfo info = inspect_container(container);
+  CHECK(info.name == "demo");
+  CHECK(info.codec == CodecId::binary);
+  CHECK(info.deps == std::vector<std::string>{"libm.so.6", "libz.so.1"});
+  CHECK(info.image_sizes == std::vector<std::size_t>{13, 7});
+  CHECK_THROWS_WITH(BitcodeCodec::encode(library), Catch::Contains("this codec ships bitcode"));
+}
+
+TEST_CASE("malformed containers are rejected with a clear error", "[container]") {
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  std::vector<std::byte> bytes(counter.code().begin(), counter.code().end());
+
+  SECTION("empty") { CHECK_THROWS_WITH(inspect_container({}), Catch::Contains("empty")); }
+  SECTION("truncated inside an image") {
+    bytes.resize(bytes.size() - 100);
+    CHECK_THROWS_WITH(inspect_container(bytes), Catch::Contains("only"));
+  }
+  SECTION("truncated inside a header") {
+    bytes.resize(10);
+    CHECK_THROWS_WITH(inspect_container(bytes), Catch::Contains("truncated header"));
+  }
+  SECTION("not an offload binary") {
+    bytes[0] = std::byte{0};
+    CHECK_THROWS_WITH(inspect_container(bytes), Catch::Contains("bad magic"));
+  }
+  SECTION("a string offset pointing outside the image") {
+    // Entry at EntryOffset; its StringOffset points at the string table: aim it far away.
+    uint64_t entry_offset = 0;
+    std::memcpy(&entry_offset, bytes.data() + 16, 8);
+    const uint64_t far = 1ull << 40;
+    std::memcpy(bytes.data() + entry_offset + 16, &far, 8);  // Entry::StringOffset
+    CHECK_THROWS_AS(inspect_container(bytes), Error);
+  }
+}
