@@ -252,3 +252,22 @@ TEST_CASE("a frame too large for a slot is refused on the source with a clear er
   CHECK(result.counter == 3);
   CHECK(result.misses == 1);
 }
+
+TEMPLATE_TEST_CASE("a C library's payload helpers build the payload on the source", "[ucx][c-abi]", Shm, Tcp) {
+  auto target = counter_target(TestType::transport);
+  const Ifunc greeter = Ifunc::load(TC_GREETER);
+  JitCache local;  // the source's own copy of the library, for its helpers
+  const std::optional<CPayloadHelpers> helpers = CPayloadHelpers::find(greeter, local);
+  REQUIRE(helpers.has_value());
+  CHECK_FALSE(CPayloadHelpers::find(Ifunc::load(TC_COUNTER_BITCODE), local).has_value());
+
+  TestSource source(TestType::transport, target.port());
+  char text[] = "hello";
+  CHECK(send_init(source.channel, greeter, *helpers, text, 5) == SendStatus::sent_with_code);
+  CHECK(send_init(source.channel, greeter, *helpers, text, 5) == SendStatus::sent_cached);
+  CHECK(source.channel.stats().last_frame_size == 24 + 8 + 5);
+  source.channel.close();
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.counter == 2 * (104 + 101 + 108 + 108 + 111));
+}

@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -186,6 +187,7 @@ class Channel {
   }
 
   // Sends one frame whose payload `fill(std::byte* payload)` writes in place.
+  // `fill` may return the number of bytes it wrote (at most payload_size).
   // Blocks (progressing the worker) while the ring is full.
   template <class Fill>
   SendStatus send_with(const Ifunc& ifunc, std::size_t payload_size, Fill&& fill) {
@@ -220,7 +222,18 @@ class Channel {
                                              "-byte ring slot (" + std::to_string(max_payload()) +
                                              " bytes of payload at most)");
     }
-    fill(frame.payload());
+    if constexpr (std::is_convertible_v<std::invoke_result_t<Fill&, std::byte*>, std::size_t>) {
+      // The fill wrote fewer bytes than it reserved: restate the header (the
+      // payload does not move; the code, if any, goes right after it).
+      const std::size_t written = fill(frame.payload());
+      if (written > payload_size) [[unlikely]] {
+        throw Error(errc::frame_too_large, "payload fill wrote " + std::to_string(written) + " bytes, reserved " +
+                                               std::to_string(payload_size));
+      }
+      (void)frame.begin(ifunc.codec(), ifunc.id(), static_cast<uint32_t>(ch.next_sequence), written, code_size);
+    } else {
+      fill(frame.payload());
+    }
     if (with_code) frame.write_code(ifunc.code());
     commit_slot(staging, frame.size());
     ch.stats.frames_with_code += with_code ? 1 : 0;

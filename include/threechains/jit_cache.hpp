@@ -55,6 +55,10 @@ class JitCache {
   // and leaves the cache as it was. Loading an id already cached returns it.
   LoadResult load(CodeId id, CodecId codec, std::span<const std::byte> code);
 
+  // Another symbol of a loaded ifunc (e.g. <name>_payload_init), or nullptr if
+  // the ifunc is not loaded or does not define it.
+  [[nodiscard]] void* lookup(CodeId id, const std::string& symbol);
+
   // Removes an ifunc and frees its code. Returns false if it was not cached.
   bool evict(CodeId id);
 

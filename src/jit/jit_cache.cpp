@@ -186,6 +186,18 @@ LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> c
   return {entry, std::chrono::steady_clock::now() - start, chosen->triple};
 }
 
+void* JitCache::lookup(CodeId id, const std::string& symbol) {
+  const auto it = impl_->dylibs.find(id);
+  if (it == impl_->dylibs.end()) return nullptr;
+  impl_->reported.clear();
+  auto address = impl_->jit->lookup(*it->second, symbol);
+  if (!address) {
+    llvm::consumeError(address.takeError());
+    return nullptr;
+  }
+  return address->toPtr<void*>();
+}
+
 bool JitCache::evict(CodeId id) {
   if (!impl_->evict(id)) return false;
   entries_.erase(id);
