@@ -38,8 +38,8 @@ CounterResult report(const ChildContext& context) {
 }
 
 // A child target that serves the counter until its source closes.
-ChildTarget<CounterResult> counter_target(Transport transport,
-                                          std::function<void(ChildContext&)> before_serving = nullptr) {
+ChildTarget<CounterResult> counter_target(
+    Transport transport, std::function<void(ChildContext&)> before_serving = nullptr) {
   return ChildTarget<CounterResult>(transport, [before_serving](ChildContext& context) {
     context.receiver.set_target_args(&g_counter);
     if (before_serving) before_serving(context);
@@ -71,7 +71,8 @@ TEMPLATE_TEST_CASE("an ifunc runs on another process, then runs cached", "[ucx][
   CHECK(send(source.channel, counter, uint64_t{10}) == SendStatus::sent_with_code);
   const std::size_t full = source.channel.stats().last_frame_size;
   CHECK(full == 24 + 8 + counter.code().size());
-  for (int i = 0; i < 999; ++i) CHECK(send(source.channel, counter, uint64_t{1}) == SendStatus::sent_cached);
+  for (int i = 0; i < 999; ++i)
+    CHECK(send(source.channel, counter, uint64_t{1}) == SendStatus::sent_cached);
   CHECK(source.channel.stats().last_frame_size == 32);
   source.channel.close();
 
@@ -93,8 +94,8 @@ TEMPLATE_TEST_CASE("shared memory puts land in the target's memory directly", "[
   (void)target.result();
 }
 
-TEMPLATE_TEST_CASE("a cached frame for evicted code is recovered and runs exactly once", "[ucx][cache-miss]", Shm,
-                   Tcp) {
+TEMPLATE_TEST_CASE("a cached frame for evicted code is recovered and runs exactly once",
+                   "[ucx][cache-miss]", Shm, Tcp) {
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   const CodeId id = counter.id();
   auto target = counter_target(TestType::transport, [id](ChildContext& context) {
@@ -108,7 +109,8 @@ TEMPLATE_TEST_CASE("a cached frame for evicted code is recovered and runs exactl
   source.channel.flush();
   target.command_and_wait('e');
   // The source still believes the target holds the code: these go cached.
-  for (int i = 0; i < 20; ++i) CHECK(send(source.channel, counter, uint64_t{100}) == SendStatus::sent_cached);
+  for (int i = 0; i < 20; ++i)
+    CHECK(send(source.channel, counter, uint64_t{100}) == SendStatus::sent_cached);
   source.channel.flush();
   CHECK(source.channel.stats().code_requests_served == 1);
   source.channel.close();
@@ -145,7 +147,8 @@ TEMPLATE_TEST_CASE("a full ring pushes back instead of losing frames", "[ucx][fl
     char c = 0;
     if (read(context.commands, &c, 1) != 1 || c != 'g') throw std::runtime_error("expected go");
   });
-  TestSource source(TestType::transport, target.port(), ChannelOptions{.slots = 4, .slot_size = 16 * 1024});
+  TestSource source(TestType::transport, target.port(),
+                    ChannelOptions{.slots = 4, .slot_size = 16 * 1024});
   REQUIRE(source.channel.slots() == 4);
   target.command('w');
   int sent = 0;
@@ -153,13 +156,15 @@ TEMPLATE_TEST_CASE("a full ring pushes back instead of losing frames", "[ucx][fl
   CHECK(sent == 4);
   CHECK(source.channel.frames_in_flight() == 4);
   target.command('g');
-  for (int i = 0; i < 96; ++i) (void)send(source.channel, counter, uint64_t{1});  // blocks on credits
+  for (int i = 0; i < 96; ++i)
+    (void)send(source.channel, counter, uint64_t{1});  // blocks on credits
   source.channel.close();
   const CounterResult result = target.result();
   CHECK(result.counter == 100);
 }
 
-TEMPLATE_TEST_CASE("bad frames are rejected and the Receiver keeps serving", "[ucx][reject]", Shm, Tcp) {
+TEMPLATE_TEST_CASE("bad frames are rejected and the Receiver keeps serving", "[ucx][reject]", Shm,
+                   Tcp) {
   auto target = counter_target(TestType::transport);
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   TestSource source(TestType::transport, target.port());
@@ -234,10 +239,12 @@ TEMPLATE_TEST_CASE("bad frames are rejected and the Receiver keeps serving", "[u
   CHECK(result.dispatched == 5);
 }
 
-TEST_CASE("a frame too large for a slot is refused on the source with a clear error", "[ucx][channel]") {
+TEST_CASE("a frame too large for a slot is refused on the source with a clear error",
+          "[ucx][channel]") {
   auto target = counter_target(Transport::shared_memory);
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
-  TestSource source(Transport::shared_memory, target.port(), ChannelOptions{.slots = 2, .slot_size = 4096});
+  TestSource source(Transport::shared_memory, target.port(),
+                    ChannelOptions{.slots = 2, .slot_size = 4096});
   std::vector<std::byte> big(source.channel.max_payload() + 1);
   CHECK_THROWS_WITH(send(source.channel, counter, big), Catch::Contains("does not fit"));
   // A payload that fits, but not together with the code, still runs: the code
@@ -253,7 +260,8 @@ TEST_CASE("a frame too large for a slot is refused on the source with a clear er
   CHECK(result.misses == 1);
 }
 
-TEMPLATE_TEST_CASE("a C library's payload helpers build the payload on the source", "[ucx][c-abi]", Shm, Tcp) {
+TEMPLATE_TEST_CASE("a C library's payload helpers build the payload on the source", "[ucx][c-abi]",
+                   Shm, Tcp) {
   auto target = counter_target(TestType::transport);
   const Ifunc greeter = Ifunc::load(TC_GREETER);
   JitCache local;  // the source's own copy of the library, for its helpers

@@ -33,8 +33,10 @@ TEST_CASE("triples match once normalised", "[container]") {
 
 TEST_CASE("pack and inspect round-trip", "[container]") {
   IfuncLibrary library{"demo", {}, {"libm.so.6", "libz.so.1"}};
-  library.images.push_back({"x86_64-linux-gnu", CodecId::binary, std::vector<std::byte>(13, std::byte{1})});
-  library.images.push_back({"aarch64-linux-gnu", CodecId::binary, std::vector<std::byte>(7, std::byte{2})});
+  library.images.push_back(
+      {"x86_64-linux-gnu", CodecId::binary, std::vector<std::byte>(13, std::byte{1})});
+  library.images.push_back(
+      {"aarch64-linux-gnu", CodecId::binary, std::vector<std::byte>(7, std::byte{2})});
   const auto container = BinaryCodec::encode(library);
   const ContainerInfo info = inspect_container(container);
   CHECK(info.name == "demo");
@@ -48,7 +50,9 @@ TEST_CASE("malformed containers are rejected with a clear error", "[container]")
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   std::vector<std::byte> bytes(counter.code().begin(), counter.code().end());
 
-  SECTION("empty") { CHECK_THROWS_WITH(inspect_container({}), Catch::Contains("empty")); }
+  SECTION("empty") {
+    CHECK_THROWS_WITH(inspect_container({}), Catch::Contains("empty"));
+  }
   SECTION("truncated inside an image") {
     bytes.resize(bytes.size() - 100);
     CHECK_THROWS_WITH(inspect_container(bytes), Catch::Contains("only"));

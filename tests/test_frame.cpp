@@ -14,7 +14,8 @@ namespace {
 std::vector<std::byte> build(std::size_t payload, std::size_t code, uint32_t sequence = 7) {
   std::vector<std::byte> buffer(frame_size(payload, code));
   FrameBuilder builder(buffer);
-  REQUIRE(builder.begin(CodecId::bitcode, 0x1122334455667788ULL, sequence, payload, code) == errc::ok);
+  REQUIRE(builder.begin(CodecId::bitcode, 0x1122334455667788ULL, sequence, payload, code) ==
+          errc::ok);
   for (std::size_t i = 0; i < payload; ++i) builder.payload()[i] = std::byte(i & 0xff);
   for (std::size_t i = 0; i < code; ++i) builder.code()[i] = std::byte(0xc0 ^ (i & 0xff));
   REQUIRE(builder.size() == buffer.size());
@@ -45,7 +46,8 @@ TEST_CASE("a cached frame is the full frame's bytes, shorter", "[frame]") {
   REQUIRE(cached.size() == full.size() - 100);
   // Same bytes apart from the code size field.
   CHECK(std::memcmp(full.data(), cached.data(), offsetof(FrameHeader, code_size)) == 0);
-  CHECK(std::memcmp(full.data() + offsetof(FrameHeader, code_id), cached.data() + offsetof(FrameHeader, code_id),
+  CHECK(std::memcmp(full.data() + offsetof(FrameHeader, code_id),
+                    cached.data() + offsetof(FrameHeader, code_id),
                     cached.size() - offsetof(FrameHeader, code_id)) == 0);
   FrameView view;
   REQUIRE(FrameView::parse(cached, view) == errc::ok);
@@ -71,7 +73,8 @@ TEST_CASE("FrameView rejects malformed frames and says why", "[frame]") {
   SECTION("shorter than a header") {
     const std::span<const std::byte> cut(bytes.data(), 10);
     CHECK(FrameView::parse(cut, view) == errc::truncated_frame);
-    CHECK_THROWS_WITH(FrameView::parse_or_throw(cut), Catch::Contains("shorter than the 24-byte header"));
+    CHECK_THROWS_WITH(FrameView::parse_or_throw(cut),
+                      Catch::Contains("shorter than the 24-byte header"));
   }
   SECTION("bad magic") {
     bytes[0] = std::byte{0xff};

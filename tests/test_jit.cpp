@@ -93,16 +93,19 @@ TEST_CASE("the JIT cache rejects what it cannot run and stays usable", "[jit]") 
       FAIL("loaded an aarch64-only container on " << host_triple());
     } catch (const Error& e) {
       CHECK(e.is(errc::no_image_for_target));
-      CHECK_THAT(e.what(), Catch::Contains("aarch64-unknown-linux-gnu") && Catch::Contains(host_triple()));
+      CHECK_THAT(e.what(),
+                 Catch::Contains("aarch64-unknown-linux-gnu") && Catch::Contains(host_triple()));
     }
   }
   SECTION("code that does not hash to its identity") {
-    CHECK_THROWS_MATCHES(cache.load(counter.id() + 1, CodecId::bitcode, counter.code()), Error,
-                         Catch::Predicate<Error>([](const Error& e) { return e.is(errc::code_identity_mismatch); }));
+    CHECK_THROWS_MATCHES(
+        cache.load(counter.id() + 1, CodecId::bitcode, counter.code()), Error,
+        Catch::Predicate<Error>([](const Error& e) { return e.is(errc::code_identity_mismatch); }));
   }
   SECTION("a frame whose codec disagrees with the container") {
-    CHECK_THROWS_MATCHES(cache.load(counter.id(), CodecId::binary, counter.code()), Error,
-                         Catch::Predicate<Error>([](const Error& e) { return e.is(errc::bad_codec); }));
+    CHECK_THROWS_MATCHES(
+        cache.load(counter.id(), CodecId::binary, counter.code()), Error,
+        Catch::Predicate<Error>([](const Error& e) { return e.is(errc::bad_codec); }));
   }
   SECTION("an unresolved external symbol is named") {
     const Ifunc missing = Ifunc::load(TC_NEEDS_MISSING_SYMBOL);

@@ -20,7 +20,8 @@ constexpr std::size_t kMaxPayload = 64 * 1024;
 
 uint64_t frame_count() {
   // THREECHAINS_STRESS_FRAMES lets a developer run a longer soak.
-  if (const char* env = std::getenv("THREECHAINS_STRESS_FRAMES")) return std::strtoull(env, nullptr, 10);
+  if (const char* env = std::getenv("THREECHAINS_STRESS_FRAMES"))
+    return std::strtoull(env, nullptr, 10);
   return 100000;
 }
 
@@ -38,8 +39,8 @@ void fill_pattern(std::byte* out, uint64_t index, std::size_t size) {
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("100,000 random-size frames through a 4-slot ring arrive whole and in order", "[ucx][stress]",
-                   Shm, Tcp) {
+TEMPLATE_TEST_CASE("100,000 random-size frames through a 4-slot ring arrive whole and in order",
+                   "[ucx][stress]", Shm, Tcp) {
   const uint64_t frames = frame_count();
   ChildTarget<pattern_state> target(TestType::transport, [](ChildContext& context) {
     static pattern_state state{kSeed, kMaxPayload, 0, 0, 0, 0};
@@ -49,12 +50,14 @@ TEMPLATE_TEST_CASE("100,000 random-size frames through a 4-slot ring arrive whol
     return state;
   });
   const Ifunc checker = Ifunc::load(TC_CHECKER_BITCODE);
-  TestSource source(TestType::transport, target.port(),
-                    ChannelOptions{.slots = 4, .slot_size = kMaxPayload + 64 + checker.code().size()});
+  TestSource source(
+      TestType::transport, target.port(),
+      ChannelOptions{.slots = 4, .slot_size = kMaxPayload + 64 + checker.code().size()});
   REQUIRE(source.channel.slots() == 4);
   for (uint64_t i = 0; i < frames; ++i) {
     const std::size_t size = pattern_size(kSeed, i, kMaxPayload);
-    (void)source.channel.send_with(checker, size, [&](std::byte* payload) { fill_pattern(payload, i, size); });
+    (void)source.channel.send_with(checker, size,
+                                   [&](std::byte* payload) { fill_pattern(payload, i, size); });
   }
   source.channel.close();
 

@@ -3,8 +3,8 @@
 #include <threechains/container.hpp>
 #include <threechains/ifunc.hpp>
 
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <CLI/CLI.hpp>
 
 int main(int argc, char** argv) {
   CLI::App app{"Inspect a ThreeChains code container"};
@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < info.triples.size(); ++i) {
         const bool match = threechains::same_target(info.triples[i], threechains::host_triple());
         runs_here |= match;
-        fmt::print("  image {:<28} {:>7} bytes{}\n", info.triples[i], info.image_sizes[i], match ? "  <- this host" : "");
+        fmt::print("  image {:<28} {:>7} bytes{}\n", info.triples[i], info.image_sizes[i],
+                   match ? "  <- this host" : "");
       }
       for (const std::string& dep : info.deps) fmt::print("  needs {}\n", dep);
       if (!runs_here) fmt::print("  no image for this host ({})\n", threechains::host_triple());

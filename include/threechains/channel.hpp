@@ -23,9 +23,9 @@
 #include <span>
 #include <string>
 #include <type_traits>
-#include <utility>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace threechains {
@@ -54,10 +54,13 @@ class SourceCore;
 
 struct ChannelState {
   ChannelState(Endpoint ep, MemoryRegion credit_region, MemoryRegion staging_region)
-      : endpoint(std::move(ep)), credit(std::move(credit_region)), staging(std::move(staging_region)) {}
+      : endpoint(std::move(ep)),
+        credit(std::move(credit_region)),
+        staging(std::move(staging_region)) {}
 
   [[nodiscard]] uint64_t consumed() const noexcept {
-    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(credit.data())).load(std::memory_order_acquire);
+    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(credit.data()))
+        .load(std::memory_order_acquire);
   }
 
   Endpoint endpoint;
@@ -67,7 +70,7 @@ struct ChannelState {
   uint32_t slots = 0;
   std::size_t slot_size = 0;
   uint64_t next_sequence = 1;
-  std::vector<void*> in_flight;  // per slot: the put requests not yet completed (body, commit)
+  std::vector<void*> in_flight;     // per slot: the put requests not yet completed (body, commit)
   std::unordered_set<CodeId> held;  // code the target holds (or will, once it reads our frames)
   std::unordered_map<CodeId, Ifunc> sent_code;  // what we can resend on a cache miss
   std::vector<NeedCode> code_requests;
@@ -95,7 +98,8 @@ class SourceCore {
   // One round: UCX progress, then answer cache misses (never from inside a handler).
   unsigned progress() {
     unsigned events = worker.progress();
-    if (have_requests) [[unlikely]] serve_code_requests();
+    if (have_requests) [[unlikely]]
+      serve_code_requests();
     if (!outbox.empty()) outbox.reap();
     return events;
   }
@@ -112,19 +116,21 @@ class SourceCore {
     return it == channels.end() ? nullptr : it->second;
   }
 
-  static ucs_status_t on_welcome(void* arg, const void* header, std::size_t header_length, void* data,
-                                 std::size_t length, const ucp_am_recv_param_t* param) {
+  static ucs_status_t on_welcome(void* arg, const void* header, std::size_t header_length,
+                                 void* data, std::size_t length, const ucp_am_recv_param_t* param) {
     auto* self = static_cast<SourceCore*>(arg);
     ChannelState* ch = self->find(param);
     if (ch == nullptr || header_length != sizeof(Welcome)) return UCS_OK;
     Welcome welcome;
     std::memcpy(&welcome, header, sizeof(welcome));
     if (welcome.version != kProtocolVersion || welcome.status != UCS_OK) {
-      ch->refused = welcome.status != UCS_OK ? static_cast<ucs_status_t>(welcome.status) : UCS_ERR_UNSUPPORTED;
+      ch->refused = welcome.status != UCS_OK ? static_cast<ucs_status_t>(welcome.status)
+                                             : UCS_ERR_UNSUPPORTED;
     } else {
       ch->slots = welcome.slots;
       ch->slot_size = welcome.slot_size;
-      ch->ring.emplace(ch->endpoint, welcome.ring_address, std::size_t{welcome.slots} * welcome.slot_size,
+      ch->ring.emplace(ch->endpoint, welcome.ring_address,
+                       std::size_t{welcome.slots} * welcome.slot_size,
                        std::span<const std::byte>(static_cast<const std::byte*>(data), length));
     }
     ch->welcomed = true;
@@ -203,7 +209,8 @@ class Channel {
   SendStatus try_send_with(const Ifunc& ifunc, std::size_t payload_size, Fill&& fill) {
     detail::ChannelState& ch = *state_;
     std::byte* staging = acquire_slot();
-    if (staging == nullptr) [[unlikely]] return SendStatus::would_block;
+    if (staging == nullptr) [[unlikely]]
+      return SendStatus::would_block;
     const std::size_t capacity = ch.slot_size - detail::kCommitWordSize;
     bool with_code = !ch.held.contains(ifunc.id());
     if (with_code) [[unlikely]] {
@@ -215,22 +222,24 @@ class Channel {
     }
     FrameBuilder frame(std::span<std::byte>(staging + detail::kCommitWordSize, capacity));
     const std::size_t code_size = with_code ? ifunc.code().size() : 0;
-    if (frame.begin(ifunc.codec(), ifunc.id(), static_cast<uint32_t>(ch.next_sequence), payload_size, code_size) !=
-        errc::ok) [[unlikely]] {
-      throw Error(errc::frame_too_large, "ifunc '" + ifunc.name() + "': a " + std::to_string(payload_size) +
-                                             "-byte payload does not fit a " + std::to_string(ch.slot_size) +
-                                             "-byte ring slot (" + std::to_string(max_payload()) +
-                                             " bytes of payload at most)");
+    if (frame.begin(ifunc.codec(), ifunc.id(), static_cast<uint32_t>(ch.next_sequence),
+                    payload_size, code_size) != errc::ok) [[unlikely]] {
+      throw Error(errc::frame_too_large,
+                  "ifunc '" + ifunc.name() + "': a " + std::to_string(payload_size) +
+                      "-byte payload does not fit a " + std::to_string(ch.slot_size) +
+                      "-byte ring slot (" + std::to_string(max_payload()) +
+                      " bytes of payload at most)");
     }
     if constexpr (std::is_convertible_v<std::invoke_result_t<Fill&, std::byte*>, std::size_t>) {
       // The fill wrote fewer bytes than it reserved: restate the header (the
       // payload does not move; the code, if any, goes right after it).
       const std::size_t written = fill(frame.payload());
       if (written > payload_size) [[unlikely]] {
-        throw Error(errc::frame_too_large, "payload fill wrote " + std::to_string(written) + " bytes, reserved " +
-                                               std::to_string(payload_size));
+        throw Error(errc::frame_too_large, "payload fill wrote " + std::to_string(written) +
+                                               " bytes, reserved " + std::to_string(payload_size));
       }
-      (void)frame.begin(ifunc.codec(), ifunc.id(), static_cast<uint32_t>(ch.next_sequence), written, code_size);
+      (void)frame.begin(ifunc.codec(), ifunc.id(), static_cast<uint32_t>(ch.next_sequence), written,
+                        code_size);
     } else {
       fill(frame.payload());
     }
@@ -247,7 +256,8 @@ class Channel {
     std::byte* staging = nullptr;
     while ((staging = acquire_slot()) == nullptr) wait_for_credit();
     if (frame.size() > state_->slot_size - detail::kCommitWordSize) {
-      throw Error(errc::frame_too_large, std::to_string(frame.size()) + "-byte frame does not fit a " +
+      throw Error(errc::frame_too_large, std::to_string(frame.size()) +
+                                             "-byte frame does not fit a " +
                                              std::to_string(state_->slot_size) + "-byte ring slot");
     }
     std::memcpy(staging + detail::kCommitWordSize, frame.data(), frame.size());
@@ -261,7 +271,8 @@ class Channel {
     while (state_->consumed() < last) {
       progress_or_fail();
       if (std::chrono::steady_clock::now() > deadline) {
-        throw Error(errc::timeout, "flush: the target consumed " + std::to_string(state_->consumed()) + " of " +
+        throw Error(errc::timeout, "flush: the target consumed " +
+                                       std::to_string(state_->consumed()) + " of " +
                                        std::to_string(last) + " frames");
       }
     }
@@ -332,7 +343,8 @@ class Channel {
   std::byte* acquire_slot() {
     detail::ChannelState& ch = *state_;
     const uint64_t sequence = ch.next_sequence;
-    if (sequence - 1 - ch.consumed() >= ch.slots) [[unlikely]] return nullptr;
+    if (sequence - 1 - ch.consumed() >= ch.slots) [[unlikely]]
+      return nullptr;
     const std::size_t slot = (sequence - 1) % ch.slots;
     reclaim_staging(slot);
     return ch.staging.data() + slot * ch.slot_size;
@@ -363,7 +375,8 @@ class Channel {
   static void drain_requests(detail::SourceCore& core, detail::ChannelState& state) noexcept {
     for (void*& request : state.in_flight) {
       if (request == nullptr) continue;
-      if (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_request_cancel(core.worker.handle(), request);
+      if (ucp_request_check_status(request) == UCS_INPROGRESS)
+        ucp_request_cancel(core.worker.handle(), request);
       while (ucp_request_check_status(request) == UCS_INPROGRESS) core.worker.progress();
       ucp_request_free(request);
       request = nullptr;
@@ -377,15 +390,17 @@ class Channel {
     const uint64_t remote = ch.ring->address() + slot * ch.slot_size;
     ucp_request_param_t params{};
     void** requests = &ch.in_flight[slot * 2];
-    requests[0] = issue(ucp_put_nbx(ch.endpoint.handle(), staging + detail::kCommitWordSize, frame_bytes,
-                                    remote + detail::kCommitWordSize, ch.ring->rkey(), &params));
+    requests[0] =
+        issue(ucp_put_nbx(ch.endpoint.handle(), staging + detail::kCommitWordSize, frame_bytes,
+                          remote + detail::kCommitWordSize, ch.ring->rkey(), &params));
     core_->worker.fence();
     requests[1] = issue(ucp_put_nbx(ch.endpoint.handle(), staging, detail::kCommitWordSize, remote,
                                     ch.ring->rkey(), &params));
   }
 
   static void* issue(ucs_status_ptr_t request) {
-    if (UCS_PTR_IS_ERR(request)) [[unlikely]] check(UCS_PTR_STATUS(request), "ucp_put_nbx(frame)");
+    if (UCS_PTR_IS_ERR(request)) [[unlikely]]
+      check(UCS_PTR_STATUS(request), "ucp_put_nbx(frame)");
     return request;
   }
 
@@ -399,31 +414,36 @@ class Source {
   explicit Source(Worker worker) : core_(std::make_shared<detail::SourceCore>(std::move(worker))) {}
 
   // Connects to a Receiver listening at host:port and waits for its ring.
-  [[nodiscard]] Channel connect(const std::string& host, uint16_t port, const ChannelOptions& options = {}) {
+  [[nodiscard]] Channel connect(const std::string& host, uint16_t port,
+                                const ChannelOptions& options = {}) {
     const Worker& worker = core_->worker;
     const Context& context = worker.context();
-    const std::size_t slot_size = (options.slot_size + detail::kSlotAlignment - 1) & ~(detail::kSlotAlignment - 1);
+    const std::size_t slot_size =
+        (options.slot_size + detail::kSlotAlignment - 1) & ~(detail::kSlotAlignment - 1);
     if (options.slots == 0 || slot_size < detail::kCommitWordSize + sizeof(FrameHeader) + 8) {
       throw Error(errc::protocol, "ChannelOptions: need at least one slot of at least 64 bytes");
     }
-    auto state = std::make_unique<detail::ChannelState>(Endpoint::connect(worker, host, port),
-                                                        MemoryRegion(context, detail::kSlotAlignment),
-                                                        MemoryRegion(context, std::size_t{options.slots} * slot_size));
+    auto state = std::make_unique<detail::ChannelState>(
+        Endpoint::connect(worker, host, port), MemoryRegion(context, detail::kSlotAlignment),
+        MemoryRegion(context, std::size_t{options.slots} * slot_size));
     core_->channels.emplace(state->endpoint.handle(), state.get());
     Channel channel(core_, std::move(state));
     detail::ChannelState& ch = *channel.state_;
 
-    const detail::Hello hello{detail::kProtocolVersion, options.slots, slot_size, ch.credit.address()};
+    const detail::Hello hello{detail::kProtocolVersion, options.slots, slot_size,
+                              ch.credit.address()};
     const std::vector<std::byte> rkey = ch.credit.pack_rkey();
     core_->outbox.send(ch.endpoint, detail::kAmHello, hello, rkey);
     const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
     while (!ch.welcomed) {
       channel.progress_or_fail();
       if (std::chrono::steady_clock::now() > deadline) {
-        throw Error(errc::timeout, "connect " + host + ":" + std::to_string(port) + ": no answer from a Receiver");
+        throw Error(errc::timeout,
+                    "connect " + host + ":" + std::to_string(port) + ": no answer from a Receiver");
       }
     }
-    if (ch.refused != UCS_OK) throw Error(ch.refused, "connect " + host + ":" + std::to_string(port) + ": refused");
+    if (ch.refused != UCS_OK)
+      throw Error(ch.refused, "connect " + host + ":" + std::to_string(port) + ": refused");
     if (ch.slots > options.slots || ch.slot_size > slot_size) {
       throw Error(errc::protocol, "connect: the Receiver granted a larger ring than asked for");
     }
@@ -447,7 +467,8 @@ concept TriviallyCopyablePayload = std::is_trivially_copyable_v<T> && !std::is_p
 // Sends `value` as the payload, copied once, straight into the frame.
 template <TriviallyCopyablePayload T>
 SendStatus send(Channel& channel, const Ifunc& ifunc, const T& value) {
-  return channel.send_with(ifunc, sizeof(T), [&](std::byte* payload) { std::memcpy(payload, &value, sizeof(T)); });
+  return channel.send_with(ifunc, sizeof(T),
+                           [&](std::byte* payload) { std::memcpy(payload, &value, sizeof(T)); });
 }
 
 // Sends raw bytes as the payload.
@@ -459,8 +480,8 @@ inline SendStatus send(Channel& channel, const Ifunc& ifunc, std::span<const std
 
 template <TriviallyCopyablePayload T>
 SendStatus try_send(Channel& channel, const Ifunc& ifunc, const T& value) {
-  return channel.try_send_with(ifunc, sizeof(T),
-                               [&](std::byte* payload) { std::memcpy(payload, &value, sizeof(T)); });
+  return channel.try_send_with(
+      ifunc, sizeof(T), [&](std::byte* payload) { std::memcpy(payload, &value, sizeof(T)); });
 }
 
 }  // namespace threechains

@@ -32,13 +32,14 @@ concept encodes_ifunc_library = requires(const IfuncLibrary& library) {
 };
 
 template <class C>
-concept decodes_code_section = requires(JitCache& cache, CodeId id, std::span<const std::byte> code) {
+concept decodes_code_section = requires(JitCache& cache, CodeId id,
+                                        std::span<const std::byte> code) {
   { C::decode(cache, id, code) } -> std::same_as<LoadResult>;
 };
 
 template <class C>
-concept Codec = opts_into_codec<C> && names_its_codec<C> && encodes_ifunc_library<C> &&
-                decodes_code_section<C>;
+concept Codec =
+    opts_into_codec<C> && names_its_codec<C> && encodes_ifunc_library<C> && decodes_code_section<C>;
 
 namespace detail {
 template <CodecId Id>
@@ -50,15 +51,17 @@ struct ContainerCodec {
   [[nodiscard]] static std::vector<std::byte> encode(const IfuncLibrary& library) {
     for (const CodeImage& image : library.images) {
       if (image.kind != Id) {
-        throw Error(errc::bad_container, "image for " + image.triple + " is " + to_string(image.kind) +
-                                             ", but this codec ships " + to_string(Id));
+        throw Error(errc::bad_container, "image for " + image.triple + " is " +
+                                             to_string(image.kind) + ", but this codec ships " +
+                                             to_string(Id));
       }
     }
     return pack_container(library);
   }
 
   // Compiles (bitcode) or links (binary) the image for this host.
-  [[nodiscard]] static LoadResult decode(JitCache& cache, CodeId id, std::span<const std::byte> code) {
+  [[nodiscard]] static LoadResult decode(JitCache& cache, CodeId id,
+                                         std::span<const std::byte> code) {
     return cache.load(id, Id, code);
   }
 };

@@ -16,16 +16,16 @@
 namespace threechains {
 
 struct CodeImage {
-  std::string triple;            // e.g. "x86_64-linux-gnu"
+  std::string triple;               // e.g. "x86_64-linux-gnu"
   CodecId kind = CodecId::bitcode;  // bitcode module or relocatable object
   std::vector<std::byte> bytes;
 };
 
 // An ifunc library on the source, before packing.
 struct IfuncLibrary {
-  std::string name;                 // entry point is <name>_main
-  std::vector<CodeImage> images;    // one per triple
-  std::vector<std::string> deps;    // shared libraries to load on the target, e.g. "libm.so.6"
+  std::string name;               // entry point is <name>_main
+  std::vector<CodeImage> images;  // one per triple
+  std::vector<std::string> deps;  // shared libraries to load on the target, e.g. "libm.so.6"
 };
 
 // What a container says about itself, read without compiling anything.

@@ -12,23 +12,23 @@ namespace threechains {
 // What can go wrong outside UCX itself. Each value names the failed rule.
 enum class errc {
   ok = 0,
-  bad_magic,              // a frame does not start with the ThreeChains magic
-  bad_version,            // a frame of a protocol version this build does not speak
-  bad_codec,              // a frame names a codec this build does not know
-  truncated_frame,        // header sizes point beyond the bytes that arrived
-  bad_sequence,           // a frame's sequence does not match its slot's commit word
-  code_identity_mismatch, // a code section whose hash is not the identity it claims
-  frame_too_large,        // a frame does not fit in one ring slot
-  bad_container,          // a code container that cannot be parsed
-  no_image_for_target,    // a container without an image for this process's triple
-  jit_failed,             // compiling or linking the code failed
-  symbol_not_found,       // the entry point or an external symbol is missing
-  dependency_not_found,   // a shared library an ifunc needs cannot be loaded
-  unknown_code,           // the source no longer holds the code a target asked for
-  protocol,               // a control message that breaks the connection protocol
-  would_block,            // no credit: the target's ring is full (back-pressure)
-  timeout,                // a bounded wait ran out
-  io,                     // a file could not be read or written
+  bad_magic,               // a frame does not start with the ThreeChains magic
+  bad_version,             // a frame of a protocol version this build does not speak
+  bad_codec,               // a frame names a codec this build does not know
+  truncated_frame,         // header sizes point beyond the bytes that arrived
+  bad_sequence,            // a frame's sequence does not match its slot's commit word
+  code_identity_mismatch,  // a code section whose hash is not the identity it claims
+  frame_too_large,         // a frame does not fit in one ring slot
+  bad_container,           // a code container that cannot be parsed
+  no_image_for_target,     // a container without an image for this process's triple
+  jit_failed,              // compiling or linking the code failed
+  symbol_not_found,        // the entry point or an external symbol is missing
+  dependency_not_found,    // a shared library an ifunc needs cannot be loaded
+  unknown_code,            // the source no longer holds the code a target asked for
+  protocol,                // a control message that breaks the connection protocol
+  would_block,             // no credit: the target's ring is full (back-pressure)
+  timeout,                 // a bounded wait ran out
+  io,                      // a file could not be read or written
 };
 
 [[nodiscard]] inline const std::error_category& threechains_category() noexcept {
@@ -36,24 +36,42 @@ enum class errc {
     [[nodiscard]] const char* name() const noexcept override { return "threechains"; }
     [[nodiscard]] std::string message(int value) const override {
       switch (static_cast<errc>(value)) {
-        case errc::ok: return "ok";
-        case errc::bad_magic: return "bad frame magic";
-        case errc::bad_version: return "unsupported frame version";
-        case errc::bad_codec: return "unknown codec";
-        case errc::truncated_frame: return "truncated frame";
-        case errc::bad_sequence: return "frame sequence mismatch";
-        case errc::code_identity_mismatch: return "code section does not match its identity";
-        case errc::frame_too_large: return "frame larger than a ring slot";
-        case errc::bad_container: return "malformed code container";
-        case errc::no_image_for_target: return "no code image for this target";
-        case errc::jit_failed: return "JIT compilation or linking failed";
-        case errc::symbol_not_found: return "symbol not found";
-        case errc::dependency_not_found: return "dependency library not found";
-        case errc::unknown_code: return "source does not hold the requested code";
-        case errc::protocol: return "protocol violation";
-        case errc::would_block: return "ring full (would block)";
-        case errc::timeout: return "timed out";
-        case errc::io: return "I/O error";
+        case errc::ok:
+          return "ok";
+        case errc::bad_magic:
+          return "bad frame magic";
+        case errc::bad_version:
+          return "unsupported frame version";
+        case errc::bad_codec:
+          return "unknown codec";
+        case errc::truncated_frame:
+          return "truncated frame";
+        case errc::bad_sequence:
+          return "frame sequence mismatch";
+        case errc::code_identity_mismatch:
+          return "code section does not match its identity";
+        case errc::frame_too_large:
+          return "frame larger than a ring slot";
+        case errc::bad_container:
+          return "malformed code container";
+        case errc::no_image_for_target:
+          return "no code image for this target";
+        case errc::jit_failed:
+          return "JIT compilation or linking failed";
+        case errc::symbol_not_found:
+          return "symbol not found";
+        case errc::dependency_not_found:
+          return "dependency library not found";
+        case errc::unknown_code:
+          return "source does not hold the requested code";
+        case errc::protocol:
+          return "protocol violation";
+        case errc::would_block:
+          return "ring full (would block)";
+        case errc::timeout:
+          return "timed out";
+        case errc::io:
+          return "I/O error";
       }
       return "unknown threechains error";
     }

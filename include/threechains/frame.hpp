@@ -22,7 +22,8 @@ namespace threechains {
 enum class CodecId : uint8_t { bitcode = 1, binary = 2 };
 
 [[nodiscard]] constexpr bool is_known_codec(uint8_t id) noexcept {
-  return id == static_cast<uint8_t>(CodecId::bitcode) || id == static_cast<uint8_t>(CodecId::binary);
+  return id == static_cast<uint8_t>(CodecId::bitcode) ||
+         id == static_cast<uint8_t>(CodecId::binary);
 }
 
 [[nodiscard]] constexpr const char* to_string(CodecId id) noexcept {
@@ -47,7 +48,8 @@ struct FrameHeader {
 static_assert(sizeof(FrameHeader) == 24, "the wire header is 24 bytes");
 static_assert(std::is_trivially_copyable_v<FrameHeader>);
 
-[[nodiscard]] constexpr std::size_t frame_size(std::size_t payload_size, std::size_t code_size) noexcept {
+[[nodiscard]] constexpr std::size_t frame_size(std::size_t payload_size,
+                                               std::size_t code_size) noexcept {
   return sizeof(FrameHeader) + payload_size + code_size;
 }
 
@@ -64,9 +66,12 @@ class FrameBuilder {
         code_size > UINT32_MAX) [[unlikely]] {
       return errc::frame_too_large;
     }
-    const FrameHeader header{FrameHeader::kMagic, FrameHeader::kVersion,
-                             static_cast<uint8_t>(codec), sequence,
-                             static_cast<uint32_t>(payload_size), static_cast<uint32_t>(code_size),
+    const FrameHeader header{FrameHeader::kMagic,
+                             FrameHeader::kVersion,
+                             static_cast<uint8_t>(codec),
+                             sequence,
+                             static_cast<uint32_t>(payload_size),
+                             static_cast<uint32_t>(code_size),
                              code_id};
     std::memcpy(buffer_.data(), &header, sizeof(header));
     payload_size_ = payload_size;
@@ -103,7 +108,8 @@ class FrameView {
     if (header.magic != FrameHeader::kMagic) return errc::bad_magic;
     if (header.version != FrameHeader::kVersion) return errc::bad_version;
     if (!is_known_codec(header.codec)) return errc::bad_codec;
-    if (frame_size(header.payload_size, header.code_size) > bytes.size()) return errc::truncated_frame;
+    if (frame_size(header.payload_size, header.code_size) > bytes.size())
+      return errc::truncated_frame;
     out.header_ = header;
     out.bytes_ = bytes.first(frame_size(header.payload_size, header.code_size));
     return errc::ok;
@@ -122,12 +128,14 @@ class FrameView {
     std::memcpy(&h, bytes.data(), std::min(bytes.size(), sizeof(h)));
     switch (e) {
       case errc::bad_magic:
-        return "frame rejected: magic 0x" + hex(h.magic) + ", expected 0x" + hex(FrameHeader::kMagic);
+        return "frame rejected: magic 0x" + hex(h.magic) + ", expected 0x" +
+               hex(FrameHeader::kMagic);
       case errc::bad_version:
         return "frame rejected: version " + std::to_string(h.version) + ", this build speaks " +
                std::to_string(FrameHeader::kVersion);
       case errc::bad_codec:
-        return "frame rejected: codec id " + std::to_string(h.codec) + " is not bitcode (1) or binary (2)";
+        return "frame rejected: codec id " + std::to_string(h.codec) +
+               " is not bitcode (1) or binary (2)";
       case errc::truncated_frame:
         if (bytes.size() < sizeof(FrameHeader)) {
           return "frame rejected: " + std::to_string(bytes.size()) + " bytes is shorter than the " +

@@ -25,10 +25,10 @@
 extern "C" {
 #endif
 
-typedef void (*threechains_ifunc_main_fn)(void *payload, size_t payload_size, void *target_args);
-typedef size_t (*threechains_payload_get_max_size_fn)(void *source_args, size_t source_args_size);
-typedef int (*threechains_payload_init_fn)(void *source_args, size_t source_args_size, void *payload,
-                                           size_t *payload_size);
+typedef void (*threechains_ifunc_main_fn)(void* payload, size_t payload_size, void* target_args);
+typedef size_t (*threechains_payload_get_max_size_fn)(void* source_args, size_t source_args_size);
+typedef int (*threechains_payload_init_fn)(void* source_args, size_t source_args_size,
+                                           void* payload, size_t* payload_size);
 
 #ifdef __cplusplus
 }

@@ -5,9 +5,9 @@
 // straight into the frame. C++ users send typed payloads instead (send()).
 #pragma once
 
+#include <threechains/ifunc.h>
 #include <threechains/channel.hpp>
 #include <threechains/error.hpp>
-#include <threechains/ifunc.h>
 #include <threechains/ifunc.hpp>
 #include <threechains/jit_cache.hpp>
 
@@ -34,7 +34,8 @@ class CPayloadHelpers {
   }
 
   // Builds the payload into `payload`; returns its size. Throws if init fails.
-  std::size_t init(void* source_args, std::size_t source_args_size, void* payload, std::size_t capacity) const {
+  std::size_t init(void* source_args, std::size_t source_args_size, void* payload,
+                   std::size_t capacity) const {
     std::size_t size = capacity;
     if (const int rc = init_(source_args, source_args_size, payload, &size); rc != 0) {
       throw Error(errc::protocol, name_ + "_payload_init failed with " + std::to_string(rc));
@@ -43,7 +44,8 @@ class CPayloadHelpers {
   }
 
  private:
-  CPayloadHelpers(threechains_payload_get_max_size_fn m, threechains_payload_init_fn i, std::string name)
+  CPayloadHelpers(threechains_payload_get_max_size_fn m, threechains_payload_init_fn i,
+                  std::string name)
       : max_size_(m), init_(i), name_(std::move(name)) {}
   threechains_payload_get_max_size_fn max_size_;
   threechains_payload_init_fn init_;

@@ -31,14 +31,14 @@
 namespace threechains {
 
 struct ReceiverOptions {
-  uint16_t port = 0;                     // 0: the OS picks one; see Receiver::port()
-  uint32_t max_slots = 64;               // per source
-  std::size_t max_slot_size = 1 << 20;   // per slot, commit word included
-  void* target_args = nullptr;           // third argument of every ifunc's main
+  uint16_t port = 0;                    // 0: the OS picks one; see Receiver::port()
+  uint32_t max_slots = 64;              // per source
+  std::size_t max_slot_size = 1 << 20;  // per slot, commit word included
+  void* target_args = nullptr;          // third argument of every ifunc's main
   JitOptions jit;
   // Called for every rejected frame or failed load; the default prints to stderr.
   std::function<void(const Error&)> on_error;
-  uint32_t dispatch_burst = 64;          // frames per source per poll before moving on
+  uint32_t dispatch_burst = 64;  // frames per source per poll before moving on
 };
 
 struct ReceiverStats {
@@ -92,11 +92,11 @@ class Receiver {
     std::optional<RemoteBuffer> credit;  // the source's credit word
     uint32_t slots = 0;
     std::size_t slot_size = 0;
-    uint64_t expected = 1;        // sequence of the next frame to dispatch
-    uint64_t reported = 0;        // last sequence credited back to the source
-    uint64_t credit_value = 0;    // buffer of the credit put in flight
+    uint64_t expected = 1;      // sequence of the next frame to dispatch
+    uint64_t reported = 0;      // last sequence credited back to the source
+    uint64_t credit_value = 0;  // buffer of the credit put in flight
     void* credit_request = nullptr;
-    uint64_t stalled_on = 0;      // sequence waiting for its code (cache miss), 0 if none
+    uint64_t stalled_on = 0;  // sequence waiting for its code (cache miss), 0 if none
     bool bye = false;
     std::optional<detail::Hello> hello;
     std::vector<std::byte> hello_rkey;
@@ -117,7 +117,9 @@ class Receiver {
             control_pending = true;
           }) {
       if (!options.on_error) {
-        options.on_error = [](const Error& e) { fmt::print(stderr, "threechains receiver: {}\n", e.what()); };
+        options.on_error = [](const Error& e) {
+          fmt::print(stderr, "threechains receiver: {}\n", e.what());
+        };
       }
       worker.set_am_handler(detail::kAmHello, &on_hello, this);
       worker.set_am_handler(detail::kAmCode, &on_code, this);
@@ -139,7 +141,8 @@ class Receiver {
       // A peer that vanished is noticed by its endpoint's error handler, which
       // cannot reach us; look for such peers every few thousand polls.
       if ((++polls & 0xfff) == 0) control_pending = true;
-      if (control_pending) [[unlikely]] handle_control();
+      if (control_pending) [[unlikely]]
+        handle_control();
       unsigned dispatched = 0;
       for (const std::unique_ptr<Peer>& peer : peers) {
         if (peer->ring) dispatched += drain(*peer);
@@ -152,8 +155,8 @@ class Receiver {
       unsigned dispatched = 0;
       for (uint32_t budget = options.dispatch_burst; budget != 0; --budget) {
         std::byte* slot = peer.ring->data() + ((peer.expected - 1) % peer.slots) * peer.slot_size;
-        const uint64_t commit =
-            std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot)).load(std::memory_order_acquire);
+        const uint64_t commit = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot))
+                                    .load(std::memory_order_acquire);
         if (commit != peer.expected) break;
         if (!dispatch(peer, slot)) break;  // waiting for code
         ++peer.expected;
@@ -165,14 +168,17 @@ class Receiver {
 
     // Returns false if the frame must wait in its slot for its code.
     bool dispatch(Peer& peer, std::byte* slot) {
-      const std::span<const std::byte> bytes(slot + detail::kCommitWordSize, peer.slot_size - detail::kCommitWordSize);
+      const std::span<const std::byte> bytes(slot + detail::kCommitWordSize,
+                                             peer.slot_size - detail::kCommitWordSize);
       FrameView frame;
       errc e = FrameView::parse(bytes, frame);
-      if (e == errc::ok && frame.sequence() != static_cast<uint32_t>(peer.expected)) e = errc::bad_sequence;
+      if (e == errc::ok && frame.sequence() != static_cast<uint32_t>(peer.expected))
+        e = errc::bad_sequence;
       if (e != errc::ok) [[unlikely]] {
-        reject(Error(e, e == errc::bad_sequence ? "frame rejected: sequence " + std::to_string(frame.sequence()) +
-                                                      " in slot committed as " + std::to_string(peer.expected)
-                                                : FrameView::describe(e, bytes)));
+        reject(Error(e, e == errc::bad_sequence
+                            ? "frame rejected: sequence " + std::to_string(frame.sequence()) +
+                                  " in slot committed as " + std::to_string(peer.expected)
+                            : FrameView::describe(e, bytes)));
         return true;
       }
       IfuncMain entry = cache.find(frame.code_id());
@@ -182,7 +188,8 @@ class Receiver {
         if (entry == nullptr) return true;  // rejected; reported
       }
       peer.stalled_on = 0;
-      entry(slot + detail::kCommitWordSize + sizeof(FrameHeader), frame.header().payload_size, options.target_args);
+      entry(slot + detail::kCommitWordSize + sizeof(FrameHeader), frame.header().payload_size,
+            options.target_args);
       ++stats.frames_dispatched;
       return true;
     }
@@ -211,7 +218,8 @@ class Receiver {
       if (peer.stalled_on == peer.expected) return false;
       peer.stalled_on = peer.expected;
       ++stats.cache_misses;
-      outbox.send(peer.endpoint, detail::kAmNeedCode, detail::NeedCode{peer.expected, frame.code_id()}, {});
+      outbox.send(peer.endpoint, detail::kAmNeedCode,
+                  detail::NeedCode{peer.expected, frame.code_id()}, {});
       return false;
     }
 
@@ -223,8 +231,9 @@ class Receiver {
       }
       peer.credit_value = peer.expected - 1;
       ucp_request_param_t params{};
-      ucs_status_ptr_t request = ucp_put_nbx(peer.endpoint.handle(), &peer.credit_value, sizeof(uint64_t),
-                                             peer.credit->address(), peer.credit->rkey(), &params);
+      ucs_status_ptr_t request =
+          ucp_put_nbx(peer.endpoint.handle(), &peer.credit_value, sizeof(uint64_t),
+                      peer.credit->address(), peer.credit->rkey(), &params);
       if (UCS_PTR_IS_ERR(request)) [[unlikely]] {
         peer.bye = true;  // the source is unreachable; drop it on the next control round
         control_pending = true;
@@ -271,8 +280,10 @@ class Receiver {
           welcome.status = UCS_ERR_UNSUPPORTED;
         } else {
           peer.slots = std::min(hello.slots, options.max_slots);
-          peer.slot_size = std::min<std::size_t>(hello.slot_size, options.max_slot_size) & ~(detail::kSlotAlignment - 1);
-          peer.credit.emplace(peer.endpoint, hello.credit_address, sizeof(uint64_t), peer.hello_rkey);
+          peer.slot_size = std::min<std::size_t>(hello.slot_size, options.max_slot_size) &
+                           ~(detail::kSlotAlignment - 1);
+          peer.credit.emplace(peer.endpoint, hello.credit_address, sizeof(uint64_t),
+                              peer.hello_rkey);
           peer.ring.emplace(worker.context(), std::size_t{peer.slots} * peer.slot_size);
           rkey = peer.ring->pack_rkey();
           welcome.slots = peer.slots;
@@ -280,7 +291,8 @@ class Receiver {
           welcome.ring_address = peer.ring->address();
         }
       } catch (const Error& error) {
-        welcome.status = error.ucs_status() != UCS_ERR_NO_MESSAGE ? error.ucs_status() : UCS_ERR_NO_RESOURCE;
+        welcome.status =
+            error.ucs_status() != UCS_ERR_NO_MESSAGE ? error.ucs_status() : UCS_ERR_NO_RESOURCE;
         peer.ring.reset();
         options.on_error(error);
       }
@@ -291,14 +303,16 @@ class Receiver {
       if (delivery.header.found == 0) {
         // The source cannot supply the code: the stalled frame can never run.
         if (peer.stalled_on != 0) {
-          reject(Error(errc::unknown_code, "frame " + std::to_string(peer.stalled_on) +
-                                               " dropped: its source no longer holds the code it names"));
+          reject(Error(errc::unknown_code,
+                       "frame " + std::to_string(peer.stalled_on) +
+                           " dropped: its source no longer holds the code it names"));
           skip_stalled(peer);
         }
         return;
       }
       if (cache.contains(delivery.header.code_id)) return;
-      if (load(delivery.header.code_id, static_cast<CodecId>(delivery.header.codec), delivery.code) == nullptr &&
+      if (load(delivery.header.code_id, static_cast<CodecId>(delivery.header.codec),
+               delivery.code) == nullptr &&
           peer.stalled_on != 0) {
         skip_stalled(peer);  // the code is bad; the frame waiting for it cannot run
       }
@@ -331,26 +345,28 @@ class Receiver {
       return it == by_endpoint.end() ? nullptr : it->second;
     }
 
-    static ucs_status_t on_hello(void* arg, const void* header, std::size_t header_length, void* data,
-                                 std::size_t length, const ucp_am_recv_param_t* param) {
+    static ucs_status_t on_hello(void* arg, const void* header, std::size_t header_length,
+                                 void* data, std::size_t length, const ucp_am_recv_param_t* param) {
       auto* self = static_cast<Core*>(arg);
       Peer* peer = self->find(param);
       if (peer == nullptr || header_length != sizeof(detail::Hello)) return UCS_OK;
       peer->hello.emplace();
       std::memcpy(&*peer->hello, header, sizeof(detail::Hello));
-      peer->hello_rkey.assign(static_cast<const std::byte*>(data), static_cast<const std::byte*>(data) + length);
+      peer->hello_rkey.assign(static_cast<const std::byte*>(data),
+                              static_cast<const std::byte*>(data) + length);
       self->control_pending = true;
       return UCS_OK;
     }
 
-    static ucs_status_t on_code(void* arg, const void* header, std::size_t header_length, void* data,
-                                std::size_t length, const ucp_am_recv_param_t* param) {
+    static ucs_status_t on_code(void* arg, const void* header, std::size_t header_length,
+                                void* data, std::size_t length, const ucp_am_recv_param_t* param) {
       auto* self = static_cast<Core*>(arg);
       Peer* peer = self->find(param);
       if (peer == nullptr || header_length != sizeof(detail::CodeDelivery)) return UCS_OK;
       Peer::Delivery delivery;
       std::memcpy(&delivery.header, header, sizeof(detail::CodeDelivery));
-      delivery.code.assign(static_cast<const std::byte*>(data), static_cast<const std::byte*>(data) + length);
+      delivery.code.assign(static_cast<const std::byte*>(data),
+                           static_cast<const std::byte*>(data) + length);
       peer->deliveries.push_back(std::move(delivery));
       self->control_pending = true;
       return UCS_OK;

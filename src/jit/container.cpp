@@ -20,7 +20,9 @@ using llvm::object::OffloadBinary;
 
 constexpr llvm::StringLiteral kProducer = "threechains";
 
-std::string take_message(llvm::Error error) { return llvm::toString(std::move(error)); }
+std::string take_message(llvm::Error error) {
+  return llvm::toString(std::move(error));
+}
 
 // OffloadBinary::create trusts the offsets of its string table; a frame comes
 // off the network, so every offset is checked here before LLVM reads it.
@@ -29,15 +31,18 @@ void check_offload_bounds(std::span<const std::byte> bytes, std::size_t at) {
   using Entry = OffloadBinary::Entry;
   using StringEntry = OffloadBinary::StringEntry;
   const auto fail = [&](const std::string& what) {
-    throw Error(errc::bad_container, "code container image at byte " + std::to_string(at) + ": " + what);
+    throw Error(errc::bad_container,
+                "code container image at byte " + std::to_string(at) + ": " + what);
   };
-  if (bytes.size() < sizeof(Header)) fail("truncated header (" + std::to_string(bytes.size()) + " bytes)");
+  if (bytes.size() < sizeof(Header))
+    fail("truncated header (" + std::to_string(bytes.size()) + " bytes)");
   Header header;
   std::memcpy(&header, bytes.data(), sizeof(header));
   static constexpr uint8_t kMagic[4] = {0x10, 0xFF, 0x10, 0xAD};
   if (std::memcmp(header.Magic, kMagic, 4) != 0) fail("bad magic, not an LLVM offload binary");
   if (header.Size > bytes.size()) {
-    fail("claims " + std::to_string(header.Size) + " bytes, only " + std::to_string(bytes.size()) + " present");
+    fail("claims " + std::to_string(header.Size) + " bytes, only " + std::to_string(bytes.size()) +
+         " present");
   }
   if (header.Size < sizeof(Header) + sizeof(Entry) || header.EntrySize != sizeof(Entry) ||
       header.EntryOffset > header.Size - sizeof(Entry)) {
@@ -59,7 +64,8 @@ void check_offload_bounds(std::span<const std::byte> bytes, std::size_t at) {
   };
   for (uint64_t i = 0; i < entry.NumStrings; ++i) {
     StringEntry string;
-    std::memcpy(&string, bytes.data() + entry.StringOffset + i * sizeof(StringEntry), sizeof(string));
+    std::memcpy(&string, bytes.data() + entry.StringOffset + i * sizeof(StringEntry),
+                sizeof(string));
     if (!c_string_in_bounds(string.KeyOffset) || !c_string_in_bounds(string.ValueOffset)) {
       fail("string " + std::to_string(i) + " out of bounds");
     }
@@ -100,26 +106,33 @@ std::vector<ParsedImage> parse_container(std::span<const std::byte> container) {
     image.name = b.getString("name").str();
     image.deps = split_list(b.getString("deps"));
     switch (b.getImageKind()) {
-      case llvm::object::IMG_Bitcode: image.kind = CodecId::bitcode; break;
-      case llvm::object::IMG_Object: image.kind = CodecId::binary; break;
+      case llvm::object::IMG_Bitcode:
+        image.kind = CodecId::bitcode;
+        break;
+      case llvm::object::IMG_Object:
+        image.kind = CodecId::binary;
+        break;
       default:
-        throw Error(errc::bad_container, "code container image for '" + image.triple + "' is " +
-                                             llvm::object::getImageKindName(b.getImageKind()).str() +
-                                             ", expected bitcode or object");
+        throw Error(errc::bad_container,
+                    "code container image for '" + image.triple + "' is " +
+                        llvm::object::getImageKindName(b.getImageKind()).str() +
+                        ", expected bitcode or object");
     }
     const llvm::StringRef bytes = b.getImage();
     image.bytes.assign(reinterpret_cast<const std::byte*>(bytes.data()),
                        reinterpret_cast<const std::byte*>(bytes.data()) + bytes.size());
-    if (image.name.empty()) throw Error(errc::bad_container, "code container image has no ifunc name");
-    if (image.triple.empty()) throw Error(errc::bad_container, "code container image has no triple");
+    if (image.name.empty())
+      throw Error(errc::bad_container, "code container image has no ifunc name");
+    if (image.triple.empty())
+      throw Error(errc::bad_container, "code container image has no triple");
     images.push_back(std::move(image));
     // Images are padded to OffloadBinary's 8-byte alignment.
     at += (size + 7) & ~uint64_t{7};
   }
   for (const ParsedImage& image : images) {
     if (image.name != images.front().name || image.kind != images.front().kind) {
-      throw Error(errc::bad_container, "code container mixes ifuncs or codecs ('" + images.front().name +
-                                           "' and '" + image.name + "')");
+      throw Error(errc::bad_container, "code container mixes ifuncs or codecs ('" +
+                                           images.front().name + "' and '" + image.name + "')");
     }
   }
   return images;
@@ -127,13 +140,15 @@ std::vector<ParsedImage> parse_container(std::span<const std::byte> container) {
 
 std::vector<std::byte> pack_container(const IfuncLibrary& library) {
   if (library.name.empty()) throw Error(errc::bad_container, "an ifunc library needs a name");
-  if (library.images.empty()) throw Error(errc::bad_container, "ifunc '" + library.name + "' has no images");
+  if (library.images.empty())
+    throw Error(errc::bad_container, "ifunc '" + library.name + "' has no images");
   std::string deps;
   for (const std::string& d : library.deps) deps += (deps.empty() ? "" : ";") + d;
   std::vector<std::byte> out;
   for (const CodeImage& image : library.images) {
     OffloadBinary::OffloadingImage entry;
-    entry.TheImageKind = image.kind == CodecId::bitcode ? llvm::object::IMG_Bitcode : llvm::object::IMG_Object;
+    entry.TheImageKind =
+        image.kind == CodecId::bitcode ? llvm::object::IMG_Bitcode : llvm::object::IMG_Object;
     entry.TheOffloadKind = llvm::object::OFK_None;
     const std::string triple = llvm::Triple::normalize(image.triple);
     entry.StringData["triple"] = triple;
@@ -141,7 +156,8 @@ std::vector<std::byte> pack_container(const IfuncLibrary& library) {
     entry.StringData["producer"] = kProducer;
     if (!deps.empty()) entry.StringData["deps"] = deps;
     entry.Image = llvm::MemoryBuffer::getMemBuffer(
-        llvm::StringRef(reinterpret_cast<const char*>(image.bytes.data()), image.bytes.size()), "", false);
+        llvm::StringRef(reinterpret_cast<const char*>(image.bytes.data()), image.bytes.size()), "",
+        false);
     const llvm::SmallString<0> written = OffloadBinary::write(entry);
     const auto* begin = reinterpret_cast<const std::byte*>(written.data());
     out.insert(out.end(), begin, begin + written.size());
@@ -163,15 +179,19 @@ ContainerInfo inspect_container(std::span<const std::byte> container) {
   return info;
 }
 
-std::string host_triple() { return llvm::Triple::normalize(llvm::sys::getProcessTriple()); }
+std::string host_triple() {
+  return llvm::Triple::normalize(llvm::sys::getProcessTriple());
+}
 
 bool same_target(const std::string& a, const std::string& b) {
   const llvm::Triple ta(llvm::Triple::normalize(a));
   const llvm::Triple tb(llvm::Triple::normalize(b));
-  if (ta.getArch() != tb.getArch() || ta.getSubArch() != tb.getSubArch() || ta.getOS() != tb.getOS()) {
+  if (ta.getArch() != tb.getArch() || ta.getSubArch() != tb.getSubArch() ||
+      ta.getOS() != tb.getOS()) {
     return false;
   }
-  return ta.getEnvironment() == tb.getEnvironment() || ta.getEnvironment() == llvm::Triple::UnknownEnvironment ||
+  return ta.getEnvironment() == tb.getEnvironment() ||
+         ta.getEnvironment() == llvm::Triple::UnknownEnvironment ||
          tb.getEnvironment() == llvm::Triple::UnknownEnvironment;
 }
 

@@ -18,7 +18,9 @@
 namespace threechains {
 namespace {
 
-std::string message_of(llvm::Error error) { return llvm::toString(std::move(error)); }
+std::string message_of(llvm::Error error) {
+  return llvm::toString(std::move(error));
+}
 
 std::string hex_id(CodeId id) {
   static constexpr char digits[] = "0123456789abcdef";
@@ -29,10 +31,14 @@ std::string hex_id(CodeId id) {
 
 llvm::CodeGenOptLevel codegen_level(int level) {
   switch (level) {
-    case 0: return llvm::CodeGenOptLevel::None;
-    case 1: return llvm::CodeGenOptLevel::Less;
-    case 3: return llvm::CodeGenOptLevel::Aggressive;
-    default: return llvm::CodeGenOptLevel::Default;
+    case 0:
+      return llvm::CodeGenOptLevel::None;
+    case 1:
+      return llvm::CodeGenOptLevel::Less;
+    case 3:
+      return llvm::CodeGenOptLevel::Aggressive;
+    default:
+      return llvm::CodeGenOptLevel::Default;
   }
 }
 
@@ -51,23 +57,30 @@ struct JitCache::Impl {
   explicit Impl(const JitOptions& options) {
     initialise_native_target_once();
     auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
-    if (!builder) throw Error(errc::jit_failed, "cannot describe this host to LLVM: " + message_of(builder.takeError()));
+    if (!builder)
+      throw Error(errc::jit_failed,
+                  "cannot describe this host to LLVM: " + message_of(builder.takeError()));
     builder->setCodeGenOptLevel(codegen_level(options.codegen_level));
     // One TargetMachine for the life of the cache (LLJIT's single-threaded
     // compiler owns one), built for this host's CPU name and features.
-    auto created = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*builder)).create();
-    if (!created) throw Error(errc::jit_failed, "cannot create the ORC JIT: " + message_of(created.takeError()));
+    auto created =
+        llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*builder)).create();
+    if (!created)
+      throw Error(errc::jit_failed,
+                  "cannot create the ORC JIT: " + message_of(created.takeError()));
     jit = std::move(*created);
     triple = jit->getTargetTriple().str();
     // Linking errors (e.g. "Symbols not found: [ foo ]") reach the session's
     // error reporter, not the failed lookup; keep them for the error we throw.
-    jit->getExecutionSession().setErrorReporter(
-        [this](llvm::Error error) { reported += (reported.empty() ? "" : "; ") + message_of(std::move(error)); });
+    jit->getExecutionSession().setErrorReporter([this](llvm::Error error) {
+      reported += (reported.empty() ? "" : "; ") + message_of(std::move(error));
+    });
   }
 
   ~Impl() {
     for (auto& [id, dylib] : dylibs) {
-      if (llvm::Error e = jit->getExecutionSession().removeJITDylib(*dylib)) llvm::consumeError(std::move(e));
+      if (llvm::Error e = jit->getExecutionSession().removeJITDylib(*dylib))
+        llvm::consumeError(std::move(e));
     }
   }
 
@@ -76,8 +89,9 @@ struct JitCache::Impl {
     if (llvm::orc::JITDylib* existing = jit->getJITDylibByName(library)) return *existing;
     auto loaded = jit->loadPlatformDynamicLibrary(library.c_str());
     if (!loaded) {
-      throw Error(errc::dependency_not_found, "ifunc '" + ifunc + "' needs library '" + library +
-                                                  "', which cannot be loaded: " + message_of(loaded.takeError()));
+      throw Error(errc::dependency_not_found,
+                  "ifunc '" + ifunc + "' needs library '" + library +
+                      "', which cannot be loaded: " + message_of(loaded.takeError()));
     }
     return *loaded;
   }
@@ -98,24 +112,30 @@ struct JitCache::Impl {
   IfuncMain load(CodeId id, CodecId codec, const ParsedImage& image) {
     const std::string entry_name = image.name + "_main";
     auto dylib = jit->createJITDylib("ifunc-" + image.name + "-" + hex_id(id));
-    if (!dylib) throw Error(errc::jit_failed, "cannot create a JITDylib: " + message_of(dylib.takeError()));
+    if (!dylib)
+      throw Error(errc::jit_failed, "cannot create a JITDylib: " + message_of(dylib.takeError()));
     llvm::orc::JITDylib& jd = *dylib;
     try {
-      for (const std::string& library : image.deps) jd.addToLinkOrder(dependency(library, image.name));
-      const llvm::StringRef bytes(reinterpret_cast<const char*>(image.bytes.data()), image.bytes.size());
+      for (const std::string& library : image.deps)
+        jd.addToLinkOrder(dependency(library, image.name));
+      const llvm::StringRef bytes(reinterpret_cast<const char*>(image.bytes.data()),
+                                  image.bytes.size());
       if (codec == CodecId::bitcode) {
         auto context = std::make_unique<llvm::LLVMContext>();
         auto module = llvm::parseBitcodeFile(llvm::MemoryBufferRef(bytes, image.name), *context);
         if (!module) {
-          throw Error(errc::bad_container, "ifunc '" + image.name + "': bad bitcode for " + image.triple + ": " +
+          throw Error(errc::bad_container, "ifunc '" + image.name + "': bad bitcode for " +
+                                               image.triple + ": " +
                                                message_of(module.takeError()));
         }
         retarget_to_host(**module, *jit);
-        if (llvm::Error e = jit->addIRModule(jd, llvm::orc::ThreadSafeModule(std::move(*module), std::move(context)))) {
+        if (llvm::Error e = jit->addIRModule(
+                jd, llvm::orc::ThreadSafeModule(std::move(*module), std::move(context)))) {
           throw Error(errc::jit_failed, "ifunc '" + image.name + "': " + message_of(std::move(e)));
         }
       } else {
-        if (llvm::Error e = jit->addObjectFile(jd, llvm::MemoryBuffer::getMemBufferCopy(bytes, image.name))) {
+        if (llvm::Error e =
+                jit->addObjectFile(jd, llvm::MemoryBuffer::getMemBufferCopy(bytes, image.name))) {
           throw Error(errc::jit_failed, "ifunc '" + image.name + "': " + message_of(std::move(e)));
         }
       }
@@ -133,7 +153,8 @@ struct JitCache::Impl {
       dylibs.emplace(id, &jd);
       return address->toPtr<IfuncMain>();
     } catch (...) {
-      if (llvm::Error e = jit->getExecutionSession().removeJITDylib(jd)) llvm::consumeError(std::move(e));
+      if (llvm::Error e = jit->getExecutionSession().removeJITDylib(jd))
+        llvm::consumeError(std::move(e));
       throw;
     }
   }
@@ -142,7 +163,8 @@ struct JitCache::Impl {
     const auto it = dylibs.find(id);
     if (it == dylibs.end()) return false;
     if (llvm::Error e = jit->getExecutionSession().removeJITDylib(*it->second)) {
-      throw Error(errc::jit_failed, "evicting ifunc " + hex_id(id) + ": " + message_of(std::move(e)));
+      throw Error(errc::jit_failed,
+                  "evicting ifunc " + hex_id(id) + ": " + message_of(std::move(e)));
     }
     dylibs.erase(it);
     return true;
@@ -164,7 +186,8 @@ LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> c
   const auto start = std::chrono::steady_clock::now();
   if (code_identity(code) != id) {
     throw Error(errc::code_identity_mismatch, "code section of " + std::to_string(code.size()) +
-                                                  " bytes does not hash to its identity " + hex_id(id));
+                                                  " bytes does not hash to its identity " +
+                                                  hex_id(id));
   }
   const std::vector<ParsedImage> images = parse_container(code);
   const ParsedImage* chosen = nullptr;
@@ -174,12 +197,12 @@ LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> c
     if (chosen == nullptr && same_target(image.triple, impl_->triple)) chosen = &image;
   }
   if (chosen == nullptr) {
-    throw Error(errc::no_image_for_target, "ifunc '" + images.front().name + "' has no image for " + impl_->triple +
-                                               " (it carries: " + available + ")");
+    throw Error(errc::no_image_for_target, "ifunc '" + images.front().name + "' has no image for " +
+                                               impl_->triple + " (it carries: " + available + ")");
   }
   if (chosen->kind != codec) {
-    throw Error(errc::bad_codec, "frame says " + std::string(to_string(codec)) + " but ifunc '" + chosen->name +
-                                     "' carries " + to_string(chosen->kind));
+    throw Error(errc::bad_codec, "frame says " + std::string(to_string(codec)) + " but ifunc '" +
+                                     chosen->name + "' carries " + to_string(chosen->kind));
   }
   const IfuncMain entry = impl_->load(id, codec, *chosen);
   entries_.emplace(id, entry);

@@ -10,10 +10,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
-#include <cstdio>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -30,8 +30,8 @@ struct Tcp {
 // What a child target's body works with.
 struct ChildContext {
   Receiver& receiver;
-  int commands;                     // read end of the test's command pipe
-  int acks;                         // write end of the pipe the test waits on
+  int commands;                      // read end of the test's command pipe
+  int acks;                          // write end of the pipe the test waits on
   std::vector<std::string>& errors;  // every error the Receiver reported
 
   // Tells the test that a command has been carried out.
@@ -56,11 +56,13 @@ class ChildTarget {
  public:
   // `body(context)` runs in the child after the Receiver is up and its port is
   // sent; it returns the Result to report.
-  ChildTarget(Transport transport, std::function<Result(ChildContext&)> body, ReceiverOptions options = {}) {
+  ChildTarget(Transport transport, std::function<Result(ChildContext&)> body,
+              ReceiverOptions options = {}) {
     int to_parent[2];
     int to_child[2];
     int acks[2];
-    if (pipe(to_parent) != 0 || pipe(to_child) != 0 || pipe(acks) != 0) throw std::runtime_error("pipe");
+    if (pipe(to_parent) != 0 || pipe(to_child) != 0 || pipe(acks) != 0)
+      throw std::runtime_error("pipe");
     pid_ = fork();
     if (pid_ < 0) throw std::runtime_error("fork");
     if (pid_ == 0) {
@@ -116,7 +118,8 @@ class ChildTarget {
   void command_and_wait(char c) const {
     command(c);
     char ack = 0;
-    if (!read_all(acks_, &ack, 1, std::chrono::seconds(60))) throw std::runtime_error("child did not acknowledge");
+    if (!read_all(acks_, &ack, 1, std::chrono::seconds(60)))
+      throw std::runtime_error("child did not acknowledge");
   }
 
   // Waits for the child's Result and its clean exit.
@@ -127,12 +130,14 @@ class ChildTarget {
     waitpid(pid_, &status, 0);
     pid_ = -1;
     if (!got) throw std::runtime_error("child target sent no result");
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw std::runtime_error("child target failed");
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      throw std::runtime_error("child target failed");
     return r;
   }
 
   // In the child: waits up to `limit` for a command byte while polling the Receiver.
-  static char wait_command(const ChildContext& context, std::chrono::seconds limit = std::chrono::seconds(60)) {
+  static char wait_command(const ChildContext& context,
+                           std::chrono::seconds limit = std::chrono::seconds(60)) {
     Receiver& receiver = context.receiver;
     const int fd = context.commands;
     const auto deadline = std::chrono::steady_clock::now() + limit;
@@ -148,7 +153,8 @@ class ChildTarget {
   }
 
   // In the child: serves until the source said goodbye (or `limit` passes).
-  static void serve_until_closed(Receiver& receiver, std::chrono::seconds limit = std::chrono::seconds(100)) {
+  static void serve_until_closed(Receiver& receiver,
+                                 std::chrono::seconds limit = std::chrono::seconds(100)) {
     const auto deadline = std::chrono::steady_clock::now() + limit;
     uint32_t n = 0;
     receiver.run([&] {
@@ -175,7 +181,8 @@ class ChildTarget {
     auto* p = static_cast<char*>(data);
     const auto deadline = std::chrono::steady_clock::now() + limit;
     while (size > 0) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return false;
       pollfd pfd{fd, POLLIN, 0};
       if (::poll(&pfd, 1, static_cast<int>(left.count())) != 1) return false;
@@ -197,7 +204,9 @@ class ChildTarget {
 // A source in the test process, connected to a child target.
 struct TestSource {
   TestSource(Transport transport, uint16_t port, ChannelOptions options = {})
-      : worker(Context({.transport = transport})), source(worker), channel(source.connect("127.0.0.1", port, options)) {}
+      : worker(Context({.transport = transport})),
+        source(worker),
+        channel(source.connect("127.0.0.1", port, options)) {}
   Worker worker;
   Source source;
   Channel channel;

@@ -21,8 +21,8 @@ class Outbox {
  public:
   // Sends AM `id` with a copied header and data; `keep_alive` may own the data instead.
   template <class Header>
-  void send(const Endpoint& endpoint, unsigned id, const Header& header, std::span<const std::byte> data,
-            std::shared_ptr<const void> keep_alive = nullptr) {
+  void send(const Endpoint& endpoint, unsigned id, const Header& header,
+            std::span<const std::byte> data, std::shared_ptr<const void> keep_alive = nullptr) {
     auto message = std::make_unique<Message>();
     message->header.resize(sizeof(Header));
     std::memcpy(message->header.data(), &header, sizeof(Header));

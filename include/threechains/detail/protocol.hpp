@@ -29,15 +29,15 @@ inline constexpr std::size_t kSlotAlignment = 64;
 
 struct Hello {
   uint32_t version;
-  uint32_t slots;           // ring the source would like
+  uint32_t slots;  // ring the source would like
   uint64_t slot_size;
   uint64_t credit_address;  // the source's credit word; packed rkey follows as AM data
 };
 
 struct Welcome {
   uint32_t version;
-  int32_t status;       // UCS_OK, or why the channel was refused
-  uint32_t slots;       // the ring granted
+  int32_t status;  // UCS_OK, or why the channel was refused
+  uint32_t slots;  // the ring granted
   uint32_t reserved;
   uint64_t slot_size;
   uint64_t ring_address;  // packed rkey follows as AM data

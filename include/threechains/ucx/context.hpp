@@ -18,9 +18,12 @@ enum class Transport { any, shared_memory, tcp };
 
 [[nodiscard]] constexpr std::string_view to_string(Transport t) noexcept {
   switch (t) {
-    case Transport::shared_memory: return "shm";
-    case Transport::tcp: return "tcp";
-    case Transport::any: break;
+    case Transport::shared_memory:
+      return "shm";
+    case Transport::tcp:
+      return "tcp";
+    case Transport::any:
+      break;
   }
   return "any";
 }
@@ -37,9 +40,12 @@ enum class Transport { any, shared_memory, tcp };
 // `self` is kept so a process can also talk to itself.
 [[nodiscard]] constexpr const char* transport_tls(Transport t) noexcept {
   switch (t) {
-    case Transport::shared_memory: return "posix,sysv,self,tcp";
-    case Transport::tcp: return "tcp,self";
-    case Transport::any: break;
+    case Transport::shared_memory:
+      return "posix,sysv,self,tcp";
+    case Transport::tcp:
+      return "tcp,self";
+    case Transport::any:
+      break;
   }
   return nullptr;
 }

@@ -32,7 +32,8 @@ class Listener {
       static_cast<State*>(arg)->on_connect(request);
     };
     params.conn_handler.arg = state_.get();
-    check(ucp_listener_create(state_->worker.handle(), &params, &state_->handle), "ucp_listener_create");
+    check(ucp_listener_create(state_->worker.handle(), &params, &state_->handle),
+          "ucp_listener_create");
     ucp_listener_attr_t attr{};
     attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
     check(ucp_listener_query(state_->handle, &attr), "ucp_listener_query");
@@ -42,7 +43,9 @@ class Listener {
   [[nodiscard]] uint16_t port() const noexcept { return state_->port; }
 
   // Refuses a connection request that will not be accepted.
-  void reject(ucp_conn_request_h request) const noexcept { ucp_listener_reject(state_->handle, request); }
+  void reject(ucp_conn_request_h request) const noexcept {
+    ucp_listener_reject(state_->handle, request);
+  }
 
  private:
   struct State {

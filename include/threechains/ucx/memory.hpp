@@ -21,7 +21,8 @@ namespace threechains {
 class MemoryRegion {
  public:
   // Allocates and registers `size` bytes, zero-filled.
-  MemoryRegion(Context context, std::size_t size) : state_(std::make_shared<State>(std::move(context))) {
+  MemoryRegion(Context context, std::size_t size)
+      : state_(std::make_shared<State>(std::move(context))) {
     ucp_mem_map_params_t params{};
     params.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
     params.length = size;
@@ -37,15 +38,19 @@ class MemoryRegion {
 
   [[nodiscard]] std::byte* data() const noexcept { return state_->data; }
   [[nodiscard]] std::size_t size() const noexcept { return state_->size; }
-  [[nodiscard]] uint64_t address() const noexcept { return reinterpret_cast<uint64_t>(state_->data); }
+  [[nodiscard]] uint64_t address() const noexcept {
+    return reinterpret_cast<uint64_t>(state_->data);
+  }
   [[nodiscard]] ucp_mem_h handle() const noexcept { return state_->handle; }
 
   // The remote key a peer unpacks to reach this region.
   [[nodiscard]] std::vector<std::byte> pack_rkey() const {
     void* buffer = nullptr;
     std::size_t length = 0;
-    check(ucp_rkey_pack(state_->context.handle(), state_->handle, &buffer, &length), "ucp_rkey_pack");
-    std::vector<std::byte> packed(static_cast<std::byte*>(buffer), static_cast<std::byte*>(buffer) + length);
+    check(ucp_rkey_pack(state_->context.handle(), state_->handle, &buffer, &length),
+          "ucp_rkey_pack");
+    std::vector<std::byte> packed(static_cast<std::byte*>(buffer),
+                                  static_cast<std::byte*>(buffer) + length);
     ucp_rkey_buffer_release(buffer);
     return packed;
   }
