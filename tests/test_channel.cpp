@@ -19,6 +19,7 @@ struct CounterResult {
   uint64_t code_loads;
   uint64_t misses;
   uint64_t errors;
+  uint64_t lost;
   char first_error[256];
 };
 
@@ -33,6 +34,7 @@ CounterResult report(const ChildContext& context) {
   result.code_loads = stats.code_loads;
   result.misses = stats.cache_misses;
   result.errors = context.errors.size();
+  result.lost = stats.peers_lost;
   context.first_error(result.first_error);
   return result;
 }
@@ -278,4 +280,52 @@ TEMPLATE_TEST_CASE("a C library's payload helpers build the payload on the sourc
   const CounterResult result = target.result();
   INFO(result.first_error);
   CHECK(result.counter == 2 * (104 + 101 + 108 + 108 + 111));
+}
+
+TEMPLATE_TEST_CASE("a source that dies without closing does not stop the Receiver", "[ucx][peer-gone]", Shm, Tcp) {
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  auto target = ChildTarget<CounterResult>(TestType::transport, [](ChildContext& context) {
+    context.receiver.set_target_args(&g_counter);
+    // Serve until the second source says goodbye; the first never will.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    context.receiver.run([&] {
+      if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("second source never closed");
+      const ReceiverStats& stats = context.receiver.stats();
+      return stats.peers_closed - stats.peers_lost >= 1;
+    });
+    // Over tcp the dead source's connection reset is reported; give it a moment.
+    const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    if (TestType::transport == Transport::tcp) {
+      context.receiver.run([&] {
+        return context.receiver.stats().peers_lost >= 1 || std::chrono::steady_clock::now() > grace;
+      });
+    }
+    return report(context);
+  });
+
+  // The first source lives in a process of its own and exits abruptly after
+  // its frames have run: no flush of the endpoint, no goodbye.
+  const pid_t doomed = fork();
+  if (doomed == 0) {
+    try {
+      TestSource source(TestType::transport, target.port());
+      for (int i = 0; i < 10; ++i) (void)send(source.channel, counter, uint64_t{1});
+      source.channel.flush();
+      _exit(0);  // inside the scope: no destructor closes anything
+    } catch (...) {
+      _exit(1);
+    }
+  }
+  int status = 0;
+  REQUIRE(waitpid(doomed, &status, 0) == doomed);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+
+  TestSource source(TestType::transport, target.port());
+  for (int i = 0; i < 5; ++i) (void)send(source.channel, counter, uint64_t{100});
+  source.channel.close();
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.counter == 10 + 500);
+  if (TestType::transport == Transport::tcp) CHECK(result.lost == 1);
 }

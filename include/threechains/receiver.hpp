@@ -47,7 +47,8 @@ struct ReceiverStats {
   uint64_t code_loads = 0;
   uint64_t cache_misses = 0;  // cached frames whose code had to be fetched
   uint64_t peers_connected = 0;
-  uint64_t peers_closed = 0;
+  uint64_t peers_closed = 0;  // all that left, said goodbye or not
+  uint64_t peers_lost = 0;    // left without goodbye (endpoint error: crashed, cut off)
   std::chrono::nanoseconds last_load_time{0};
   std::chrono::nanoseconds total_load_time{0};
 };
@@ -335,8 +336,9 @@ class Receiver {
       by_endpoint.erase(peer.endpoint.handle());
       peer.credit.reset();
       peer.endpoint.close(std::chrono::milliseconds(500));
-      peers.erase(peers.begin() + static_cast<std::ptrdiff_t>(index));
       ++stats.peers_closed;
+      stats.peers_lost += peer.bye ? 0 : 1;
+      peers.erase(peers.begin() + static_cast<std::ptrdiff_t>(index));
     }
 
     Peer* find(const ucp_am_recv_param_t* param) {
