@@ -33,7 +33,9 @@ function(threechains_add_ifunc target)
     set(kind_flag -emit-llvm)
     set(ext bc)
   elseif(ARG_CODEC STREQUAL "binary")
-    set(kind_flag)
+    # JITLink has no native ELF TLS without the ORC runtime; emulated TLS
+    # (__emutls_get_address, from libgcc_s) is what ORC itself uses for bitcode.
+    set(kind_flag -femulated-tls)
     set(ext o)
   else()
     message(FATAL_ERROR "threechains_add_ifunc(${target}): CODEC must be bitcode or binary")
@@ -47,7 +49,7 @@ function(threechains_add_ifunc target)
   # Shipped code carries no debug info or unwind tables: the target needs neither
   # to run it, and they would triple the size of a first (uncached) frame.
   set(common_flags -O2 -fPIC -g0 -fno-asynchronous-unwind-tables -fno-unwind-tables
-      -fno-stack-protector -ffunction-sections -I${THREECHAINS_IFUNC_INCLUDE_DIR} ${ARG_FLAGS})
+      -fno-stack-protector -ffunction-sections -I${THREECHAINS_IFUNC_INCLUDE_DIR})
   set(out_dir ${CMAKE_CURRENT_BINARY_DIR}/${target}.d)
   set(images)
   set(image_args)
@@ -65,7 +67,7 @@ function(threechains_add_ifunc target)
       set(obj ${out_dir}/${stem}.${triple}.${ext})
       add_custom_command(OUTPUT ${obj}
         COMMAND ${CMAKE_COMMAND} -E make_directory ${out_dir}
-        COMMAND ${THREECHAINS_CLANG} --target=${triple} ${triple_flags} ${common_flags} ${kind_flag} -c ${src_abs} -o ${obj}
+        COMMAND ${THREECHAINS_CLANG} --target=${triple} ${triple_flags} ${common_flags} ${kind_flag} ${ARG_FLAGS} -c ${src_abs} -o ${obj}
         DEPENDS ${src_abs}
         COMMENT "ifunc ${ARG_NAME}: ${stem} -> ${triple} ${ARG_CODEC}"
         VERBATIM)

@@ -117,6 +117,16 @@ TEST_CASE("the JIT cache rejects what it cannot run and stays usable", "[jit]") 
       CHECK_THAT(e.what(), Catch::Contains("threechains_test_no_such_function"));
     }
   }
+  SECTION("an object with native ELF thread-local storage is refused, saying why") {
+    const Ifunc native_tls = Ifunc::load(TC_NATIVE_TLS);
+    try {
+      (void)cache.load(native_tls.id(), CodecId::binary, native_tls.code());
+      FAIL("linked native TLS without the ORC runtime");
+    } catch (const Error& e) {
+      CHECK(e.is(errc::jit_failed));
+      CHECK_THAT(e.what(), Catch::Contains("thread-local storage") && Catch::Contains("-femulated-tls"));
+    }
+  }
   SECTION("a dependency that cannot be loaded is named") {
     IfuncLibrary library{"counter", {}, {"libthreechains-no-such-library.so.9"}};
     // The dependency is loaded before the image is even parsed, so an empty

@@ -1,0 +1,150 @@
+// The hard-linking matrix: every case is a real ifunc library built by clang-22,
+// shipped as bitcode and as a relocatable object, sent through a real UCX
+// connection to a Receiver in another process, and run there. Nothing of any
+// ifunc exists on the target's disk.
+#include "ifuncs/matrix/matrix.h"
+#include "support/two_process.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+using namespace threechains;
+using namespace threechains::test;
+
+// What the target process exports to injected code (the test binary is linked
+// with -rdynamic, so the JIT finds these by name).
+extern "C" {
+__attribute__((visibility("default"))) int64_t threechains_test_target_value = 1000;
+__attribute__((visibility("default"))) int64_t threechains_test_target_add(int64_t x) {
+  return threechains_test_target_value + x;
+}
+}
+
+namespace {
+
+struct MatrixOutcome {
+  matrix_result result;
+  uint64_t dispatched;
+  uint64_t errors;
+  char first_error[512];
+};
+
+template <class T, class C>
+struct Case {
+  static constexpr Transport transport = T::transport;
+  using codec = C;
+};
+
+const char* container(const std::string& name, CodecId codec) {
+  const bool bitcode = codec == CodecId::bitcode;
+  if (name == "libc_libm") return bitcode ? TC_MATRIX_LIBC_LIBM_BITCODE : TC_MATRIX_LIBC_LIBM_BINARY;
+  if (name == "target_symbols") return bitcode ? TC_MATRIX_TARGET_SYMBOLS_BITCODE : TC_MATRIX_TARGET_SYMBOLS_BINARY;
+  if (name == "static_data") return bitcode ? TC_MATRIX_STATIC_DATA_BITCODE : TC_MATRIX_STATIC_DATA_BINARY;
+  if (name == "atomics") return bitcode ? TC_MATRIX_ATOMICS_BITCODE : TC_MATRIX_ATOMICS_BINARY;
+  if (name == "openmp") return bitcode ? TC_MATRIX_OPENMP_BITCODE : TC_MATRIX_OPENMP_BINARY;
+  if (name == "thread_local") return bitcode ? TC_MATRIX_THREAD_LOCAL_BITCODE : TC_MATRIX_THREAD_LOCAL_BINARY;
+  if (name == "cxx") return bitcode ? TC_MATRIX_CXX_BITCODE : TC_MATRIX_CXX_BINARY;
+  throw std::runtime_error("no matrix ifunc " + name);
+}
+
+// Sends `ifunc` `times` times with `payload` to a fresh child target and returns
+// what the ifunc recorded there.
+template <class Payload>
+MatrixOutcome run_on_target(Transport transport, const Ifunc& ifunc, const Payload& payload, int times) {
+  ChildTarget<MatrixOutcome> target(transport, [](ChildContext& context) {
+    static matrix_result result{};
+    context.receiver.set_target_args(&result);
+    ChildTarget<MatrixOutcome>::serve_until_closed(context.receiver);
+    MatrixOutcome outcome{};
+    outcome.result = result;
+    outcome.dispatched = context.receiver.stats().frames_dispatched;
+    outcome.errors = context.errors.size();
+    context.first_error(outcome.first_error);
+    return outcome;
+  });
+  TestSource source(transport, target.port());
+  for (int i = 0; i < times; ++i) (void)send(source.channel, ifunc, payload);
+  source.channel.close();
+  return target.result();
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("the hard-linking matrix runs on a remote target", "[ucx][linking]", (Case<Shm, BitcodeCodec>),
+                   (Case<Shm, BinaryCodec>), (Case<Tcp, BitcodeCodec>), (Case<Tcp, BinaryCodec>)) {
+  constexpr CodecId codec = TestType::codec::id;
+  constexpr Transport transport = TestType::transport;
+  const uint64_t no_payload = 0;
+
+  SECTION("libc and libm calls") {
+    const Ifunc ifunc = Ifunc::load(container("libc_libm", codec));
+    CHECK(ifunc.info().deps == std::vector<std::string>{"libm.so.6"});
+    const MatrixOutcome out = run_on_target(transport, ifunc, 0.5, 2);
+    INFO(out.first_error);
+    REQUIRE(out.errors == 0);
+    CHECK(out.result.calls == 2);
+    CHECK(out.result.values[0] == static_cast<int64_t>(std::cos(0.5) * 1000000.0));
+    CHECK(std::string(out.result.text) == "42-libc-0.50");
+    CHECK(out.result.values[1] == 12);
+    CHECK(out.result.values[2] == 12);
+  }
+  SECTION("a global and a function of the target process, by name") {
+    const MatrixOutcome out = run_on_target(transport, Ifunc::load(container("target_symbols", codec)), no_payload, 2);
+    INFO(out.first_error);
+    REQUIRE(out.errors == 0);
+    CHECK(out.result.calls == 2);
+    CHECK(out.result.values[0] == 1005);  // second call sees the first call's += 5
+    CHECK(out.result.values[1] == 1017);
+  }
+  SECTION("the ifunc's own .data, .rodata, .bss and function-pointer table") {
+    const MatrixOutcome out = run_on_target(transport, Ifunc::load(container("static_data", codec)), no_payload, 3);
+    INFO(out.first_error);
+    REQUIRE(out.errors == 0);
+    CHECK(out.result.calls == 3);
+    CHECK(out.result.values[0] == 42);  // 40, 41, 42: .data persists between calls
+    CHECK(out.result.values[1] == 3);   // .bss counted 1, 2, 3
+    CHECK(out.result.values[2] == 25);
+    CHECK(out.result.values[3] == 30);  // table[3 & 1] = thrice
+    CHECK(std::string(out.result.text) == "rodata survives");
+  }
+  SECTION("C11 atomics with a 16-byte compare-exchange") {
+    const MatrixOutcome out = run_on_target(transport, Ifunc::load(container("atomics", codec)), no_payload, 4);
+    INFO(out.first_error);
+    REQUIRE(out.errors == 0);
+    CHECK(out.result.values[0] == 4);
+    CHECK(out.result.values[1] == 1);
+    CHECK(out.result.values[2] == 4);
+    CHECK(out.result.values[3] == 8);
+  }
+  SECTION("an OpenMP parallel-for reduction through libomp") {
+    const Ifunc ifunc = Ifunc::load(container("openmp", codec));
+    REQUIRE(ifunc.info().deps.size() == 1);
+    CHECK_THAT(ifunc.info().deps[0], Catch::Contains("libomp"));
+    const MatrixOutcome out = run_on_target(transport, ifunc, int64_t{100000}, 2);
+    INFO(out.first_error);
+    REQUIRE(out.errors == 0);
+    CHECK(out.result.calls == 2);
+    CHECK(out.result.values[0] == int64_t{100000} * 100001 / 2);
+  }
+  SECTION("a C++ ifunc: template, lambda, exception thrown and caught inside") {
+    const MatrixOutcome out = run_on_target(transport, Ifunc::load(container("cxx", codec)), no_payload, 2);
+    INFO(out.first_error);
+    REQUIRE(out.errors == 0);
+    CHECK(out.result.calls == 2);
+    CHECK(out.result.values[0] == 100);
+    CHECK(out.result.values[1] == -84);
+    CHECK(out.result.values[2] == 42);
+  }
+  SECTION("a thread-local variable") {
+    // Bitcode: ORC compiles it with emulated TLS. Binary: threechains_add_ifunc
+    // builds objects with -femulated-tls (native ELF TLS is refused; see test_jit).
+    const MatrixOutcome out = run_on_target(transport, Ifunc::load(container("thread_local", codec)), no_payload, 2);
+    INFO(out.first_error);
+    REQUIRE(out.errors == 0);
+    CHECK(out.result.calls == 2);
+    CHECK(out.result.values[0] == 102);
+  }
+}
