@@ -92,12 +92,24 @@ TEMPLATE_TEST_CASE("shared memory puts land in the target's memory directly", "[
   const std::string lanes = source.channel.endpoint().describe();
   INFO(lanes);
   CHECK_THAT(lanes, Catch::Contains("posix") || Catch::Contains("sysv"));
+  CHECK(source.channel.delivery() == Delivery::put);
   source.channel.close();
   (void)target.result();
 }
 
+TEST_CASE("over tcp, where RMA is emulated, frames travel as Active Messages", "[ucx][tcp]") {
+  auto target = counter_target(Transport::tcp);
+  TestSource source(Transport::tcp, target.port());
+  INFO(source.channel.endpoint().describe());
+  CHECK(source.channel.delivery() == Delivery::active_message);
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  for (int i = 0; i < 100; ++i) (void)send(source.channel, counter, uint64_t{1});
+  source.channel.close();
+  CHECK(target.result().counter == 100);
+}
+
 TEMPLATE_TEST_CASE("a cached frame for evicted code is recovered and runs exactly once",
-                   "[ucx][cache-miss]", Shm, Tcp) {
+                   "[ucx][cache-miss]", Shm, Tcp, TcpPut, ShmAm) {
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   const CodeId id = counter.id();
   auto target = counter_target(TestType::transport, [id](ChildContext& context) {
@@ -106,7 +118,7 @@ TEMPLATE_TEST_CASE("a cached frame for evicted code is recovered and runs exactl
     if (!context.receiver.cache().evict(id)) throw std::runtime_error("nothing to evict");
     context.ack();
   });
-  TestSource source(TestType::transport, target.port());
+  TestSource source(TestType::transport, target.port(), options_for<TestType>());
   CHECK(send(source.channel, counter, uint64_t{1}) == SendStatus::sent_with_code);
   source.channel.flush();
   target.command_and_wait('e');
@@ -141,7 +153,8 @@ TEMPLATE_TEST_CASE("new code under an old name is new code", "[ucx][identity]", 
   CHECK(result.code_loads == 2);
 }
 
-TEMPLATE_TEST_CASE("a full ring pushes back instead of losing frames", "[ucx][flow]", Shm, Tcp) {
+TEMPLATE_TEST_CASE("a full ring pushes back instead of losing frames", "[ucx][flow]", Shm, Tcp,
+                   TcpPut, ShmAm) {
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   auto target = counter_target(TestType::transport, [](ChildContext& context) {
     // Serve the connection set-up, then stop polling until told: the ring fills up.
@@ -150,7 +163,7 @@ TEMPLATE_TEST_CASE("a full ring pushes back instead of losing frames", "[ucx][fl
     if (read(context.commands, &c, 1) != 1 || c != 'g') throw std::runtime_error("expected go");
   });
   TestSource source(TestType::transport, target.port(),
-                    ChannelOptions{.slots = 4, .slot_size = 16 * 1024});
+                    options_for<TestType>({.slots = 4, .slot_size = 16 * 1024}));
   REQUIRE(source.channel.slots() == 4);
   target.command('w');
   int sent = 0;
@@ -166,10 +179,10 @@ TEMPLATE_TEST_CASE("a full ring pushes back instead of losing frames", "[ucx][fl
 }
 
 TEMPLATE_TEST_CASE("bad frames are rejected and the Receiver keeps serving", "[ucx][reject]", Shm,
-                   Tcp) {
+                   Tcp, TcpPut, ShmAm) {
   auto target = counter_target(TestType::transport);
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
-  TestSource source(TestType::transport, target.port());
+  TestSource source(TestType::transport, target.port(), options_for<TestType>());
   Channel& channel = source.channel;
 
   std::vector<std::byte> frame(frame_size(8, 0));
@@ -282,14 +295,16 @@ TEMPLATE_TEST_CASE("a C library's payload helpers build the payload on the sourc
   CHECK(result.counter == 2 * (104 + 101 + 108 + 108 + 111));
 }
 
-TEMPLATE_TEST_CASE("a source that dies without closing does not stop the Receiver", "[ucx][peer-gone]", Shm, Tcp) {
+TEMPLATE_TEST_CASE("a source that dies without closing does not stop the Receiver",
+                   "[ucx][peer-gone]", Shm, Tcp) {
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   auto target = ChildTarget<CounterResult>(TestType::transport, [](ChildContext& context) {
     context.receiver.set_target_args(&g_counter);
     // Serve until the second source says goodbye; the first never will.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     context.receiver.run([&] {
-      if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("second source never closed");
+      if (std::chrono::steady_clock::now() > deadline)
+        throw std::runtime_error("second source never closed");
       const ReceiverStats& stats = context.receiver.stats();
       return stats.peers_closed - stats.peers_lost >= 1;
     });

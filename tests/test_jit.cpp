@@ -124,7 +124,8 @@ TEST_CASE("the JIT cache rejects what it cannot run and stays usable", "[jit]") 
       FAIL("linked native TLS without the ORC runtime");
     } catch (const Error& e) {
       CHECK(e.is(errc::jit_failed));
-      CHECK_THAT(e.what(), Catch::Contains("thread-local storage") && Catch::Contains("-femulated-tls"));
+      CHECK_THAT(e.what(),
+                 Catch::Contains("thread-local storage") && Catch::Contains("-femulated-tls"));
     }
   }
   SECTION("a dependency that cannot be loaded is named") {

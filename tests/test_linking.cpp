@@ -40,12 +40,16 @@ struct Case {
 
 const char* container(const std::string& name, CodecId codec) {
   const bool bitcode = codec == CodecId::bitcode;
-  if (name == "libc_libm") return bitcode ? TC_MATRIX_LIBC_LIBM_BITCODE : TC_MATRIX_LIBC_LIBM_BINARY;
-  if (name == "target_symbols") return bitcode ? TC_MATRIX_TARGET_SYMBOLS_BITCODE : TC_MATRIX_TARGET_SYMBOLS_BINARY;
-  if (name == "static_data") return bitcode ? TC_MATRIX_STATIC_DATA_BITCODE : TC_MATRIX_STATIC_DATA_BINARY;
+  if (name == "libc_libm")
+    return bitcode ? TC_MATRIX_LIBC_LIBM_BITCODE : TC_MATRIX_LIBC_LIBM_BINARY;
+  if (name == "target_symbols")
+    return bitcode ? TC_MATRIX_TARGET_SYMBOLS_BITCODE : TC_MATRIX_TARGET_SYMBOLS_BINARY;
+  if (name == "static_data")
+    return bitcode ? TC_MATRIX_STATIC_DATA_BITCODE : TC_MATRIX_STATIC_DATA_BINARY;
   if (name == "atomics") return bitcode ? TC_MATRIX_ATOMICS_BITCODE : TC_MATRIX_ATOMICS_BINARY;
   if (name == "openmp") return bitcode ? TC_MATRIX_OPENMP_BITCODE : TC_MATRIX_OPENMP_BINARY;
-  if (name == "thread_local") return bitcode ? TC_MATRIX_THREAD_LOCAL_BITCODE : TC_MATRIX_THREAD_LOCAL_BINARY;
+  if (name == "thread_local")
+    return bitcode ? TC_MATRIX_THREAD_LOCAL_BITCODE : TC_MATRIX_THREAD_LOCAL_BINARY;
   if (name == "cxx") return bitcode ? TC_MATRIX_CXX_BITCODE : TC_MATRIX_CXX_BINARY;
   throw std::runtime_error("no matrix ifunc " + name);
 }
@@ -53,7 +57,8 @@ const char* container(const std::string& name, CodecId codec) {
 // Sends `ifunc` `times` times with `payload` to a fresh child target and returns
 // what the ifunc recorded there.
 template <class Payload>
-MatrixOutcome run_on_target(Transport transport, const Ifunc& ifunc, const Payload& payload, int times) {
+MatrixOutcome run_on_target(Transport transport, const Ifunc& ifunc, const Payload& payload,
+                            int times) {
   ChildTarget<MatrixOutcome> target(transport, [](ChildContext& context) {
     static matrix_result result{};
     context.receiver.set_target_args(&result);
@@ -73,8 +78,9 @@ MatrixOutcome run_on_target(Transport transport, const Ifunc& ifunc, const Paylo
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("the hard-linking matrix runs on a remote target", "[ucx][linking]", (Case<Shm, BitcodeCodec>),
-                   (Case<Shm, BinaryCodec>), (Case<Tcp, BitcodeCodec>), (Case<Tcp, BinaryCodec>)) {
+TEMPLATE_TEST_CASE("the hard-linking matrix runs on a remote target", "[ucx][linking]",
+                   (Case<Shm, BitcodeCodec>), (Case<Shm, BinaryCodec>), (Case<Tcp, BitcodeCodec>),
+                   (Case<Tcp, BinaryCodec>)) {
   constexpr CodecId codec = TestType::codec::id;
   constexpr Transport transport = TestType::transport;
   const uint64_t no_payload = 0;
@@ -92,7 +98,8 @@ TEMPLATE_TEST_CASE("the hard-linking matrix runs on a remote target", "[ucx][lin
     CHECK(out.result.values[2] == 12);
   }
   SECTION("a global and a function of the target process, by name") {
-    const MatrixOutcome out = run_on_target(transport, Ifunc::load(container("target_symbols", codec)), no_payload, 2);
+    const MatrixOutcome out =
+        run_on_target(transport, Ifunc::load(container("target_symbols", codec)), no_payload, 2);
     INFO(out.first_error);
     REQUIRE(out.errors == 0);
     CHECK(out.result.calls == 2);
@@ -100,7 +107,8 @@ TEMPLATE_TEST_CASE("the hard-linking matrix runs on a remote target", "[ucx][lin
     CHECK(out.result.values[1] == 1017);
   }
   SECTION("the ifunc's own .data, .rodata, .bss and function-pointer table") {
-    const MatrixOutcome out = run_on_target(transport, Ifunc::load(container("static_data", codec)), no_payload, 3);
+    const MatrixOutcome out =
+        run_on_target(transport, Ifunc::load(container("static_data", codec)), no_payload, 3);
     INFO(out.first_error);
     REQUIRE(out.errors == 0);
     CHECK(out.result.calls == 3);
@@ -111,7 +119,8 @@ TEMPLATE_TEST_CASE("the hard-linking matrix runs on a remote target", "[ucx][lin
     CHECK(std::string(out.result.text) == "rodata survives");
   }
   SECTION("C11 atomics with a 16-byte compare-exchange") {
-    const MatrixOutcome out = run_on_target(transport, Ifunc::load(container("atomics", codec)), no_payload, 4);
+    const MatrixOutcome out =
+        run_on_target(transport, Ifunc::load(container("atomics", codec)), no_payload, 4);
     INFO(out.first_error);
     REQUIRE(out.errors == 0);
     CHECK(out.result.values[0] == 4);
@@ -130,7 +139,8 @@ TEMPLATE_TEST_CASE("the hard-linking matrix runs on a remote target", "[ucx][lin
     CHECK(out.result.values[0] == int64_t{100000} * 100001 / 2);
   }
   SECTION("a C++ ifunc: template, lambda, exception thrown and caught inside") {
-    const MatrixOutcome out = run_on_target(transport, Ifunc::load(container("cxx", codec)), no_payload, 2);
+    const MatrixOutcome out =
+        run_on_target(transport, Ifunc::load(container("cxx", codec)), no_payload, 2);
     INFO(out.first_error);
     REQUIRE(out.errors == 0);
     CHECK(out.result.calls == 2);
@@ -141,7 +151,8 @@ TEMPLATE_TEST_CASE("the hard-linking matrix runs on a remote target", "[ucx][lin
   SECTION("a thread-local variable") {
     // Bitcode: ORC compiles it with emulated TLS. Binary: threechains_add_ifunc
     // builds objects with -femulated-tls (native ELF TLS is refused; see test_jit).
-    const MatrixOutcome out = run_on_target(transport, Ifunc::load(container("thread_local", codec)), no_payload, 2);
+    const MatrixOutcome out =
+        run_on_target(transport, Ifunc::load(container("thread_local", codec)), no_payload, 2);
     INFO(out.first_error);
     REQUIRE(out.errors == 0);
     CHECK(out.result.calls == 2);

@@ -40,7 +40,7 @@ void fill_pattern(std::byte* out, uint64_t index, std::size_t size) {
 }  // namespace
 
 TEMPLATE_TEST_CASE("100,000 random-size frames through a 4-slot ring arrive whole and in order",
-                   "[ucx][stress]", Shm, Tcp) {
+                   "[ucx][stress]", Shm, Tcp, TcpPut, ShmAm) {
   const uint64_t frames = frame_count();
   ChildTarget<pattern_state> target(TestType::transport, [](ChildContext& context) {
     static pattern_state state{kSeed, kMaxPayload, 0, 0, 0, 0};
@@ -52,7 +52,7 @@ TEMPLATE_TEST_CASE("100,000 random-size frames through a 4-slot ring arrive whol
   const Ifunc checker = Ifunc::load(TC_CHECKER_BITCODE);
   TestSource source(
       TestType::transport, target.port(),
-      ChannelOptions{.slots = 4, .slot_size = kMaxPayload + 64 + checker.code().size()});
+      options_for<TestType>({.slots = 4, .slot_size = kMaxPayload + 64 + checker.code().size()}));
   REQUIRE(source.channel.slots() == 4);
   for (uint64_t i = 0; i < frames; ++i) {
     const std::size_t size = pattern_size(kSeed, i, kMaxPayload);

@@ -22,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
@@ -30,6 +31,13 @@
 
 namespace threechains {
 
+// How frames reach the target. `put`: one-sided puts into the target's ring
+// (best where UCX's RMA is native: shared memory, RDMA). `active_message`: each
+// frame is a UCX Active Message that the target dispatches from its handler
+// (best where RMA is emulated, as over tcp). `automatic` picks put when UCX
+// gives a direct pointer to the ring or the RMA lanes are not tcp.
+enum class Delivery { automatic, put, active_message };
+
 struct ChannelOptions {
   // Ring the source asks for; the Receiver may grant less (see Channel::slots()).
   uint32_t slots = 16;
@@ -37,6 +45,7 @@ struct ChannelOptions {
   // whose code would not fit is sent in cached form and its code follows by AM.
   std::size_t slot_size = 128 * 1024;
   std::chrono::milliseconds connect_timeout{10000};
+  Delivery delivery = Delivery::automatic;
 };
 
 // What a send did. `would_block` only from try_send: the ring is full.
@@ -74,6 +83,7 @@ struct ChannelState {
   std::unordered_set<CodeId> held;  // code the target holds (or will, once it reads our frames)
   std::unordered_map<CodeId, Ifunc> sent_code;  // what we can resend on a cache miss
   std::vector<NeedCode> code_requests;
+  bool by_active_message = false;
   bool welcomed = false;
   ucs_status_t refused = UCS_OK;
   ChannelStats stats;
@@ -86,12 +96,14 @@ class SourceCore {
   explicit SourceCore(Worker w) : worker(std::move(w)) {
     worker.set_am_handler(kAmWelcome, &on_welcome, this);
     worker.set_am_handler(kAmNeedCode, &on_need_code, this);
+    worker.set_am_handler(kAmCredit, &on_credit, this);
   }
   SourceCore(const SourceCore&) = delete;
   SourceCore& operator=(const SourceCore&) = delete;
   ~SourceCore() {
     worker.set_am_handler(kAmWelcome, nullptr, nullptr);
     worker.set_am_handler(kAmNeedCode, nullptr, nullptr);
+    worker.set_am_handler(kAmCredit, nullptr, nullptr);
     outbox.cancel_all(worker);
   }
 
@@ -134,6 +146,18 @@ class SourceCore {
                        std::span<const std::byte>(static_cast<const std::byte*>(data), length));
     }
     ch->welcomed = true;
+    return UCS_OK;
+  }
+
+  // AM delivery: credits come back as AMs; they land in the same credit word.
+  static ucs_status_t on_credit(void* arg, const void* header, std::size_t header_length, void*,
+                                std::size_t, const ucp_am_recv_param_t* param) {
+    ChannelState* ch = static_cast<SourceCore*>(arg)->find(param);
+    if (ch == nullptr || header_length != sizeof(uint64_t)) return UCS_OK;
+    uint64_t consumed;
+    std::memcpy(&consumed, header, sizeof(consumed));
+    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(ch->credit.data()))
+        .store(consumed, std::memory_order_release);
     return UCS_OK;
   }
 
@@ -321,6 +345,10 @@ class Channel {
   // Forget what the target holds, so the next send of each ifunc carries its code.
   void forget_held_code() noexcept { state_->held.clear(); }
   [[nodiscard]] const Endpoint& endpoint() const noexcept { return state_->endpoint; }
+  // How this channel's frames travel (resolved at connect).
+  [[nodiscard]] Delivery delivery() const noexcept {
+    return state_->by_active_message ? Delivery::active_message : Delivery::put;
+  }
 
  private:
   friend class Source;
@@ -383,13 +411,20 @@ class Channel {
     }
   }
 
-  // Body first, then (after a fence) the commit word: the target never sees a
-  // commit word before the frame it commits.
+  // Ring: body first, then (after a fence) the commit word, so the target never
+  // sees a commit word before the frame it commits. AM: the frame is the message.
   void put_frame(std::size_t slot, std::byte* staging, std::size_t frame_bytes) {
     detail::ChannelState& ch = *state_;
-    const uint64_t remote = ch.ring->address() + slot * ch.slot_size;
-    ucp_request_param_t params{};
     void** requests = &ch.in_flight[slot * 2];
+    ucp_request_param_t params{};
+    if (ch.by_active_message) {
+      params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      params.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+      requests[0] = issue(ucp_am_send_nbx(ch.endpoint.handle(), detail::kAmFrame, nullptr, 0,
+                                          staging + detail::kCommitWordSize, frame_bytes, &params));
+      return;
+    }
+    const uint64_t remote = ch.ring->address() + slot * ch.slot_size;
     requests[0] =
         issue(ucp_put_nbx(ch.endpoint.handle(), staging + detail::kCommitWordSize, frame_bytes,
                           remote + detail::kCommitWordSize, ch.ring->rkey(), &params));
@@ -448,6 +483,7 @@ class Source {
       throw Error(errc::protocol, "connect: the Receiver granted a larger ring than asked for");
     }
     ch.in_flight.assign(std::size_t{ch.slots} * 2, nullptr);
+    ch.by_active_message = resolve_delivery(options.delivery, ch) == Delivery::active_message;
     return channel;
   }
 
@@ -455,6 +491,31 @@ class Source {
   [[nodiscard]] const Worker& worker() const noexcept { return core_->worker; }
 
  private:
+  // UCX 1.13 cannot be asked which transport carries RMA, so: a direct pointer
+  // to the ring means shared memory (put); otherwise read the endpoint's lane
+  // table, and if every RMA lane is tcp (RMA emulated in software), use AM.
+  static Delivery resolve_delivery(Delivery wanted, const detail::ChannelState& ch) {
+    if (wanted != Delivery::automatic) return wanted;
+    if (ch.ring->direct_pointer() != nullptr) return Delivery::put;
+    return rma_lanes_are_tcp(ch.endpoint.describe()) ? Delivery::active_message : Delivery::put;
+  }
+
+  static bool rma_lanes_are_tcp(const std::string& lanes) {
+    bool any = false;
+    std::size_t at = 0;
+    while (at < lanes.size()) {
+      const std::size_t end = std::min(lanes.find('\n', at), lanes.size());
+      const std::string_view line(lanes.data() + at, end - at);
+      if (line.find("lane[") != std::string_view::npos &&
+          line.find("rma") != std::string_view::npos) {
+        if (line.find("tcp/") == std::string_view::npos) return false;
+        any = true;
+      }
+      at = end + 1;
+    }
+    return any;
+  }
+
   std::shared_ptr<detail::SourceCore> core_;
 };
 

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -97,7 +98,11 @@ class Receiver {
     uint64_t reported = 0;      // last sequence credited back to the source
     uint64_t credit_value = 0;  // buffer of the credit put in flight
     void* credit_request = nullptr;
-    uint64_t stalled_on = 0;  // sequence waiting for its code (cache miss), 0 if none
+    uint64_t stalled_on = 0;         // sequence waiting for its code (cache miss), 0 if none
+    bool by_active_message = false;  // the source delivers frames by AM, not into the ring
+    // AM delivery: frames that arrived while an earlier one waits for its code,
+    // the waiting one first (slow path, copied).
+    std::deque<std::vector<std::byte>> backlog;
     bool bye = false;
     std::optional<detail::Hello> hello;
     std::vector<std::byte> hello_rkey;
@@ -125,6 +130,7 @@ class Receiver {
       worker.set_am_handler(detail::kAmHello, &on_hello, this);
       worker.set_am_handler(detail::kAmCode, &on_code, this);
       worker.set_am_handler(detail::kAmBye, &on_bye, this);
+      worker.set_am_handler(detail::kAmFrame, &on_frame, this);
     }
     Core(const Core&) = delete;
     Core& operator=(const Core&) = delete;
@@ -132,6 +138,7 @@ class Receiver {
       worker.set_am_handler(detail::kAmHello, nullptr, nullptr);
       worker.set_am_handler(detail::kAmCode, nullptr, nullptr);
       worker.set_am_handler(detail::kAmBye, nullptr, nullptr);
+      worker.set_am_handler(detail::kAmFrame, nullptr, nullptr);
       for (ucp_conn_request_h request : pending_connections) listener.reject(request);
       while (!peers.empty()) remove_peer(peers.size() - 1);
       outbox.cancel_all(worker);
@@ -159,7 +166,10 @@ class Receiver {
         const uint64_t commit = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot))
                                     .load(std::memory_order_acquire);
         if (commit != peer.expected) break;
-        if (!dispatch(peer, slot)) break;  // waiting for code
+        if (!dispatch(peer, slot + detail::kCommitWordSize,
+                      peer.slot_size - detail::kCommitWordSize)) {
+          break;  // waiting for code
+        }
         ++peer.expected;
         ++dispatched;
       }
@@ -167,10 +177,10 @@ class Receiver {
       return dispatched;
     }
 
-    // Returns false if the frame must wait in its slot for its code.
-    bool dispatch(Peer& peer, std::byte* slot) {
-      const std::span<const std::byte> bytes(slot + detail::kCommitWordSize,
-                                             peer.slot_size - detail::kCommitWordSize);
+    // Validates and runs the frame at `frame` (`available` bytes may hold it).
+    // Returns false if the frame must wait for its code.
+    bool dispatch(Peer& peer, std::byte* frame_bytes, std::size_t available) {
+      const std::span<const std::byte> bytes(frame_bytes, available);
       FrameView frame;
       errc e = FrameView::parse(bytes, frame);
       if (e == errc::ok && frame.sequence() != static_cast<uint32_t>(peer.expected))
@@ -178,7 +188,7 @@ class Receiver {
       if (e != errc::ok) [[unlikely]] {
         reject(Error(e, e == errc::bad_sequence
                             ? "frame rejected: sequence " + std::to_string(frame.sequence()) +
-                                  " in slot committed as " + std::to_string(peer.expected)
+                                  " where " + std::to_string(peer.expected) + " was due"
                             : FrameView::describe(e, bytes)));
         return true;
       }
@@ -189,10 +199,49 @@ class Receiver {
         if (entry == nullptr) return true;  // rejected; reported
       }
       peer.stalled_on = 0;
-      entry(slot + detail::kCommitWordSize + sizeof(FrameHeader), frame.header().payload_size,
-            options.target_args);
+      entry(frame_bytes + sizeof(FrameHeader), frame.header().payload_size, options.target_args);
       ++stats.frames_dispatched;
       return true;
+    }
+
+    // AM delivery: one frame, in UCX's receive buffer. The ifunc gets its
+    // payload 16-byte aligned, as from a ring slot, so a misaligned buffer is
+    // copied to scratch first.
+    void dispatch_delivered(Peer& peer, std::byte* data, std::size_t length) {
+      if (!peer.backlog.empty()) [[unlikely]] {
+        peer.backlog.emplace_back(data, data + length);
+        return;
+      }
+      std::byte* frame = data;
+      if ((reinterpret_cast<uintptr_t>(data + sizeof(FrameHeader)) & 15) != 0) {
+        if (scratch.size() * sizeof(ScratchBlock) < length + sizeof(ScratchBlock)) {
+          scratch.resize(length / sizeof(ScratchBlock) + 2);
+        }
+        // header at +8, so the payload (+24 from the frame) lands 16-byte aligned
+        frame = reinterpret_cast<std::byte*>(scratch.data()) + 8;
+        std::memcpy(frame, data, length);
+      }
+      if (dispatch(peer, frame, length)) {
+        ++peer.expected;
+      } else {
+        peer.backlog.emplace_back(data, data + length);
+      }
+    }
+
+    // AM delivery: runs what waited behind a cache miss, in order, once code came.
+    void drain_backlog(Peer& peer) {
+      while (!peer.backlog.empty()) {
+        std::vector<std::byte> head = std::move(peer.backlog.front());
+        peer.backlog.pop_front();
+        std::vector<ScratchBlock> aligned(head.size() / sizeof(ScratchBlock) + 2);
+        std::byte* frame = reinterpret_cast<std::byte*>(aligned.data()) + 8;
+        std::memcpy(frame, head.data(), head.size());
+        if (!dispatch(peer, frame, head.size())) {
+          peer.backlog.push_front(std::move(head));
+          return;
+        }
+        ++peer.expected;
+      }
     }
 
     IfuncMain load(CodeId id, CodecId codec, std::span<const std::byte> code) {
@@ -232,9 +281,17 @@ class Receiver {
       }
       peer.credit_value = peer.expected - 1;
       ucp_request_param_t params{};
-      ucs_status_ptr_t request =
-          ucp_put_nbx(peer.endpoint.handle(), &peer.credit_value, sizeof(uint64_t),
-                      peer.credit->address(), peer.credit->rkey(), &params);
+      ucs_status_ptr_t request;
+      if (peer.by_active_message) {
+        // Where RMA is emulated (tcp) an AM back is cheaper than a put.
+        params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        params.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+        request = ucp_am_send_nbx(peer.endpoint.handle(), detail::kAmCredit, &peer.credit_value,
+                                  sizeof(uint64_t), nullptr, 0, &params);
+      } else {
+        request = ucp_put_nbx(peer.endpoint.handle(), &peer.credit_value, sizeof(uint64_t),
+                              peer.credit->address(), peer.credit->rkey(), &params);
+      }
       if (UCS_PTR_IS_ERR(request)) [[unlikely]] {
         peer.bye = true;  // the source is unreachable; drop it on the next control round
         control_pending = true;
@@ -262,6 +319,7 @@ class Receiver {
         if (peer.hello) open_ring(peer);
         for (Peer::Delivery& delivery : peer.deliveries) accept_code(peer, delivery);
         peer.deliveries.clear();
+        if (!peer.backlog.empty()) drain_backlog(peer);
         if (peer.endpoint.failed() || peer.bye) {
           if (peer.ring) drain(peer);  // what the source committed before it left still runs
           remove_peer(i--);
@@ -320,7 +378,10 @@ class Receiver {
     }
 
     void skip_stalled(Peer& peer) {
-      if (peer.stalled_on == peer.expected) ++peer.expected;
+      if (peer.stalled_on == peer.expected) {
+        ++peer.expected;
+        if (!peer.backlog.empty()) peer.backlog.pop_front();  // AM delivery: the frame itself
+      }
       peer.stalled_on = 0;
     }
 
@@ -374,6 +435,19 @@ class Receiver {
       return UCS_OK;
     }
 
+    // AM delivery: the frame runs right here, inside UCX's progress, with no copy
+    // unless its payload would be misaligned or it must wait for its code.
+    static ucs_status_t on_frame(void* arg, const void*, std::size_t, void* data,
+                                 std::size_t length, const ucp_am_recv_param_t* param) {
+      auto* self = static_cast<Core*>(arg);
+      Peer* peer = self->find(param);
+      if (peer == nullptr || !peer->ring) [[unlikely]]
+        return UCS_OK;
+      peer->by_active_message = true;
+      self->dispatch_delivered(*peer, static_cast<std::byte*>(data), length);
+      return UCS_OK;
+    }
+
     static ucs_status_t on_bye(void* arg, const void*, std::size_t, void*, std::size_t,
                                const ucp_am_recv_param_t* param) {
       auto* self = static_cast<Core*>(arg);
@@ -393,6 +467,10 @@ class Receiver {
     std::vector<ucp_conn_request_h> pending_connections;
     bool control_pending = false;
     uint32_t polls = 0;
+    struct alignas(16) ScratchBlock {
+      std::byte bytes[16];
+    };
+    std::vector<ScratchBlock> scratch;  // AM delivery: realigned frames
     ReceiverStats stats;
     Listener listener;  // last: destroyed first, so no connection arrives mid-teardown
   };

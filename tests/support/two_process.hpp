@@ -20,12 +20,30 @@
 
 namespace threechains::test {
 
-struct Shm {
+// Transport (and how frames travel) for templated tests.
+struct Shm {  // puts into the ring, chosen automatically
   static constexpr Transport transport = Transport::shared_memory;
+  static constexpr Delivery delivery = Delivery::automatic;
 };
-struct Tcp {
+struct Tcp {  // Active Messages, chosen automatically (RMA over tcp is emulated)
   static constexpr Transport transport = Transport::tcp;
+  static constexpr Delivery delivery = Delivery::automatic;
 };
+struct TcpPut {  // the ring over tcp, forced
+  static constexpr Transport transport = Transport::tcp;
+  static constexpr Delivery delivery = Delivery::put;
+};
+struct ShmAm {  // Active Messages over shared memory, forced
+  static constexpr Transport transport = Transport::shared_memory;
+  static constexpr Delivery delivery = Delivery::active_message;
+};
+
+// Channel options for transport type T, with its delivery.
+template <class T>
+ChannelOptions options_for(ChannelOptions options = {}) {
+  options.delivery = T::delivery;
+  return options;
+}
 
 // What a child target's body works with.
 struct ChildContext {

@@ -17,9 +17,12 @@ inline constexpr uint32_t kProtocolVersion = 1;
 inline constexpr unsigned kAmHello = 0x7C01;  // open a channel: credit word rkey, ring wishes
 inline constexpr unsigned kAmCode = 0x7C02;   // the code a target asked for (cache miss)
 inline constexpr unsigned kAmBye = 0x7C03;    // the source is done; no frame is in flight
+inline constexpr unsigned kAmFrame =
+    0x7C04;  // a frame, when the channel delivers by AM (no header)
 // Target -> source
 inline constexpr unsigned kAmWelcome = 0x7C11;   // the ring: address, rkey, geometry
 inline constexpr unsigned kAmNeedCode = 0x7C12;  // a cached frame arrived for code not held
+inline constexpr unsigned kAmCredit = 0x7C13;    // header: last consumed sequence (AM delivery)
 
 // Ring slot: | commit word (8 B) | frame |. The commit word carries the frame's
 // full 64-bit sequence number and is written by a second put, after a fence,
