@@ -62,6 +62,11 @@ class JitCache {
   // Removes an ifunc and frees its code. Returns false if it was not cached.
   bool evict(CodeId id);
 
+  // Evicts everything.
+  void clear() {
+    while (!entries_.empty()) (void)evict(entries_.begin()->first);
+  }
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

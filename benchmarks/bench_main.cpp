@@ -1,0 +1,475 @@
+// threechains-bench: ifunc vs UCX Active Messages, side by side in one run.
+//
+// A driver starts a target and a source process per transport. For every mode
+// and payload size the source measures
+//   latency   ping-pong: send, wait until the target says it ran (half round trip)
+//   rate      streaming with at most --window messages unconsumed (the ifunc
+//             ring's credits; the AM baseline gets the same window)
+//   first     (ifunc modes) the first call of code the target's JIT does not
+//             hold: the target evicts after every frame, so each round compiles
+//             or links afresh
+// Modes: am (ucp_am_send_nbx to a handler that increments a counter), and
+// ifunc-{bitcode,binary}-{cached,uncached} (uncached: every frame carries its
+// code; the target looks it up in its cache). Output: a table with each mode's
+// ratio to am, and one JSON line per measurement (--json).
+#include <threechains/threechains.hpp>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <fmt/format.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tc = threechains;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr unsigned kAmBench = 0x7D01;  // source -> target: payload
+constexpr unsigned kAmAck = 0x7D02;    // target -> source: how many AMs ran
+constexpr unsigned kAmTotals = 0x7D03; // source -> target: what it sent, to check at the end
+
+struct Options {
+  std::string role = "driver";
+  std::vector<std::string> transports{"shm", "tcp"};
+  std::vector<std::string> modes{"am", "ifunc-bitcode-cached", "ifunc-bitcode-uncached", "ifunc-binary-cached",
+                                 "ifunc-binary-uncached"};
+  std::vector<std::string> metrics{"latency", "rate", "first"};
+  std::size_t min_size = 8;
+  std::size_t max_size = 8;
+  uint64_t iterations = 20000;
+  uint64_t warmup = 2000;
+  uint64_t first_rounds = 30;
+  uint32_t window = 16;
+  int target_cpu = -1;
+  int source_cpu = -1;
+  std::string delivery = "automatic";
+  std::string json;
+  std::string bitcode = THREECHAINS_BENCH_BITCODE;
+  std::string binary = THREECHAINS_BENCH_BINARY;
+  uint16_t port = 0;
+  int port_fd = -1;
+};
+
+void pin(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) fmt::print(stderr, "bench: cannot pin to cpu {}\n", cpu);
+}
+
+tc::Delivery parse_delivery(const std::string& d) {
+  if (d == "put") return tc::Delivery::put;
+  if (d == "am") return tc::Delivery::active_message;
+  return tc::Delivery::automatic;
+}
+
+// ---- target -------------------------------------------------------------
+
+struct TargetState {
+  uint64_t ran = 0;     // the counter ifunc increments this (target_args)
+  uint64_t am_ran = 0;  // the AM handler increments this
+  uint64_t acked = 0;
+  uint64_t totals[2] = {~0ull, ~0ull};  // frames, AMs the source says it sent
+  std::vector<std::byte> rndv_buffer;
+  ucp_worker_h worker = nullptr;
+  ucp_ep_h reply_ep = nullptr;  // where acks go: learnt from the first AM
+};
+
+ucs_status_t on_bench_am(void* arg, const void*, std::size_t, void* data, std::size_t length,
+                         const ucp_am_recv_param_t* param) {
+  auto* state = static_cast<TargetState*>(arg);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0) state->reply_ep = param->reply_ep;
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    // Large messages come by rendezvous: receive them, then count.
+    if (state->rndv_buffer.size() < length) state->rndv_buffer.resize(length);
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.recv_am = [](void* request, ucs_status_t, std::size_t, void* user) {
+      ++static_cast<TargetState*>(user)->am_ran;
+      ucp_request_free(request);
+    };
+    p.user_data = state;
+    ucs_status_ptr_t r = ucp_am_recv_data_nbx(state->worker, data, state->rndv_buffer.data(), length, &p);
+    if (r == nullptr) ++state->am_ran;
+    return UCS_OK;
+  }
+  ++state->am_ran;
+  return UCS_OK;
+}
+
+ucs_status_t on_totals(void* arg, const void* header, std::size_t length, void*, std::size_t,
+                       const ucp_am_recv_param_t*) {
+  if (length == 2 * sizeof(uint64_t)) std::memcpy(static_cast<TargetState*>(arg)->totals, header, length);
+  return UCS_OK;
+}
+
+int run_target(const Options& o) {
+  pin(o.target_cpu);
+  tc::Worker worker(tc::Context({.transport = tc::parse_transport(o.transports.front())}));
+  TargetState state;
+  state.worker = worker.handle();
+  const bool evict_each = o.metrics.size() == 1 && o.metrics.front() == "first";
+  tc::Receiver receiver(worker, {.max_slot_size = o.max_size + (64 << 10), .target_args = &state.ran});
+  worker.set_am_handler(kAmBench, &on_bench_am, &state);
+  worker.set_am_handler(kAmTotals, &on_totals, &state);
+  const std::string port = std::to_string(receiver.port()) + "\n";
+  if (write(o.port_fd, port.data(), port.size()) != static_cast<ssize_t>(port.size())) return 3;
+  close(o.port_fd);
+
+  // The AM baseline's acknowledgement mirrors the ring's credits: after each
+  // poll, if more have run, tell the source how many (from outside the handler).
+  uint64_t ack_value = 0;
+  void* ack_request = nullptr;
+  std::vector<double> compile_us;
+  receiver.run([&] {
+    if (evict_each && receiver.cache().size() != 0) {
+      compile_us.push_back(std::chrono::duration<double, std::micro>(receiver.stats().last_load_time).count());
+      receiver.cache().clear();
+    }
+    if (state.am_ran != state.acked && state.reply_ep != nullptr) {
+      if (ack_request != nullptr && ucp_request_check_status(ack_request) == UCS_INPROGRESS) return false;
+      if (ack_request != nullptr) ucp_request_free(ack_request);
+      ack_value = state.am_ran;
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_AM_SEND_FLAG_EAGER;
+      ucs_status_ptr_t r = ucp_am_send_nbx(state.reply_ep, kAmAck, &ack_value, sizeof(ack_value), nullptr, 0, &p);
+      ack_request = UCS_PTR_IS_ERR(r) ? nullptr : r;
+      state.acked = ack_value;
+    }
+    // Done when the ifunc channel said goodbye (the AM connection just goes away).
+    return receiver.stats().peers_closed - receiver.stats().peers_lost >= 1;
+  });
+  if (ack_request != nullptr) {
+    while (ucp_request_check_status(ack_request) == UCS_INPROGRESS) worker.progress();
+    ucp_request_free(ack_request);
+  }
+  // Every message the source sent ran exactly once.
+  if (state.totals[0] != state.ran || state.totals[1] != state.am_ran ||
+      state.ran != receiver.stats().frames_dispatched) {
+    fmt::print(stderr, "bench target: ran {} ifuncs and {} AMs, the source sent {} and {}\n", state.ran,
+               state.am_ran, state.totals[0], state.totals[1]);
+    return 1;
+  }
+  fmt::print("  target: {} ifuncs and {} AMs ran, as many as were sent\n", state.ran, state.am_ran);
+  // The source sends --first-rounds frames of bitcode, then as many of binary.
+  for (const char* codec : {"bitcode", "binary"}) {
+    const std::size_t n = std::min<std::size_t>(o.first_rounds, compile_us.size());
+    if (n == 0) break;
+    std::vector<double> rounds(compile_us.begin(), compile_us.begin() + static_cast<std::ptrdiff_t>(n));
+    compile_us.erase(compile_us.begin(), compile_us.begin() + static_cast<std::ptrdiff_t>(n));
+    std::sort(rounds.begin(), rounds.end());
+    fmt::print("  target: {} first call, JIT {} of fresh code: median {:.1f} us, min {:.1f} us ({} rounds)\n",
+               codec, std::string(codec) == "bitcode" ? "compile" : "link", rounds[rounds.size() / 2],
+               rounds.front(), rounds.size());
+  }
+  return 0;
+}
+
+// ---- source -------------------------------------------------------------
+
+struct Result {
+  std::string transport, mode, metric;
+  std::size_t size = 0;
+  double value = 0;  // us for latency/first, M msg/s for rate
+  std::size_t frame_bytes = 0;
+};
+
+class JsonOut {
+ public:
+  explicit JsonOut(const std::string& path) : file_(path.empty() ? nullptr : std::fopen(path.c_str(), "a")) {}
+  ~JsonOut() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  void write(const Result& r, const std::string& delivery) {
+    if (file_ == nullptr) return;
+    fmt::print(file_,
+               "{{\"transport\":\"{}\",\"mode\":\"{}\",\"metric\":\"{}\",\"payload\":{},\"value\":{:.4f},"
+               "\"unit\":\"{}\",\"frame_bytes\":{},\"delivery\":\"{}\"}}\n",
+               r.transport, r.mode, r.metric, r.size, r.value, r.metric == "rate" ? "Mmsg/s" : "us",
+               r.frame_bytes, delivery);
+    std::fflush(file_);
+  }
+
+ private:
+  std::FILE* file_;
+};
+
+// The AM baseline: the same payload to a handler that counts, acknowledged
+// like the ring's credits.
+class AmBaseline {
+ public:
+  AmBaseline(tc::Worker worker, uint16_t port) : worker_(std::move(worker)), ep_(tc::Endpoint::connect(worker_, "127.0.0.1", port)) {
+    worker_.set_am_handler(kAmAck, &on_ack, this);
+    // The target learns our endpoint from the first message (REPLY flag).
+  }
+  ~AmBaseline() { worker_.set_am_handler(kAmAck, nullptr, nullptr); }
+
+  void send(const std::byte* data, std::size_t size) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep_.handle(), kAmBench, nullptr, 0, data, size, &p);
+    if (UCS_PTR_IS_ERR(r)) tc::check(UCS_PTR_STATUS(r), "ucp_am_send_nbx");
+    if (r != nullptr) {
+      while (ucp_request_check_status(r) == UCS_INPROGRESS) worker_.progress();
+      ucp_request_free(r);
+    }
+    ++sent_;
+  }
+  void wait_until(uint64_t count) {
+    while (acked_ < count) worker_.progress();
+  }
+  [[nodiscard]] uint64_t sent() const { return sent_; }
+  [[nodiscard]] uint64_t acked() const { return acked_; }
+  void progress() { worker_.progress(); }
+  tc::Endpoint& endpoint() { return ep_; }
+
+ private:
+  static ucs_status_t on_ack(void* arg, const void* header, std::size_t length, void*, std::size_t,
+                             const ucp_am_recv_param_t*) {
+    if (length == sizeof(uint64_t)) std::memcpy(&static_cast<AmBaseline*>(arg)->acked_, header, sizeof(uint64_t));
+    return UCS_OK;
+  }
+  tc::Worker worker_;
+  tc::Endpoint ep_;
+  uint64_t sent_ = 0;
+  uint64_t acked_ = 0;
+};
+
+int run_source(const Options& o) {
+  pin(o.source_cpu);
+  const std::string transport = o.transports.front();
+  tc::Worker worker(tc::Context({.transport = tc::parse_transport(transport)}));
+  const tc::Ifunc bitcode = tc::Ifunc::load(o.bitcode);
+  const tc::Ifunc binary = tc::Ifunc::load(o.binary);
+  tc::Source source(worker);
+  const std::size_t code = std::max(bitcode.code().size(), binary.code().size());
+  tc::Channel channel = source.connect("127.0.0.1", o.port,
+                                       {.slots = o.window, .slot_size = o.max_size + code + 128,
+                                        .delivery = parse_delivery(o.delivery)});
+  const std::string delivery = channel.delivery() == tc::Delivery::put ? "put" : "am";
+  // The AM baseline shares the worker; the target's ack handler finds it by endpoint.
+  AmBaseline am(worker, o.port);
+  // The counter adds the payload's first 8 bytes (little-endian): make that 1.
+  std::vector<std::byte> payload(std::max<std::size_t>(o.max_size, 8), std::byte{0});
+  payload[0] = std::byte{1};
+  JsonOut json(o.json);
+  std::vector<Result> results;
+
+  // Target acks AMs to the endpoint it learns from the first AM: prime it.
+  am.send(payload.data(), 8);
+  am.wait_until(1);
+  uint64_t am_base = 1;
+
+  for (const std::string& mode : o.modes) {
+    const bool is_am = mode == "am";
+    const tc::Ifunc& ifunc = mode.find("binary") != std::string::npos ? binary : bitcode;
+    const bool uncached = mode.find("uncached") != std::string::npos;
+    for (std::size_t size = o.min_size; size <= o.max_size; size *= 2) {
+      const auto send_one = [&] {
+        if (is_am) {
+          am.send(payload.data(), size);
+        } else {
+          if (uncached) channel.forget_held_code();
+          (void)tc::send(channel, ifunc, std::span<const std::byte>(payload.data(), size));
+        }
+      };
+      const auto sent_total = [&] { return is_am ? am.sent() : channel.stats().frames_sent; };
+      const auto wait_all = [&] {
+        if (is_am) {
+          am.wait_until(am.sent() + am_base - 1);
+        } else {
+          channel.flush();
+        }
+      };
+      const auto in_flight = [&]() -> uint64_t {
+        return is_am ? am.sent() + am_base - 1 - am.acked() : channel.frames_in_flight();
+      };
+      for (const std::string& metric : o.metrics) {
+        if (metric == "first") continue;
+        const uint64_t n = metric == "latency" ? std::max<uint64_t>(o.iterations / 4, 100) : o.iterations;
+        for (uint64_t i = 0; i < o.warmup; ++i) {
+          send_one();
+          if (metric == "latency") wait_all();
+        }
+        wait_all();
+        const auto start = Clock::now();
+        for (uint64_t i = 0; i < n; ++i) {
+          if (metric == "rate" && is_am) {
+            while (in_flight() >= o.window) am.progress();
+          }
+          send_one();
+          if (metric == "latency") wait_all();
+        }
+        wait_all();
+        const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        Result r{transport, mode, metric, size, 0, is_am ? size : channel.stats().last_frame_size};
+        r.value = metric == "latency" ? seconds * 1e6 / double(n) / 2 : double(n) / seconds / 1e6;
+        json.write(r, delivery);
+        results.push_back(r);
+        (void)sent_total;
+      }
+    }
+  }
+
+  // First calls: fresh code on the target each round (it evicts after each frame).
+  if (std::find(o.metrics.begin(), o.metrics.end(), "first") != o.metrics.end()) {
+    for (const tc::Ifunc* ifunc : {&bitcode, &binary}) {
+      std::vector<double> rtt;
+      for (uint64_t i = 0; i < o.first_rounds; ++i) {
+        channel.forget_held_code();
+        const auto start = Clock::now();
+        (void)tc::send(channel, *ifunc, std::span<const std::byte>(payload.data(), 8));
+        channel.flush();
+        rtt.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+      }
+      std::sort(rtt.begin(), rtt.end());
+      Result r{transport, std::string("ifunc-") + tc::to_string(ifunc->codec()), "first", 8, rtt[rtt.size() / 2],
+               channel.stats().last_frame_size};
+      json.write(r, delivery);
+      results.push_back(r);
+    }
+  }
+
+  // The table: every figure beside am's for the same metric and size.
+  std::map<std::pair<std::string, std::size_t>, double> am_value;
+  for (const Result& r : results) {
+    if (r.mode == "am") am_value[{r.metric, r.size}] = r.value;
+  }
+  fmt::print("  {:<24} {:<8} {:>9} {:>12} {:>10} {:>11}  (delivery: {})\n", "mode", "metric", "payload", "value",
+             "vs am", "frame B", delivery);
+  for (const Result& r : results) {
+    const auto it = am_value.find({r.metric, r.size});
+    const std::string ratio = it != am_value.end() && r.mode != "am" ? fmt::format("{:.2f}x", r.value / it->second) : "";
+    fmt::print("  {:<24} {:<8} {:>9} {:>9.3f} {:<2} {:>10} {:>11}\n", r.mode, r.metric, r.size, r.value,
+               r.metric == "rate" ? "M/s" : "us", ratio, r.frame_bytes);
+  }
+  std::fflush(stdout);
+  channel.flush();
+  const uint64_t totals[2] = {channel.stats().frames_sent, am.sent()};
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_EAGER;
+  tc::check(tc::wait_request(worker, ucp_am_send_nbx(am.endpoint().handle(), kAmTotals, totals, sizeof(totals),
+                                                     nullptr, 0, &p),
+                             std::chrono::seconds(10)),
+            "send totals");
+  am.endpoint().close();
+  channel.close();
+  return 0;
+}
+
+int drive(const Options& o, const std::string& transport, const std::vector<std::string>& args) {
+  fmt::print("== {} ==\n", transport);
+  std::fflush(stdout);
+  int fds[2];
+  if (pipe(fds) != 0) return 2;
+  const auto exec_self = [&](const std::string& role, const std::string& extra_name, const std::string& extra) {
+    std::vector<std::string> argv{"/proc/self/exe", "--role", role, "--transports", transport};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back(extra_name);
+    argv.push_back(extra);
+    std::vector<char*> c;
+    for (std::string& a : argv) c.push_back(a.data());
+    c.push_back(nullptr);
+    execv("/proc/self/exe", c.data());
+    _exit(127);
+  };
+  const pid_t target = fork();
+  if (target == 0) {
+    close(fds[0]);
+    exec_self("target", "--port-fd", std::to_string(fds[1]));
+  }
+  close(fds[1]);
+  char buffer[32] = {};
+  if (read(fds[0], buffer, sizeof(buffer) - 1) <= 0) return 2;
+  close(fds[0]);
+  const pid_t source = fork();
+  if (source == 0) exec_self("source", "--port", std::to_string(std::stoi(buffer)));
+  int s = 0;
+  int t = 0;
+  waitpid(source, &s, 0);
+  waitpid(target, &t, 0);
+  (void)o;
+  return WIFEXITED(s) && WEXITSTATUS(s) == 0 && WIFEXITED(t) && WEXITSTATUS(t) == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"ThreeChains benchmark: ifunc vs UCX Active Messages"};
+  app.add_option("--role", o.role)->check(CLI::IsMember({"driver", "target", "source"}));
+  app.add_option("--transports", o.transports, "shm, tcp")->delimiter(',');
+  app.add_option("--modes", o.modes, "am, ifunc-{bitcode,binary}-{cached,uncached}")->delimiter(',');
+  app.add_option("--metrics", o.metrics, "latency, rate, first")->delimiter(',');
+  app.add_option("--min-size", o.min_size, "smallest payload (bytes)");
+  app.add_option("--max-size", o.max_size, "largest payload (bytes); sizes double from min to max");
+  app.add_option("-n,--iterations", o.iterations, "messages per rate measurement (latency: a quarter)");
+  app.add_option("--warmup", o.warmup, "messages before each measurement");
+  app.add_option("--first-rounds", o.first_rounds, "fresh-code first calls per codec");
+  app.add_option("--window", o.window, "unconsumed messages allowed (ring slots)");
+  app.add_option("--target-cpu", o.target_cpu, "pin the target process");
+  app.add_option("--source-cpu", o.source_cpu, "pin the source process");
+  app.add_option("--delivery", o.delivery, "automatic, put, am")->check(CLI::IsMember({"automatic", "put", "am"}));
+  app.add_option("--json", o.json, "append one JSON line per measurement to this file");
+  app.add_option("--bitcode", o.bitcode, "counter ifunc, bitcode container");
+  app.add_option("--binary", o.binary, "counter ifunc, binary container");
+  app.add_option("--port", o.port);
+  app.add_option("--port-fd", o.port_fd);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (o.role == "target") return run_target(o);
+    if (o.role == "source") return run_source(o);
+    // Driver: everything but role/transports is passed through; "first" runs
+    // in a pair of its own, since its target evicts after every frame.
+    std::vector<std::string> pass;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--transports") {
+        ++i;
+        continue;
+      }
+      pass.push_back(a);
+    }
+    int rc = 0;
+    const bool first = std::find(o.metrics.begin(), o.metrics.end(), "first") != o.metrics.end();
+    std::vector<std::string> steady;
+    for (const std::string& m : o.metrics) {
+      if (m != "first") steady.push_back(m);
+    }
+    for (const std::string& t : o.transports) {
+      if (!steady.empty()) {
+        std::vector<std::string> args = pass;
+        std::string joined;
+        for (const std::string& m : steady) joined += (joined.empty() ? "" : ",") + m;
+        args.push_back("--metrics");
+        args.push_back(joined);
+        rc |= drive(o, t, args);
+      }
+      if (first) {
+        std::vector<std::string> args = pass;
+        args.push_back("--metrics");
+        args.push_back("first");
+        args.push_back("--modes");
+        args.push_back("ifunc-bitcode-uncached");
+        rc |= drive(o, t, args);
+      }
+    }
+    return rc;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "threechains-bench ({}): {}\n", o.role, e.what());
+    return 1;
+  }
+}
