@@ -14,12 +14,12 @@
 // ratio to am, and one JSON line per measurement (--json).
 #include <threechains/threechains.hpp>
 
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 #include <fmt/format.h>
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -33,15 +33,15 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr unsigned kAmBench = 0x7D01;  // source -> target: payload
-constexpr unsigned kAmAck = 0x7D02;    // target -> source: how many AMs ran
-constexpr unsigned kAmTotals = 0x7D03; // source -> target: what it sent, to check at the end
+constexpr unsigned kAmBench = 0x7D01;   // source -> target: payload
+constexpr unsigned kAmAck = 0x7D02;     // target -> source: how many AMs ran
+constexpr unsigned kAmTotals = 0x7D03;  // source -> target: what it sent, to check at the end
 
 struct Options {
   std::string role = "driver";
   std::vector<std::string> transports{"shm", "tcp"};
-  std::vector<std::string> modes{"am", "ifunc-bitcode-cached", "ifunc-bitcode-uncached", "ifunc-binary-cached",
-                                 "ifunc-binary-uncached"};
+  std::vector<std::string> modes{"am", "ifunc-bitcode-cached", "ifunc-bitcode-uncached",
+                                 "ifunc-binary-cached", "ifunc-binary-uncached"};
   std::vector<std::string> metrics{"latency", "rate", "first"};
   std::size_t min_size = 8;
   std::size_t max_size = 8;
@@ -49,6 +49,7 @@ struct Options {
   uint64_t warmup = 2000;
   uint64_t first_rounds = 30;
   uint32_t window = 16;
+  uint32_t rounds = 5;
   int target_cpu = -1;
   int source_cpu = -1;
   std::string delivery = "automatic";
@@ -64,11 +65,13 @@ void pin(int cpu) {
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
-  if (sched_setaffinity(0, sizeof(set), &set) != 0) fmt::print(stderr, "bench: cannot pin to cpu {}\n", cpu);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0)
+    fmt::print(stderr, "bench: cannot pin to cpu {}\n", cpu);
 }
 
 tc::Delivery parse_delivery(const std::string& d) {
   if (d == "put") return tc::Delivery::put;
+  if (d == "direct") return tc::Delivery::direct;
   if (d == "am") return tc::Delivery::active_message;
   return tc::Delivery::automatic;
 }
@@ -99,7 +102,8 @@ ucs_status_t on_bench_am(void* arg, const void*, std::size_t, void* data, std::s
       ucp_request_free(request);
     };
     p.user_data = state;
-    ucs_status_ptr_t r = ucp_am_recv_data_nbx(state->worker, data, state->rndv_buffer.data(), length, &p);
+    ucs_status_ptr_t r =
+        ucp_am_recv_data_nbx(state->worker, data, state->rndv_buffer.data(), length, &p);
     if (r == nullptr) ++state->am_ran;
     return UCS_OK;
   }
@@ -109,7 +113,8 @@ ucs_status_t on_bench_am(void* arg, const void*, std::size_t, void* data, std::s
 
 ucs_status_t on_totals(void* arg, const void* header, std::size_t length, void*, std::size_t,
                        const ucp_am_recv_param_t*) {
-  if (length == 2 * sizeof(uint64_t)) std::memcpy(static_cast<TargetState*>(arg)->totals, header, length);
+  if (length == 2 * sizeof(uint64_t))
+    std::memcpy(static_cast<TargetState*>(arg)->totals, header, length);
   return UCS_OK;
 }
 
@@ -119,7 +124,8 @@ int run_target(const Options& o) {
   TargetState state;
   state.worker = worker.handle();
   const bool evict_each = o.metrics.size() == 1 && o.metrics.front() == "first";
-  tc::Receiver receiver(worker, {.max_slot_size = o.max_size + (64 << 10), .target_args = &state.ran});
+  tc::Receiver receiver(worker,
+                        {.max_slot_size = o.max_size + (64 << 10), .target_args = &state.ran});
   worker.set_am_handler(kAmBench, &on_bench_am, &state);
   worker.set_am_handler(kAmTotals, &on_totals, &state);
   const std::string port = std::to_string(receiver.port()) + "\n";
@@ -133,17 +139,20 @@ int run_target(const Options& o) {
   std::vector<double> compile_us;
   receiver.run([&] {
     if (evict_each && receiver.cache().size() != 0) {
-      compile_us.push_back(std::chrono::duration<double, std::micro>(receiver.stats().last_load_time).count());
+      compile_us.push_back(
+          std::chrono::duration<double, std::micro>(receiver.stats().last_load_time).count());
       receiver.cache().clear();
     }
     if (state.am_ran != state.acked && state.reply_ep != nullptr) {
-      if (ack_request != nullptr && ucp_request_check_status(ack_request) == UCS_INPROGRESS) return false;
+      if (ack_request != nullptr && ucp_request_check_status(ack_request) == UCS_INPROGRESS)
+        return false;
       if (ack_request != nullptr) ucp_request_free(ack_request);
       ack_value = state.am_ran;
       ucp_request_param_t p{};
       p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       p.flags = UCP_AM_SEND_FLAG_EAGER;
-      ucs_status_ptr_t r = ucp_am_send_nbx(state.reply_ep, kAmAck, &ack_value, sizeof(ack_value), nullptr, 0, &p);
+      ucs_status_ptr_t r =
+          ucp_am_send_nbx(state.reply_ep, kAmAck, &ack_value, sizeof(ack_value), nullptr, 0, &p);
       ack_request = UCS_PTR_IS_ERR(r) ? nullptr : r;
       state.acked = ack_value;
     }
@@ -157,8 +166,8 @@ int run_target(const Options& o) {
   // Every message the source sent ran exactly once.
   if (state.totals[0] != state.ran || state.totals[1] != state.am_ran ||
       state.ran != receiver.stats().frames_dispatched) {
-    fmt::print(stderr, "bench target: ran {} ifuncs and {} AMs, the source sent {} and {}\n", state.ran,
-               state.am_ran, state.totals[0], state.totals[1]);
+    fmt::print(stderr, "bench target: ran {} ifuncs and {} AMs, the source sent {} and {}\n",
+               state.ran, state.am_ran, state.totals[0], state.totals[1]);
     return 1;
   }
   fmt::print("  target: {} ifuncs and {} AMs ran, as many as were sent\n", state.ran, state.am_ran);
@@ -166,12 +175,15 @@ int run_target(const Options& o) {
   for (const char* codec : {"bitcode", "binary"}) {
     const std::size_t n = std::min<std::size_t>(o.first_rounds, compile_us.size());
     if (n == 0) break;
-    std::vector<double> rounds(compile_us.begin(), compile_us.begin() + static_cast<std::ptrdiff_t>(n));
+    std::vector<double> rounds(compile_us.begin(),
+                               compile_us.begin() + static_cast<std::ptrdiff_t>(n));
     compile_us.erase(compile_us.begin(), compile_us.begin() + static_cast<std::ptrdiff_t>(n));
     std::sort(rounds.begin(), rounds.end());
-    fmt::print("  target: {} first call, JIT {} of fresh code: median {:.1f} us, min {:.1f} us ({} rounds)\n",
-               codec, std::string(codec) == "bitcode" ? "compile" : "link", rounds[rounds.size() / 2],
-               rounds.front(), rounds.size());
+    fmt::print(
+        "  target: {} first call, JIT {} of fresh code: median {:.1f} us, min {:.1f} us ({} "
+        "rounds)\n",
+        codec, std::string(codec) == "bitcode" ? "compile" : "link", rounds[rounds.size() / 2],
+        rounds.front(), rounds.size());
   }
   return 0;
 }
@@ -187,17 +199,19 @@ struct Result {
 
 class JsonOut {
  public:
-  explicit JsonOut(const std::string& path) : file_(path.empty() ? nullptr : std::fopen(path.c_str(), "a")) {}
+  explicit JsonOut(const std::string& path)
+      : file_(path.empty() ? nullptr : std::fopen(path.c_str(), "a")) {}
   ~JsonOut() {
     if (file_ != nullptr) std::fclose(file_);
   }
   void write(const Result& r, const std::string& delivery) {
     if (file_ == nullptr) return;
-    fmt::print(file_,
-               "{{\"transport\":\"{}\",\"mode\":\"{}\",\"metric\":\"{}\",\"payload\":{},\"value\":{:.4f},"
-               "\"unit\":\"{}\",\"frame_bytes\":{},\"delivery\":\"{}\"}}\n",
-               r.transport, r.mode, r.metric, r.size, r.value, r.metric == "rate" ? "Mmsg/s" : "us",
-               r.frame_bytes, delivery);
+    fmt::print(
+        file_,
+        "{{\"transport\":\"{}\",\"mode\":\"{}\",\"metric\":\"{}\",\"payload\":{},\"value\":{:.4f},"
+        "\"unit\":\"{}\",\"frame_bytes\":{},\"delivery\":\"{}\"}}\n",
+        r.transport, r.mode, r.metric, r.size, r.value, r.metric == "rate" ? "Mmsg/s" : "us",
+        r.frame_bytes, delivery);
     std::fflush(file_);
   }
 
@@ -209,7 +223,8 @@ class JsonOut {
 // like the ring's credits.
 class AmBaseline {
  public:
-  AmBaseline(tc::Worker worker, uint16_t port) : worker_(std::move(worker)), ep_(tc::Endpoint::connect(worker_, "127.0.0.1", port)) {
+  AmBaseline(tc::Worker worker, uint16_t port)
+      : worker_(std::move(worker)), ep_(tc::Endpoint::connect(worker_, "127.0.0.1", port)) {
     worker_.set_am_handler(kAmAck, &on_ack, this);
     // The target learns our endpoint from the first message (REPLY flag).
   }
@@ -238,7 +253,8 @@ class AmBaseline {
  private:
   static ucs_status_t on_ack(void* arg, const void* header, std::size_t length, void*, std::size_t,
                              const ucp_am_recv_param_t*) {
-    if (length == sizeof(uint64_t)) std::memcpy(&static_cast<AmBaseline*>(arg)->acked_, header, sizeof(uint64_t));
+    if (length == sizeof(uint64_t))
+      std::memcpy(&static_cast<AmBaseline*>(arg)->acked_, header, sizeof(uint64_t));
     return UCS_OK;
   }
   tc::Worker worker_;
@@ -256,9 +272,12 @@ int run_source(const Options& o) {
   tc::Source source(worker);
   const std::size_t code = std::max(bitcode.code().size(), binary.code().size());
   tc::Channel channel = source.connect("127.0.0.1", o.port,
-                                       {.slots = o.window, .slot_size = o.max_size + code + 128,
+                                       {.slots = o.window,
+                                        .slot_size = o.max_size + code + 128,
                                         .delivery = parse_delivery(o.delivery)});
-  const std::string delivery = channel.delivery() == tc::Delivery::put ? "put" : "am";
+  const std::string delivery = channel.delivery() == tc::Delivery::direct ? "direct"
+                               : channel.delivery() == tc::Delivery::put  ? "put"
+                                                                          : "am";
   // The AM baseline shares the worker; the target's ack handler finds it by endpoint.
   AmBaseline am(worker, o.port);
   // The counter adds the payload's first 8 bytes (little-endian): make that 1.
@@ -270,55 +289,66 @@ int run_source(const Options& o) {
   // Target acks AMs to the endpoint it learns from the first AM: prime it.
   am.send(payload.data(), 8);
   am.wait_until(1);
-  uint64_t am_base = 1;
 
-  for (const std::string& mode : o.modes) {
+  // Modes take turns, round after round, and each figure is the median of its
+  // rounds: on a shared, noisy machine that keeps the ratios honest.
+  const auto measure = [&](const std::string& mode, const std::string& metric,
+                           std::size_t size) -> Result {
     const bool is_am = mode == "am";
     const tc::Ifunc& ifunc = mode.find("binary") != std::string::npos ? binary : bitcode;
     const bool uncached = mode.find("uncached") != std::string::npos;
-    for (std::size_t size = o.min_size; size <= o.max_size; size *= 2) {
-      const auto send_one = [&] {
-        if (is_am) {
-          am.send(payload.data(), size);
-        } else {
-          if (uncached) channel.forget_held_code();
-          (void)tc::send(channel, ifunc, std::span<const std::byte>(payload.data(), size));
-        }
-      };
-      const auto sent_total = [&] { return is_am ? am.sent() : channel.stats().frames_sent; };
-      const auto wait_all = [&] {
-        if (is_am) {
-          am.wait_until(am.sent() + am_base - 1);
-        } else {
-          channel.flush();
-        }
-      };
-      const auto in_flight = [&]() -> uint64_t {
-        return is_am ? am.sent() + am_base - 1 - am.acked() : channel.frames_in_flight();
-      };
-      for (const std::string& metric : o.metrics) {
-        if (metric == "first") continue;
-        const uint64_t n = metric == "latency" ? std::max<uint64_t>(o.iterations / 4, 100) : o.iterations;
-        for (uint64_t i = 0; i < o.warmup; ++i) {
-          send_one();
-          if (metric == "latency") wait_all();
-        }
-        wait_all();
-        const auto start = Clock::now();
-        for (uint64_t i = 0; i < n; ++i) {
-          if (metric == "rate" && is_am) {
-            while (in_flight() >= o.window) am.progress();
-          }
-          send_one();
-          if (metric == "latency") wait_all();
-        }
-        wait_all();
-        const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-        Result r{transport, mode, metric, size, 0, is_am ? size : channel.stats().last_frame_size};
-        r.value = metric == "latency" ? seconds * 1e6 / double(n) / 2 : double(n) / seconds / 1e6;
-        json.write(r, delivery);
-        results.push_back(r);
-        (void)sent_total;
+    const auto send_one = [&] {
+      if (is_am) {
+        am.send(payload.data(), size);
+      } else {
+        if (uncached) channel.forget_held_code();
+        (void)tc::send(channel, ifunc, std::span<const std::byte>(payload.data(), size));
+      }
+    };
+    const auto wait_all = [&] {
+      if (is_am) {
+        am.wait_until(am.sent());
+      } else {
+        channel.flush();
+      }
+    };
+    const auto in_flight = [&]() -> uint64_t { return am.sent() - am.acked(); };
+    const bool pingpong = metric == "latency";
+    const bool windowed_am = !pingpong && is_am;
+    const uint64_t n = pingpong ? std::max<uint64_t>(o.iterations / 4, 100) : o.iterations;
+    for (uint64_t i = 0; i < o.warmup; ++i) {
+      send_one();
+      if (pingpong) wait_all();
+    }
+    wait_all();
+    const auto start = Clock::now();
+    for (uint64_t i = 0; i < n; ++i) {
+      if (windowed_am) {
+        while (in_flight() >= o.window) am.progress();
+      }
+      send_one();
+      if (pingpong) wait_all();
+    }
+    wait_all();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    Result r{transport, mode, metric, size, 0, is_am ? size : channel.stats().last_frame_size};
+    r.value = metric == "latency" ? seconds * 1e6 / double(n) / 2 : double(n) / seconds / 1e6;
+    return r;
+  };
+  for (std::size_t size = o.min_size; size <= o.max_size; size *= 2) {
+    for (const std::string& metric : o.metrics) {
+      if (metric == "first") continue;
+      std::map<std::string, std::vector<Result>> rounds;
+      for (uint32_t round = 0; round < o.rounds; ++round) {
+        for (const std::string& mode : o.modes) rounds[mode].push_back(measure(mode, metric, size));
+      }
+      for (const std::string& mode : o.modes) {
+        std::vector<Result>& rs = rounds[mode];
+        std::sort(rs.begin(), rs.end(),
+                  [](const Result& a, const Result& b) { return a.value < b.value; });
+        const Result& median = rs[rs.size() / 2];
+        json.write(median, delivery);
+        results.push_back(median);
       }
     }
   }
@@ -335,7 +365,11 @@ int run_source(const Options& o) {
         rtt.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
       }
       std::sort(rtt.begin(), rtt.end());
-      Result r{transport, std::string("ifunc-") + tc::to_string(ifunc->codec()), "first", 8, rtt[rtt.size() / 2],
+      Result r{transport,
+               std::string("ifunc-") + tc::to_string(ifunc->codec()),
+               "first",
+               8,
+               rtt[rtt.size() / 2],
                channel.stats().last_frame_size};
       json.write(r, delivery);
       results.push_back(r);
@@ -347,13 +381,14 @@ int run_source(const Options& o) {
   for (const Result& r : results) {
     if (r.mode == "am") am_value[{r.metric, r.size}] = r.value;
   }
-  fmt::print("  {:<24} {:<8} {:>9} {:>12} {:>10} {:>11}  (delivery: {})\n", "mode", "metric", "payload", "value",
-             "vs am", "frame B", delivery);
+  fmt::print("  {:<24} {:<8} {:>9} {:>12} {:>10} {:>11}  (delivery: {})\n", "mode", "metric",
+             "payload", "value", "vs am", "frame B", delivery);
   for (const Result& r : results) {
     const auto it = am_value.find({r.metric, r.size});
-    const std::string ratio = it != am_value.end() && r.mode != "am" ? fmt::format("{:.2f}x", r.value / it->second) : "";
-    fmt::print("  {:<24} {:<8} {:>9} {:>9.3f} {:<2} {:>10} {:>11}\n", r.mode, r.metric, r.size, r.value,
-               r.metric == "rate" ? "M/s" : "us", ratio, r.frame_bytes);
+    const std::string ratio =
+        it != am_value.end() && r.mode != "am" ? fmt::format("{:.2f}x", r.value / it->second) : "";
+    fmt::print("  {:<24} {:<8} {:>9} {:>9.3f} {:<2} {:>10} {:>11}\n", r.mode, r.metric, r.size,
+               r.value, r.metric == "rate" ? "M/s" : "us", ratio, r.frame_bytes);
   }
   std::fflush(stdout);
   channel.flush();
@@ -361,8 +396,9 @@ int run_source(const Options& o) {
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_EAGER;
-  tc::check(tc::wait_request(worker, ucp_am_send_nbx(am.endpoint().handle(), kAmTotals, totals, sizeof(totals),
-                                                     nullptr, 0, &p),
+  tc::check(tc::wait_request(worker,
+                             ucp_am_send_nbx(am.endpoint().handle(), kAmTotals, totals,
+                                             sizeof(totals), nullptr, 0, &p),
                              std::chrono::seconds(10)),
             "send totals");
   am.endpoint().close();
@@ -375,7 +411,8 @@ int drive(const Options& o, const std::string& transport, const std::vector<std:
   std::fflush(stdout);
   int fds[2];
   if (pipe(fds) != 0) return 2;
-  const auto exec_self = [&](const std::string& role, const std::string& extra_name, const std::string& extra) {
+  const auto exec_self = [&](const std::string& role, const std::string& extra_name,
+                             const std::string& extra) {
     std::vector<std::string> argv{"/proc/self/exe", "--role", role, "--transports", transport};
     argv.insert(argv.end(), args.begin(), args.end());
     argv.push_back(extra_name);
@@ -412,17 +449,23 @@ int main(int argc, char** argv) {
   CLI::App app{"ThreeChains benchmark: ifunc vs UCX Active Messages"};
   app.add_option("--role", o.role)->check(CLI::IsMember({"driver", "target", "source"}));
   app.add_option("--transports", o.transports, "shm, tcp")->delimiter(',');
-  app.add_option("--modes", o.modes, "am, ifunc-{bitcode,binary}-{cached,uncached}")->delimiter(',');
+  app.add_option("--modes", o.modes, "am, ifunc-{bitcode,binary}-{cached,uncached}")
+      ->delimiter(',');
   app.add_option("--metrics", o.metrics, "latency, rate, first")->delimiter(',');
   app.add_option("--min-size", o.min_size, "smallest payload (bytes)");
   app.add_option("--max-size", o.max_size, "largest payload (bytes); sizes double from min to max");
-  app.add_option("-n,--iterations", o.iterations, "messages per rate measurement (latency: a quarter)");
+  app.add_option("-n,--iterations", o.iterations,
+                 "messages per rate measurement (latency: a quarter)");
   app.add_option("--warmup", o.warmup, "messages before each measurement");
   app.add_option("--first-rounds", o.first_rounds, "fresh-code first calls per codec");
   app.add_option("--window", o.window, "unconsumed messages allowed (ring slots)");
+  app.add_option("--rounds", o.rounds,
+                 "measurements per figure, modes taking turns; the median is reported")
+      ->check(CLI::Range(1, 1000));
   app.add_option("--target-cpu", o.target_cpu, "pin the target process");
   app.add_option("--source-cpu", o.source_cpu, "pin the source process");
-  app.add_option("--delivery", o.delivery, "automatic, put, am")->check(CLI::IsMember({"automatic", "put", "am"}));
+  app.add_option("--delivery", o.delivery, "automatic, direct, put, am")
+      ->check(CLI::IsMember({"automatic", "direct", "put", "am"}));
   app.add_option("--json", o.json, "append one JSON line per measurement to this file");
   app.add_option("--bitcode", o.bitcode, "counter ifunc, bitcode container");
   app.add_option("--binary", o.binary, "counter ifunc, binary container");
@@ -437,7 +480,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> pass;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
-      if (a == "--transports") {
+      if (a == "--transports" || a == "--metrics" || a == "--modes") {
         ++i;
         continue;
       }
@@ -449,9 +492,13 @@ int main(int argc, char** argv) {
     for (const std::string& m : o.metrics) {
       if (m != "first") steady.push_back(m);
     }
+    std::string modes;
+    for (const std::string& m : o.modes) modes += (modes.empty() ? "" : ",") + m;
     for (const std::string& t : o.transports) {
       if (!steady.empty()) {
         std::vector<std::string> args = pass;
+        args.push_back("--modes");
+        args.push_back(modes);
         std::string joined;
         for (const std::string& m : steady) joined += (joined.empty() ? "" : ",") + m;
         args.push_back("--metrics");

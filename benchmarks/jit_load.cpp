@@ -5,8 +5,8 @@
 #include <threechains/ifunc.hpp>
 #include <threechains/jit_cache.hpp>
 
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -25,8 +25,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   tc::JitCache cache({.codegen_level = codegen_level});
-  fmt::print("{:<40} {:>8} {:>10} {:>10} {:>10} {:>10}\n", "container", "codec", "bytes", "first ms",
-             "median us", "min us");
+  fmt::print("{:<40} {:>8} {:>10} {:>10} {:>10} {:>10}\n", "container", "codec", "bytes",
+             "first ms", "median us", "min us");
   for (const std::string& path : containers) {
     const tc::Ifunc ifunc = tc::Ifunc::load(path);
     const auto first = cache.load(ifunc.id(), ifunc.codec(), ifunc.code()).compile_time;
@@ -41,12 +41,15 @@ int main(int argc, char** argv) {
     const double median = rounds.empty() ? 0 : rounds[rounds.size() / 2];
     const double best = rounds.empty() ? 0 : rounds.front();
     const double first_ms = std::chrono::duration<double, std::milli>(first).count();
-    fmt::print("{:<40} {:>8} {:>10} {:>10.3f} {:>10.1f} {:>10.1f}\n", ifunc.name() + " (" + path.substr(path.rfind('/') + 1) + ")",
+    fmt::print("{:<40} {:>8} {:>10} {:>10.3f} {:>10.1f} {:>10.1f}\n",
+               ifunc.name() + " (" + path.substr(path.rfind('/') + 1) + ")",
                tc::to_string(ifunc.codec()), ifunc.code().size(), first_ms, median, best);
     fmt::print(stderr,
-               "{{\"bench\":\"jit_load\",\"container\":\"{}\",\"codec\":\"{}\",\"bytes\":{},\"first_ms\":{:.3f},"
+               "{{\"bench\":\"jit_load\",\"container\":\"{}\",\"codec\":\"{}\",\"bytes\":{},"
+               "\"first_ms\":{:.3f},"
                "\"median_us\":{:.1f},\"min_us\":{:.1f},\"codegen_level\":{}}}\n",
-               path, tc::to_string(ifunc.codec()), ifunc.code().size(), first_ms, median, best, codegen_level);
+               path, tc::to_string(ifunc.codec()), ifunc.code().size(), first_ms, median, best,
+               codegen_level);
   }
   return 0;
 }

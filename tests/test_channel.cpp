@@ -92,7 +92,7 @@ TEMPLATE_TEST_CASE("shared memory puts land in the target's memory directly", "[
   const std::string lanes = source.channel.endpoint().describe();
   INFO(lanes);
   CHECK_THAT(lanes, Catch::Contains("posix") || Catch::Contains("sysv"));
-  CHECK(source.channel.delivery() == Delivery::put);
+  CHECK(source.channel.delivery() == Delivery::direct);
   source.channel.close();
   (void)target.result();
 }
@@ -109,7 +109,7 @@ TEST_CASE("over tcp, where RMA is emulated, frames travel as Active Messages", "
 }
 
 TEMPLATE_TEST_CASE("a cached frame for evicted code is recovered and runs exactly once",
-                   "[ucx][cache-miss]", Shm, Tcp, TcpPut, ShmAm) {
+                   "[ucx][cache-miss]", Shm, Tcp, TcpPut, ShmPut, ShmAm) {
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   const CodeId id = counter.id();
   auto target = counter_target(TestType::transport, [id](ChildContext& context) {
@@ -154,7 +154,7 @@ TEMPLATE_TEST_CASE("new code under an old name is new code", "[ucx][identity]", 
 }
 
 TEMPLATE_TEST_CASE("a full ring pushes back instead of losing frames", "[ucx][flow]", Shm, Tcp,
-                   TcpPut, ShmAm) {
+                   TcpPut, ShmPut, ShmAm) {
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   auto target = counter_target(TestType::transport, [](ChildContext& context) {
     // Serve the connection set-up, then stop polling until told: the ring fills up.
@@ -179,7 +179,7 @@ TEMPLATE_TEST_CASE("a full ring pushes back instead of losing frames", "[ucx][fl
 }
 
 TEMPLATE_TEST_CASE("bad frames are rejected and the Receiver keeps serving", "[ucx][reject]", Shm,
-                   Tcp, TcpPut, ShmAm) {
+                   Tcp, TcpPut, ShmPut, ShmAm) {
   auto target = counter_target(TestType::transport);
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   TestSource source(TestType::transport, target.port(), options_for<TestType>());

@@ -40,7 +40,7 @@ void fill_pattern(std::byte* out, uint64_t index, std::size_t size) {
 }  // namespace
 
 TEMPLATE_TEST_CASE("100,000 random-size frames through a 4-slot ring arrive whole and in order",
-                   "[ucx][stress]", Shm, Tcp, TcpPut, ShmAm) {
+                   "[ucx][stress]", Shm, Tcp, TcpPut, ShmPut, ShmAm) {
   const uint64_t frames = frame_count();
   ChildTarget<pattern_state> target(TestType::transport, [](ChildContext& context) {
     static pattern_state state{kSeed, kMaxPayload, 0, 0, 0, 0};

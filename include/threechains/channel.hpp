@@ -31,12 +31,16 @@
 
 namespace threechains {
 
-// How frames reach the target. `put`: one-sided puts into the target's ring
-// (best where UCX's RMA is native: shared memory, RDMA). `active_message`: each
-// frame is a UCX Active Message that the target dispatches from its handler
-// (best where RMA is emulated, as over tcp). `automatic` picks put when UCX
-// gives a direct pointer to the ring or the RMA lanes are not tcp.
-enum class Delivery { automatic, put, active_message };
+// How frames reach the target.
+// `direct`: UCX maps the target's ring into this process (ucp_rkey_ptr, shared
+//   memory): the frame is built in the target's slot itself and committed by a
+//   release store; no UCX call, no copy beyond the payload's own.
+// `put`: one-sided puts into the target's ring (native RMA: RDMA).
+// `active_message`: each frame is a UCX Active Message that the target
+//   dispatches from its handler (where RMA is emulated, as over tcp).
+// `automatic`: direct if UCX gives a pointer, else AM if every RMA lane is tcp,
+//   else put.
+enum class Delivery { automatic, direct, put, active_message };
 
 struct ChannelOptions {
   // Ring the source asks for; the Receiver may grant less (see Channel::slots()).
@@ -84,6 +88,7 @@ struct ChannelState {
   std::unordered_map<CodeId, Ifunc> sent_code;  // what we can resend on a cache miss
   std::vector<NeedCode> code_requests;
   bool by_active_message = false;
+  std::byte* direct_ring = nullptr;  // Delivery::direct: the target's ring, mapped here
   bool welcomed = false;
   ucs_status_t refused = UCS_OK;
   ChannelStats stats;
@@ -293,6 +298,9 @@ class Channel {
     const uint64_t last = state_->next_sequence - 1;
     const auto deadline = std::chrono::steady_clock::now() + limit;
     while (state_->consumed() < last) {
+      for (int spin = 0; spin < 32; ++spin) {
+        if (state_->consumed() >= last) return;
+      }
       progress_or_fail();
       if (std::chrono::steady_clock::now() > deadline) {
         throw Error(errc::timeout, "flush: the target consumed " +
@@ -347,6 +355,7 @@ class Channel {
   [[nodiscard]] const Endpoint& endpoint() const noexcept { return state_->endpoint; }
   // How this channel's frames travel (resolved at connect).
   [[nodiscard]] Delivery delivery() const noexcept {
+    if (state_->direct_ring != nullptr) return Delivery::direct;
     return state_->by_active_message ? Delivery::active_message : Delivery::put;
   }
 
@@ -362,18 +371,29 @@ class Channel {
     }
   }
 
+  // Over shared memory credits land without progress: look at the credit word
+  // a few times before paying for a round of UCX progress.
   void wait_for_credit() {
     const uint64_t sequence = state_->next_sequence;
-    while (sequence - 1 - state_->consumed() >= state_->slots) progress_or_fail();
+    for (;;) {
+      for (int spin = 0; spin < 32; ++spin) {
+        if (sequence - 1 - state_->consumed() < state_->slots) return;
+      }
+      progress_or_fail();
+    }
   }
 
-  // The staging slot for the next sequence, or nullptr when the ring is full.
+  static constexpr std::size_t kFullFenceBytes = 16 * 1024;
+
+  // Where the next frame is built (a staging slot, or with Delivery::direct the
+  // target's slot itself), or nullptr when the ring is full.
   std::byte* acquire_slot() {
     detail::ChannelState& ch = *state_;
     const uint64_t sequence = ch.next_sequence;
     if (sequence - 1 - ch.consumed() >= ch.slots) [[unlikely]]
       return nullptr;
     const std::size_t slot = (sequence - 1) % ch.slots;
+    if (ch.direct_ring != nullptr) return ch.direct_ring + slot * ch.slot_size;
     reclaim_staging(slot);
     return ch.staging.data() + slot * ch.slot_size;
   }
@@ -382,8 +402,17 @@ class Channel {
   void commit_slot(std::byte* staging, std::size_t frame_bytes) {
     detail::ChannelState& ch = *state_;
     const uint64_t sequence = ch.next_sequence;
-    std::memcpy(staging, &sequence, sizeof(sequence));
-    put_frame((sequence - 1) % ch.slots, staging, frame_bytes);
+    if (ch.direct_ring != nullptr) {
+      // The frame's bytes are already in the target's slot. Large copies may
+      // use non-temporal stores, which a release store does not order on x86:
+      // fence those fully first.
+      if (frame_bytes >= kFullFenceBytes) std::atomic_thread_fence(std::memory_order_seq_cst);
+      std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(staging))
+          .store(sequence, std::memory_order_release);
+    } else {
+      std::memcpy(staging, &sequence, sizeof(sequence));
+      put_frame((sequence - 1) % ch.slots, staging, frame_bytes);
+    }
     ch.next_sequence = sequence + 1;
     ++ch.stats.frames_sent;
     ch.stats.last_frame_size = frame_bytes;
@@ -483,7 +512,15 @@ class Source {
       throw Error(errc::protocol, "connect: the Receiver granted a larger ring than asked for");
     }
     ch.in_flight.assign(std::size_t{ch.slots} * 2, nullptr);
-    ch.by_active_message = resolve_delivery(options.delivery, ch) == Delivery::active_message;
+    const Delivery delivery = resolve_delivery(options.delivery, ch);
+    ch.by_active_message = delivery == Delivery::active_message;
+    if (delivery == Delivery::direct) {
+      ch.direct_ring = static_cast<std::byte*>(ch.ring->direct_pointer());
+      if (ch.direct_ring == nullptr) {
+        throw Error(UCS_ERR_UNSUPPORTED,
+                    "Delivery::direct: UCX cannot map this target's ring here");
+      }
+    }
     return channel;
   }
 
@@ -496,7 +533,7 @@ class Source {
   // table, and if every RMA lane is tcp (RMA emulated in software), use AM.
   static Delivery resolve_delivery(Delivery wanted, const detail::ChannelState& ch) {
     if (wanted != Delivery::automatic) return wanted;
-    if (ch.ring->direct_pointer() != nullptr) return Delivery::put;
+    if (ch.ring->direct_pointer() != nullptr) return Delivery::direct;
     return rma_lanes_are_tcp(ch.endpoint.describe()) ? Delivery::active_message : Delivery::put;
   }
 

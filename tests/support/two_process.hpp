@@ -21,7 +21,7 @@
 namespace threechains::test {
 
 // Transport (and how frames travel) for templated tests.
-struct Shm {  // puts into the ring, chosen automatically
+struct Shm {  // direct stores into the mapped ring, chosen automatically
   static constexpr Transport transport = Transport::shared_memory;
   static constexpr Delivery delivery = Delivery::automatic;
 };
@@ -31,6 +31,10 @@ struct Tcp {  // Active Messages, chosen automatically (RMA over tcp is emulated
 };
 struct TcpPut {  // the ring over tcp, forced
   static constexpr Transport transport = Transport::tcp;
+  static constexpr Delivery delivery = Delivery::put;
+};
+struct ShmPut {  // puts into the ring over shared memory, forced
+  static constexpr Transport transport = Transport::shared_memory;
   static constexpr Delivery delivery = Delivery::put;
 };
 struct ShmAm {  // Active Messages over shared memory, forced

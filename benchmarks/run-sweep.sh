@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The sweep behind docs/performance.md: ifunc vs AM, 1 B .. 1 MiB, shm and tcp,
+# then PNG plots. Takes a few minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-docs/bench}
+mkdir -p "$out"
+rm -f "$out/sweep.jsonl"
+./build/benchmarks/threechains-bench -n 3000 --warmup 300 --min-size 1 --max-size 1048576 --first-rounds 30 \
+  --json "$out/sweep.jsonl" | tee "$out/sweep.txt"
+dpkg-query -W -f='${Status}' python3-matplotlib 2>/dev/null | grep -q "install ok installed" ||
+  { apt-get update -q && apt-get install -y -q --no-install-recommends python3-matplotlib; }
+/usr/bin/python3 benchmarks/plot.py "$out/sweep.jsonl" "$out"
