@@ -4,6 +4,7 @@ find_package(ucx 1.13 CONFIG REQUIRED)          # ucx::ucp, ucx::ucs (Debian's l
 find_package(fmt CONFIG REQUIRED)               # fmt::fmt
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)  # code sections travel zstd-compressed
 find_package(Threads REQUIRED)
 
 # LLVM is needed only to build src/jit; it never reaches a public header.

@@ -46,9 +46,37 @@ TEST_CASE("pack and inspect round-trip", "[container]") {
   CHECK_THROWS_WITH(BitcodeCodec::encode(library), Catch::Contains("this codec ships bitcode"));
 }
 
-TEST_CASE("malformed containers are rejected with a clear error", "[container]") {
+TEST_CASE("containers ship compressed and stripped", "[container]") {
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  const std::vector<std::byte> raw = unpacked_container(counter.code());
+  CHECK(counter.code().size() < raw.size());  // the zstd frame is smaller
+  CHECK(counter.code().size() <= 2560);       // fat x86_64 + aarch64 counter: at most 2.5 KiB
+  CHECK(Ifunc::load(TC_COUNTER_BINARY).code().size() <= 1024);
+  // The unpacked form parses to the same ifunc.
+  CHECK(inspect_container(raw).name == "counter");
+  CHECK(inspect_container(raw).triples == counter.info().triples);
+}
+
+TEST_CASE("a corrupt or oversized compressed container is refused", "[container]") {
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   std::vector<std::byte> bytes(counter.code().begin(), counter.code().end());
+  SECTION("truncated zstd frame") {
+    bytes.resize(bytes.size() / 2);
+    CHECK_THROWS_WITH(inspect_container(bytes), Catch::Contains("zstd"));
+  }
+  SECTION("a frame header claiming a huge size") {
+    // zstd magic, then a frame header with an 8-byte content size of 2^40.
+    std::vector<std::byte> bomb{std::byte{0x28}, std::byte{0xB5}, std::byte{0x2F}, std::byte{0xFD},
+                                std::byte{0xC0}};
+    for (int i = 0; i < 8; ++i) bomb.push_back(std::byte{uint8_t(i == 5 ? 1 : 0)});
+    bomb.resize(bomb.size() + 16, std::byte{0});
+    CHECK_THROWS_AS(inspect_container(bomb), Error);
+  }
+}
+
+TEST_CASE("malformed containers are rejected with a clear error", "[container]") {
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  std::vector<std::byte> bytes = unpacked_container(counter.code());
 
   SECTION("empty") {
     CHECK_THROWS_WITH(inspect_container({}), Catch::Contains("empty"));

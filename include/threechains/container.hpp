@@ -2,7 +2,8 @@
 // per target triple, each either LLVM bitcode or a relocatable object, plus the
 // ifunc's name and the shared libraries it needs. The format on the wire is
 // LLVM's own multi-image container (llvm::object::OffloadBinary, one per image,
-// concatenated), so `llvm-offload-binary` can read what ThreeChains writes.
+// concatenated, usually in one zstd frame), so `llvm-offload-binary` can read
+// what ThreeChains writes once it is unpacked (unpacked_container).
 // Implemented in the compiled library: no LLVM header reaches this one.
 #pragma once
 
@@ -38,7 +39,14 @@ struct ContainerInfo {
 };
 
 // Packs a library into a container. Every image must be of the same kind.
+// Bitcode images are stripped of what only the producer needs (per-function CPU
+// pinning, the LTO symbol table, ident), and the whole container is one zstd
+// frame when that is smaller (the usual case).
 [[nodiscard]] std::vector<std::byte> pack_container(const IfuncLibrary& library);
+
+// The container as plain concatenated OffloadBinary images (inflated if it was
+// compressed), as `llvm-offload-binary` reads them.
+[[nodiscard]] std::vector<std::byte> unpacked_container(std::span<const std::byte> container);
 
 // Parses a container; throws Error(errc::bad_container) saying what is malformed.
 [[nodiscard]] ContainerInfo inspect_container(std::span<const std::byte> container);

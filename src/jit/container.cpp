@@ -1,4 +1,6 @@
 // Code containers as concatenated llvm::object::OffloadBinary images.
+#include "jit/bitcode_strip.hpp"
+#include "jit/compression.hpp"
 #include "jit/container_images.hpp"
 
 #include <threechains/container.hpp>
@@ -82,8 +84,12 @@ std::vector<std::string> split_list(llvm::StringRef text) {
 
 }  // namespace
 
-std::vector<ParsedImage> parse_container(std::span<const std::byte> container) {
-  if (container.empty()) throw Error(errc::bad_container, "code container is empty");
+std::vector<ParsedImage> parse_container(std::span<const std::byte> wire) {
+  if (wire.empty()) throw Error(errc::bad_container, "code container is empty");
+  std::vector<std::byte> inflated;
+  if (is_compressed(wire)) inflated = decompress(wire);
+  const std::span<const std::byte> container =
+      inflated.empty() ? wire : std::span<const std::byte>(inflated);
   // OffloadBinary wants 8-byte aligned input; a code section inside a frame is
   // not, so parse from an aligned copy (this is the uncached, slow path anyway).
   std::vector<ParsedImage> images;
@@ -155,15 +161,25 @@ std::vector<std::byte> pack_container(const IfuncLibrary& library) {
     entry.StringData["name"] = library.name;
     entry.StringData["producer"] = kProducer;
     if (!deps.empty()) entry.StringData["deps"] = deps;
+    const std::vector<std::byte> shipped = image.kind == CodecId::bitcode && !image.bytes.empty()
+                                               ? strip_bitcode(image.bytes)
+                                               : image.bytes;
     entry.Image = llvm::MemoryBuffer::getMemBuffer(
-        llvm::StringRef(reinterpret_cast<const char*>(image.bytes.data()), image.bytes.size()), "",
-        false);
+        llvm::StringRef(reinterpret_cast<const char*>(shipped.data()), shipped.size()), "", false);
     const llvm::SmallString<0> written = OffloadBinary::write(entry);
     const auto* begin = reinterpret_cast<const std::byte*>(written.data());
     out.insert(out.end(), begin, begin + written.size());
     out.resize((out.size() + 7) & ~std::size_t{7}, std::byte{0});
   }
-  return out;
+  // One zstd frame over all images also folds what they repeat (bitcode's
+  // fixed tables, the strings); ship whichever form is smaller.
+  std::vector<std::byte> packed = compress(out);
+  return packed.size() < out.size() ? packed : out;
+}
+
+std::vector<std::byte> unpacked_container(std::span<const std::byte> container) {
+  if (is_compressed(container)) return decompress(container);
+  return {container.begin(), container.end()};
 }
 
 ContainerInfo inspect_container(std::span<const std::byte> container) {

@@ -147,8 +147,9 @@ struct JitCache::Impl {
         std::string why = message_of(address.takeError());
         if (!reported.empty()) why = reported + " (" + why + ")";
         if (why.find("_TLS") != std::string::npos) {
-          why += "; native thread-local storage needs the ORC runtime, which this JIT does not load: "
-                 "build the ifunc as bitcode or compile it with -femulated-tls (TLS)";
+          why +=
+              "; native thread-local storage needs the ORC runtime, which this JIT does not load: "
+              "build the ifunc as bitcode or compile it with -femulated-tls (TLS)";
         }
         const bool missing = why.find("not found") != std::string::npos;
         throw Error(missing ? errc::symbol_not_found : errc::jit_failed,
