@@ -53,6 +53,7 @@ struct Options {
   int target_cpu = -1;
   int source_cpu = -1;
   std::string delivery = "automatic";
+  std::string am_protocol = "eager";
   std::string json;
   std::string bitcode = THREECHAINS_BENCH_BITCODE;
   std::string binary = THREECHAINS_BENCH_BINARY;
@@ -223,8 +224,10 @@ class JsonOut {
 // like the ring's credits.
 class AmBaseline {
  public:
-  AmBaseline(tc::Worker worker, uint16_t port)
-      : worker_(std::move(worker)), ep_(tc::Endpoint::connect(worker_, "127.0.0.1", port)) {
+  AmBaseline(tc::Worker worker, uint16_t port, bool eager)
+      : worker_(std::move(worker)),
+        ep_(tc::Endpoint::connect(worker_, "127.0.0.1", port)),
+        o_eager_(eager) {
     worker_.set_am_handler(kAmAck, &on_ack, this);
     // The target learns our endpoint from the first message (REPLY flag).
   }
@@ -233,7 +236,10 @@ class AmBaseline {
   void send(const std::byte* data, std::size_t size) {
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_AM_SEND_FLAG_REPLY;
+    // Eager at every size: with error handling on, UCX 1.13 gives these
+    // contexts no shared-memory zero-copy lane, so its rendezvous would move
+    // large AMs over tcp; eager is the best AM can do here (and what frames use).
+    p.flags = UCP_AM_SEND_FLAG_REPLY | (o_eager_ ? UCP_AM_SEND_FLAG_EAGER : 0);
     ucs_status_ptr_t r = ucp_am_send_nbx(ep_.handle(), kAmBench, nullptr, 0, data, size, &p);
     if (UCS_PTR_IS_ERR(r)) tc::check(UCS_PTR_STATUS(r), "ucp_am_send_nbx");
     if (r != nullptr) {
@@ -261,6 +267,7 @@ class AmBaseline {
   tc::Endpoint ep_;
   uint64_t sent_ = 0;
   uint64_t acked_ = 0;
+  bool o_eager_;
 };
 
 int run_source(const Options& o) {
@@ -279,7 +286,7 @@ int run_source(const Options& o) {
                                : channel.delivery() == tc::Delivery::put  ? "put"
                                                                           : "am";
   // The AM baseline shares the worker; the target's ack handler finds it by endpoint.
-  AmBaseline am(worker, o.port);
+  AmBaseline am(worker, o.port, o.am_protocol == "eager");
   // The counter adds the payload's first 8 bytes (little-endian): make that 1.
   std::vector<std::byte> payload(std::max<std::size_t>(o.max_size, 8), std::byte{0});
   payload[0] = std::byte{1};
@@ -466,6 +473,9 @@ int main(int argc, char** argv) {
   app.add_option("--source-cpu", o.source_cpu, "pin the source process");
   app.add_option("--delivery", o.delivery, "automatic, direct, put, am")
       ->check(CLI::IsMember({"automatic", "direct", "put", "am"}));
+  app.add_option("--am-protocol", o.am_protocol,
+                 "AM baseline: eager (every size) or auto (UCX picks rendezvous)")
+      ->check(CLI::IsMember({"eager", "auto"}));
   app.add_option("--json", o.json, "append one JSON line per measurement to this file");
   app.add_option("--bitcode", o.bitcode, "counter ifunc, bitcode container");
   app.add_option("--binary", o.binary, "counter ifunc, binary container");

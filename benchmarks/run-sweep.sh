@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 out=${1:-docs/bench}
 mkdir -p "$out"
 rm -f "$out/sweep.jsonl"
-./build/benchmarks/threechains-bench -n 3000 --warmup 300 --min-size 1 --max-size 1048576 --first-rounds 30 \
+./build/benchmarks/threechains-bench -n 3000 --warmup 300 --min-size 1 --max-size 1048576 --first-rounds 30 --rounds 3 \
   --json "$out/sweep.jsonl" | tee "$out/sweep.txt"
 dpkg-query -W -f='${Status}' python3-matplotlib 2>/dev/null | grep -q "install ok installed" ||
   { apt-get update -q && apt-get install -y -q --no-install-recommends python3-matplotlib; }

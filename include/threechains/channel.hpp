@@ -449,8 +449,10 @@ class Channel {
     if (ch.by_active_message) {
       params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       params.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+      // The commit word travels too: it puts the payload 16-byte aligned in the
+      // target's (16-aligned) receive buffer, and it repeats the sequence.
       requests[0] = issue(ucp_am_send_nbx(ch.endpoint.handle(), detail::kAmFrame, nullptr, 0,
-                                          staging + detail::kCommitWordSize, frame_bytes, &params));
+                                          staging, detail::kCommitWordSize + frame_bytes, &params));
       return;
     }
     const uint64_t remote = ch.ring->address() + slot * ch.slot_size;

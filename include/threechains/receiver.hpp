@@ -441,10 +441,12 @@ class Receiver {
                                  std::size_t length, const ucp_am_recv_param_t* param) {
       auto* self = static_cast<Core*>(arg);
       Peer* peer = self->find(param);
-      if (peer == nullptr || !peer->ring) [[unlikely]]
+      if (peer == nullptr || !peer->ring || length < detail::kCommitWordSize) [[unlikely]]
         return UCS_OK;
       peer->by_active_message = true;
-      self->dispatch_delivered(*peer, static_cast<std::byte*>(data), length);
+      // Data: | sequence (8 B) | frame |, like a ring slot.
+      self->dispatch_delivered(*peer, static_cast<std::byte*>(data) + detail::kCommitWordSize,
+                               length - detail::kCommitWordSize);
       return UCS_OK;
     }
 

@@ -13,12 +13,21 @@
 
 namespace threechains {
 
+struct WorkerOptions {
+  // Alignment UCX guarantees for Active Message data handed to handlers. Frames
+  // delivered by AM carry an 8-byte word before their header, so 16 puts the
+  // payload on a 16-byte boundary, as in a ring slot.
+  std::size_t am_alignment = 16;
+};
+
 class Worker {
  public:
-  explicit Worker(Context context) : context_(std::move(context)) {
+  explicit Worker(Context context, const WorkerOptions& options = {})
+      : context_(std::move(context)) {
     ucp_worker_params_t params{};
-    params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_AM_ALIGNMENT;
     params.thread_mode = UCS_THREAD_MODE_SINGLE;
+    params.am_alignment = options.am_alignment;
     ucp_worker_h handle = nullptr;
     check(ucp_worker_create(context_.handle(), &params, &handle), "ucp_worker_create");
     handle_ = std::shared_ptr<ucp_worker>(handle, [](ucp_worker_h h) { ucp_worker_destroy(h); });
