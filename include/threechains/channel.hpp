@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -50,6 +51,9 @@ struct ChannelOptions {
   std::size_t slot_size = 128 * 1024;
   std::chrono::milliseconds connect_timeout{10000};
   Delivery delivery = Delivery::automatic;
+  // This process's rank when it is part of a Node mesh (the target tells
+  // injected code where a frame came from); -1 otherwise.
+  int64_t rank = -1;
 };
 
 // What a send did. `would_block` only from try_send: the ring is full.
@@ -480,8 +484,11 @@ class Source {
   explicit Source(Worker worker) : core_(std::make_shared<detail::SourceCore>(std::move(worker))) {}
 
   // Connects to a Receiver listening at host:port and waits for its ring.
+  // `while_waiting` runs on every round of the wait (a Node polls its own
+  // Receiver there, so two processes can connect to each other at once).
   [[nodiscard]] Channel connect(const std::string& host, uint16_t port,
-                                const ChannelOptions& options = {}) {
+                                const ChannelOptions& options = {},
+                                const std::function<void()>& while_waiting = nullptr) {
     const Worker& worker = core_->worker;
     const Context& context = worker.context();
     const std::size_t slot_size =
@@ -497,12 +504,13 @@ class Source {
     detail::ChannelState& ch = *channel.state_;
 
     const detail::Hello hello{detail::kProtocolVersion, options.slots, slot_size,
-                              ch.credit.address()};
+                              ch.credit.address(), options.rank};
     const std::vector<std::byte> rkey = ch.credit.pack_rkey();
     core_->outbox.send(ch.endpoint, detail::kAmHello, hello, rkey);
     const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
     while (!ch.welcomed) {
       channel.progress_or_fail();
+      if (while_waiting) while_waiting();
       if (std::chrono::steady_clock::now() > deadline) {
         throw Error(errc::timeout,
                     "connect " + host + ":" + std::to_string(port) + ": no answer from a Receiver");

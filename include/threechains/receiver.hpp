@@ -9,6 +9,7 @@
 #include <threechains/detail/protocol.hpp>
 #include <threechains/error.hpp>
 #include <threechains/frame.hpp>
+#include <threechains/ifunc.hpp>
 #include <threechains/jit_cache.hpp>
 #include <threechains/ucx/endpoint.hpp>
 #include <threechains/ucx/listener.hpp>
@@ -40,6 +41,12 @@ struct ReceiverOptions {
   // Called for every rejected frame or failed load; the default prints to stderr.
   std::function<void(const Error&)> on_error;
   uint32_t dispatch_burst = 64;  // frames per source per poll before moving on
+};
+
+// What the Receiver is running right now (valid inside an ifunc's main).
+struct DispatchContext {
+  CodeId code_id = 0;
+  int64_t origin_rank = -1;  // rank of the source that sent the frame, -1 if not in a mesh
 };
 
 struct ReceiverStats {
@@ -81,9 +88,28 @@ class Receiver {
   }
 
   [[nodiscard]] JitCache& cache() noexcept { return core_->cache; }
+  // Inside an ifunc's main: which code runs and where its frame came from.
+  [[nodiscard]] const DispatchContext& running() const noexcept { return core_->running; }
+  void set_running(const DispatchContext& context) noexcept { core_->running = context; }
+  // An ifunc this process has loaded, by identity or by name (latest); nullptr if none.
+  [[nodiscard]] const Ifunc* code(CodeId id) const noexcept {
+    const auto it = core_->code_store.find(id);
+    return it == core_->code_store.end() ? nullptr : &it->second;
+  }
+  [[nodiscard]] const Ifunc* code(const std::string& name) const noexcept {
+    const auto it = core_->code_by_name.find(name);
+    return it == core_->code_by_name.end() ? nullptr : code(it->second);
+  }
+  // Makes an ifunc this process holds (e.g. its own) runnable and sendable onward.
+  void install(const Ifunc& ifunc) {
+    if (core_->load(ifunc.id(), ifunc.codec(), ifunc.code()) == nullptr) {
+      throw Error(errc::jit_failed, "cannot install ifunc '" + ifunc.name() + "'");
+    }
+  }
   [[nodiscard]] const ReceiverStats& stats() const noexcept { return core_->stats; }
   [[nodiscard]] std::size_t peers() const noexcept { return core_->peers.size(); }
   void set_target_args(void* args) noexcept { core_->options.target_args = args; }
+  [[nodiscard]] void* target_args() const noexcept { return core_->options.target_args; }
   [[nodiscard]] const Worker& worker() const noexcept { return core_->worker; }
 
  private:
@@ -100,6 +126,7 @@ class Receiver {
     void* credit_request = nullptr;
     uint64_t stalled_on = 0;         // sequence waiting for its code (cache miss), 0 if none
     bool by_active_message = false;  // the source delivers frames by AM, not into the ring
+    int64_t rank = -1;               // the source's rank in a Node mesh
     // AM delivery: frames that arrived while an earlier one waits for its code,
     // the waiting one first (slow path, copied).
     std::deque<std::vector<std::byte>> backlog;
@@ -199,7 +226,9 @@ class Receiver {
         if (entry == nullptr) return true;  // rejected; reported
       }
       peer.stalled_on = 0;
+      running = {frame.code_id(), peer.rank};
       entry(frame_bytes + sizeof(FrameHeader), frame.header().payload_size, options.target_args);
+      running = {};
       ++stats.frames_dispatched;
       return true;
     }
@@ -247,6 +276,10 @@ class Receiver {
     IfuncMain load(CodeId id, CodecId codec, std::span<const std::byte> code) {
       try {
         const LoadResult result = cache.load(id, codec, code);
+        // Keep the code: injected code may send itself, or this ifunc, onward.
+        const Ifunc ifunc = Ifunc::from_container(std::vector<std::byte>(code.begin(), code.end()));
+        code_by_name[ifunc.name()] = id;
+        code_store.insert_or_assign(id, ifunc);
         ++stats.code_loads;
         stats.last_load_time = result.compile_time;
         stats.total_load_time += result.compile_time;
@@ -338,6 +371,7 @@ class Receiver {
         if (hello.version != detail::kProtocolVersion || peer.ring) {
           welcome.status = UCS_ERR_UNSUPPORTED;
         } else {
+          peer.rank = hello.rank;
           peer.slots = std::min(hello.slots, options.max_slots);
           peer.slot_size = std::min<std::size_t>(hello.slot_size, options.max_slot_size) &
                            ~(detail::kSlotAlignment - 1);
@@ -474,6 +508,9 @@ class Receiver {
     };
     std::vector<ScratchBlock> scratch;  // AM delivery: realigned frames
     ReceiverStats stats;
+    DispatchContext running;                               // what is running now, if anything
+    std::unordered_map<CodeId, Ifunc> code_store;          // every ifunc this process has loaded
+    std::unordered_map<std::string, CodeId> code_by_name;  // the latest code of each name
     Listener listener;  // last: destroyed first, so no connection arrives mid-teardown
   };
 

@@ -8,6 +8,7 @@
 #include <threechains/frame.hpp>
 #include <threechains/ifunc.hpp>
 #include <threechains/jit_cache.hpp>
+#include <threechains/node.hpp>
 #include <threechains/payload_helpers.hpp>
 #include <threechains/receiver.hpp>
 #include <threechains/ucx/context.hpp>

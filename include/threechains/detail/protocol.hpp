@@ -35,6 +35,7 @@ struct Hello {
   uint32_t slots;  // ring the source would like
   uint64_t slot_size;
   uint64_t credit_address;  // the source's credit word; packed rkey follows as AM data
+  int64_t rank;             // the source's rank in a Node mesh, -1 outside one
 };
 
 struct Welcome {

@@ -1,0 +1,41 @@
+// The C runtime for injected code: thin entry points that forward to the Node
+// polling on this thread. Exported with C linkage so the JIT resolves them from
+// the process.
+#include <threechains/runtime.h>
+#include <threechains/detail/runtime_hooks.hpp>
+
+namespace {
+thread_local const threechains::detail::RuntimeHooks* current = nullptr;
+}
+
+namespace threechains::detail {
+void set_runtime_hooks(const RuntimeHooks* hooks) noexcept {
+  current = hooks;
+}
+}  // namespace threechains::detail
+
+extern "C" {
+
+int64_t threechains_rank(void) {
+  return current ? current->rank(current->node) : -1;
+}
+int64_t threechains_ranks(void) {
+  return current ? current->ranks(current->node) : 0;
+}
+int64_t threechains_origin(void) {
+  return current ? current->origin(current->node) : -1;
+}
+
+int threechains_send_self(int64_t rank, const void* payload, size_t payload_size) {
+  return current ? current->send_self(current->node, rank, payload, payload_size) : -1;
+}
+
+int threechains_send_named(int64_t rank, const char* name, const void* payload,
+                           size_t payload_size) {
+  return current ? current->send_named(current->node, rank, name, payload, payload_size) : -1;
+}
+
+void* threechains_lookup(const char* name) {
+  return current ? current->lookup(current->node, name) : nullptr;
+}
+}

@@ -1,0 +1,69 @@
+// X-RDMA: injected code that sends code onward, across a mesh of real
+// processes, through the runtime interface (<threechains/runtime.h>).
+#include "support/mesh.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace threechains;
+using namespace threechains::test;
+
+namespace {
+
+struct RelayState {
+  int64_t seen;
+  int64_t finished;
+  int64_t bad_origin;
+};
+
+struct RelayReport {
+  RelayState state;
+  NodeStats stats;
+};
+
+RelayState g_relay{};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("a chain of 10,000 forwards travels a 3-rank mesh", "[node][xrdma]", Shm, Tcp) {
+  constexpr int64_t kForwards = 10000;
+  g_relay = {};
+  Mesh<RelayReport> mesh(
+      3, TestType::transport, [](Node& node) { node.expose("relay_state", &g_relay); },
+      [](Node& node, int commands) {
+        Mesh<RelayReport>::serve_until_told(node, commands);
+        return RelayReport{g_relay, node.stats()};
+      });
+  Node& node = mesh.node();
+  const Ifunc relay = Ifunc::load(TC_RELAY);
+  struct {
+    int64_t remaining, hops;
+  } start{kForwards, 0};
+  node.send(1, relay, start);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  node.run([&] { return g_relay.finished != 0 || std::chrono::steady_clock::now() > deadline; });
+  const std::vector<RelayReport> reports = mesh.finish();
+
+  CHECK(g_relay.finished == kForwards);
+  int64_t seen = g_relay.seen;
+  int64_t bad_origin = g_relay.bad_origin;
+  for (const RelayReport& r : reports) {
+    seen += r.state.seen;
+    bad_origin += r.state.bad_origin;
+    CHECK(r.stats.max_queued <= 2);  // a forward is queued, sent, and gone
+  }
+  CHECK(seen == kForwards + 1);
+  CHECK(bad_origin == 0);
+}
+
+TEST_CASE("a local recursion 100,000 deep neither grows the stack nor the queue", "[node][xrdma]") {
+  constexpr int64_t kDepth = 100000;
+  Node node(Worker(Context({.transport = Transport::shared_memory})), 0, 1);
+  int64_t calls = 0;
+  node.receiver().set_target_args(&calls);
+  node.send(0, Ifunc::load(TC_RECURSE), kDepth);
+  while (calls < kDepth + 1) node.poll();
+  CHECK(calls == kDepth + 1);
+  CHECK(node.stats().local_dispatches == static_cast<uint64_t>(kDepth + 1));
+  CHECK(node.stats().max_queued <= 2);
+  CHECK(node.queued() == 0);
+}
