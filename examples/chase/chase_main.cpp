@@ -1,0 +1,417 @@
+// threechains-chase: the distributed adaptive pointer chase (X-RDMA).
+//
+// A table of 2^k 64-bit entries forms one random cycle (fixed seed) and is
+// sharded evenly over N server processes. The client (rank 0; servers are
+// ranks 1..N, all connected all-to-all through UCX's listener) runs chases of
+// depth D, one at a time, four ways:
+//   ifunc-bitcode / ifunc-binary  the Chaser ifunc follows pointers on the
+//       server that owns them and forwards itself when the next entry is
+//       elsewhere; ReturnResult brings the answer home. Nothing is deployed on
+//       the servers beforehand: the code travels with the first frames.
+//   am    the same logic as a UCX Active Message handler registered on the
+//         servers, forwarding with ucp_am_send_nbx
+//   get   the client walks alone, one ucp_get_nbx per step from the owning shard
+// Every chase's result is checked against a local walk of the same table.
+#include "chase.h"
+
+#include <threechains/threechains.hpp>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace tc = threechains;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr unsigned kAmChase = 0x7E01;        // client/server -> server: a chase_request
+constexpr unsigned kAmChaseResult = 0x7E02;  // server -> client: a chase_result
+constexpr unsigned kAmShardQuery = 0x7E03;   // client -> server: where is your shard?
+constexpr unsigned kAmShardInfo = 0x7E04;    // server -> client: {address, base, per}, rkey as data
+
+struct Options {
+  std::vector<std::string> transports{"shm", "tcp"};
+  std::vector<int64_t> servers{1, 2, 4};
+  std::vector<std::string> modes{"ifunc-bitcode", "ifunc-binary", "am", "get"};
+  uint64_t min_depth = 1;
+  uint64_t max_depth = 4096;
+  unsigned log_entries = 16;
+  uint64_t chases = 20;
+  uint64_t seed = 20260101;
+  std::string json;
+  std::string chaser_bitcode = THREECHAINS_CHASER_BITCODE;
+  std::string chaser_binary = THREECHAINS_CHASER_BINARY;
+  std::string result_bitcode = THREECHAINS_RESULT_BITCODE;
+  std::string result_binary = THREECHAINS_RESULT_BINARY;
+};
+
+// One random cycle over all entries (Sattolo's algorithm, fixed seed).
+std::vector<uint64_t> make_table(unsigned log_entries, uint64_t seed) {
+  std::vector<uint64_t> next(uint64_t{1} << log_entries);
+  for (uint64_t i = 0; i < next.size(); ++i) next[i] = i;
+  std::mt19937_64 rng(seed);
+  for (uint64_t i = next.size() - 1; i > 0; --i) {
+    std::uniform_int_distribution<uint64_t> pick(0, i - 1);
+    std::swap(next[i], next[pick(rng)]);
+  }
+  return next;
+}
+
+// ---- servers --------------------------------------------------------------
+
+struct Forward {
+  int64_t rank;
+  unsigned id;
+  std::vector<std::byte> bytes;
+};
+
+struct ServerState {
+  chase_shard shard{};
+  std::vector<Forward> forwards;  // AM mode: queued by the handler, sent by the loop
+  ucp_ep_h query_ep = nullptr;
+};
+
+// The AM-mode chaser: the same walk as chaser.c, as a pre-registered handler.
+ucs_status_t on_am_chase(void* arg, const void* header, std::size_t header_length, void*, std::size_t,
+                         const ucp_am_recv_param_t*) {
+  auto* s = static_cast<ServerState*>(arg);
+  if (header_length != sizeof(chase_request)) return UCS_OK;
+  chase_request r;
+  std::memcpy(&r, header, sizeof(r));
+  const int64_t me = 1 + static_cast<int64_t>(s->shard.base / s->shard.per_server);
+  while (r.remaining > 0 && chase_owner_rank(&s->shard, r.index) == me) {
+    r.index = s->shard.entries[r.index - s->shard.base];
+    r.remaining--;
+  }
+  Forward f;
+  if (r.remaining == 0) {
+    const chase_result done{r.id, r.index};
+    f = {r.client, kAmChaseResult, std::vector<std::byte>(sizeof(done))};
+    std::memcpy(f.bytes.data(), &done, sizeof(done));
+  } else {
+    f = {chase_owner_rank(&s->shard, r.index), kAmChase, std::vector<std::byte>(sizeof(r))};
+    std::memcpy(f.bytes.data(), &r, sizeof(r));
+  }
+  s->forwards.push_back(std::move(f));
+  return UCS_OK;
+}
+
+ucs_status_t on_shard_query(void* arg, const void*, std::size_t, void*, std::size_t, const ucp_am_recv_param_t* p) {
+  if ((p->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0) static_cast<ServerState*>(arg)->query_ep = p->reply_ep;
+  return UCS_OK;
+}
+
+void send_am(const tc::Worker& worker, ucp_ep_h ep, unsigned id, const void* header, std::size_t header_length,
+             const void* data = nullptr, std::size_t length = 0) {
+  ucp_request_param_t params{};
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  params.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+  tc::check(tc::wait_request(worker, ucp_am_send_nbx(ep, id, header, header_length, data, length, &params),
+                             std::chrono::seconds(10)),
+            "chase AM");
+}
+
+int run_server(tc::Node& node, const Options& o, int commands) {
+  (void)o;
+  auto* state = static_cast<ServerState*>(node.receiver().target_args());
+  unsigned idle = 0;
+  for (uint64_t round = 0;; ++round) {
+    bool worked = node.poll() != 0 || !state->forwards.empty();
+    for (Forward& f : state->forwards) {
+      send_am(node.worker(), node.channel(f.rank).endpoint().handle(), f.id, f.bytes.data(), f.bytes.size());
+    }
+    state->forwards.clear();
+    // More ranks than cores: a server with nothing to do gives its core away
+    // quickly, or the rank that holds the chase waits for a time slice.
+    if (worked) {
+      idle = 0;
+    } else if (++idle >= 16) {
+      idle = 0;
+      sched_yield();
+    }
+    if ((round & 0xff) == 0) {
+      pollfd p{commands, POLLIN, 0};
+      if (::poll(&p, 1, 0) == 1) break;
+    }
+  }
+  return 0;
+}
+
+// ---- the client --------------------------------------------------------------
+
+struct ClientState {
+  chase_results results{};       // filled by the ReturnResult ifunc
+  uint64_t am_received = 0;      // filled by the AM result handler
+  chase_result am_last{};
+  struct ShardInfo {
+    uint64_t address, base, per;
+  };
+  std::map<ucp_ep_h, std::pair<ShardInfo, std::vector<std::byte>>> shard_info;
+};
+
+ucs_status_t on_am_result(void* arg, const void* header, std::size_t header_length, void*, std::size_t,
+                          const ucp_am_recv_param_t*) {
+  auto* c = static_cast<ClientState*>(arg);
+  if (header_length == sizeof(chase_result)) {
+    std::memcpy(&c->am_last, header, sizeof(chase_result));
+    ++c->am_received;
+  }
+  return UCS_OK;
+}
+
+ucs_status_t on_shard_info(void* arg, const void* header, std::size_t header_length, void* data, std::size_t length,
+                           const ucp_am_recv_param_t* p) {
+  auto* c = static_cast<ClientState*>(arg);
+  if (header_length != sizeof(ClientState::ShardInfo) || (p->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) {
+    return UCS_OK;
+  }
+  ClientState::ShardInfo info;
+  std::memcpy(&info, header, sizeof(info));
+  c->shard_info[p->reply_ep] = {info, std::vector<std::byte>(static_cast<const std::byte*>(data),
+                                                             static_cast<const std::byte*>(data) + length)};
+  return UCS_OK;
+}
+
+struct Measurement {
+  std::string transport, mode;
+  int64_t servers;
+  uint64_t depth;
+  double us_per_chase;
+  bool correct;
+};
+
+// ---- one mesh: N servers in child processes, the client here -------------------
+
+std::vector<Measurement> run_mesh(const Options& o, const std::string& transport_name, int64_t servers) {
+  const tc::Transport transport = tc::parse_transport(transport_name);
+  const int64_t ranks = servers + 1;
+  const std::vector<uint64_t> table = make_table(o.log_entries, o.seed);
+  const uint64_t per = table.size() / static_cast<uint64_t>(servers);
+  struct Child {
+    pid_t pid;
+    int from, to;
+  };
+  std::vector<Child> children;
+  for (int64_t r = 1; r < ranks; ++r) {
+    int up[2], down[2];
+    if (pipe(up) != 0 || pipe(down) != 0) throw std::runtime_error("pipe");
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(up[0]);
+      close(down[1]);
+      int rc = 0;
+      try {
+        ServerState state;
+        tc::Node node(tc::Worker(tc::Context({.transport = transport})), r, ranks, {.receiver = {.target_args = &state}});
+        // The shard lives in UCX-allocated memory, so the GET baseline can read it.
+        tc::MemoryRegion shard(node.worker().context(), per * sizeof(uint64_t));
+        const uint64_t base = static_cast<uint64_t>(r - 1) * per;
+        std::memcpy(shard.data(), table.data() + base, per * sizeof(uint64_t));
+        state.shard = {reinterpret_cast<const uint64_t*>(shard.data()), base, per, servers};
+        node.expose("chase_shard", &state.shard);
+        node.worker().set_am_handler(kAmChase, &on_am_chase, &state);
+        node.worker().set_am_handler(kAmShardQuery, &on_shard_query, &state);
+        const uint16_t port = node.port();
+        if (write(up[1], &port, sizeof(port)) != sizeof(port)) throw std::runtime_error("pipe");
+        std::vector<uint16_t> ports(static_cast<std::size_t>(ranks));
+        if (read(down[0], ports.data(), ports.size() * 2) != static_cast<ssize_t>(ports.size() * 2)) {
+          throw std::runtime_error("pipe");
+        }
+        std::vector<tc::NodeAddress> addresses;
+        for (uint16_t p : ports) addresses.push_back({"127.0.0.1", p});
+        node.connect(addresses);
+        // Answer the GET baseline's question once it is asked, then serve.
+        const ClientState::ShardInfo info{shard.address(), base, per};
+        const std::vector<std::byte> rkey = shard.pack_rkey();
+        while (state.query_ep == nullptr) node.poll();
+        send_am(node.worker(), state.query_ep, kAmShardInfo, &info, sizeof(info), rkey.data(), rkey.size());
+        rc = run_server(node, o, down[0]);
+        node.close();
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "chase server {}: {}\n", r, e.what());
+        rc = 1;
+      }
+      _exit(rc);
+    }
+    close(up[1]);
+    close(down[0]);
+    children.push_back({pid, up[0], down[1]});
+  }
+
+  ClientState client;
+  tc::Node node(tc::Worker(tc::Context({.transport = transport})), 0, ranks, {.receiver = {.target_args = &client}});
+  node.expose("chase_results", &client.results);
+  node.worker().set_am_handler(kAmChaseResult, &on_am_result, &client);
+  node.worker().set_am_handler(kAmShardInfo, &on_shard_info, &client);
+  std::vector<uint16_t> ports{node.port()};
+  for (const Child& c : children) {
+    uint16_t port = 0;
+    if (read(c.from, &port, sizeof(port)) != sizeof(port)) throw std::runtime_error("a server did not start");
+    ports.push_back(port);
+  }
+  for (const Child& c : children) {
+    if (write(c.to, ports.data(), ports.size() * 2) != static_cast<ssize_t>(ports.size() * 2)) {
+      throw std::runtime_error("pipe");
+    }
+  }
+  std::vector<tc::NodeAddress> addresses;
+  for (uint16_t p : ports) addresses.push_back({"127.0.0.1", p});
+  node.connect(addresses);
+
+  // GET baseline: every server's shard as a RemoteBuffer.
+  for (int64_t r = 1; r < ranks; ++r) send_am(node.worker(), node.channel(r).endpoint().handle(), kAmShardQuery, nullptr, 0);
+  while (client.shard_info.size() < static_cast<std::size_t>(servers)) node.poll();
+  std::vector<std::optional<tc::RemoteBuffer>> shards(static_cast<std::size_t>(ranks));
+  for (int64_t r = 1; r < ranks; ++r) {
+    const tc::Endpoint& ep = node.channel(r).endpoint();
+    const auto& [info, rkey] = client.shard_info.at(ep.handle());
+    shards[r].emplace(ep, info.address, info.per * sizeof(uint64_t), rkey);
+  }
+
+  const tc::Ifunc chaser_bc = tc::Ifunc::load(o.chaser_bitcode);
+  const tc::Ifunc chaser_bin = tc::Ifunc::load(o.chaser_binary);
+  const tc::Ifunc result_bc = tc::Ifunc::load(o.result_bitcode);
+  const tc::Ifunc result_bin = tc::Ifunc::load(o.result_binary);
+  const chase_shard layout{nullptr, 0, per, servers};
+
+  std::vector<Measurement> out;
+  uint64_t next_id = 1;
+  for (uint64_t depth = o.min_depth; depth <= o.max_depth; depth *= 2) {
+    for (const std::string& mode : o.modes) {
+      const bool bitcode = mode == "ifunc-bitcode";
+      const bool ifunc = mode.rfind("ifunc", 0) == 0;
+      if (ifunc) {
+        // Hand every server the ReturnResult code (an empty payload does nothing).
+        for (int64_t r = 1; r < ranks; ++r) node.send_bytes(r, bitcode ? result_bc : result_bin, {});
+      }
+      bool correct = true;
+      // Chase 0 is a warm-up (the first one carries the code and pays the JIT);
+      // the clock starts at chase 1.
+      auto start = Clock::now();
+      for (uint64_t c = 0; c <= o.chases; ++c) {
+        if (c == 1) start = Clock::now();
+        const uint64_t first = (c * 0x9E3779B97F4A7C15ULL) % table.size();
+        uint64_t expected = first;
+        for (uint64_t d = 0; d < depth; ++d) expected = table[expected];
+        const chase_request request{first, depth, 0, next_id++};
+        uint64_t got = ~0ull;
+        if (ifunc) {
+          const uint64_t before = client.results.received;
+          node.send(chase_owner_rank(&layout, first), bitcode ? chaser_bc : chaser_bin, request);
+          node.run([&] { return client.results.received != before; });
+          got = client.results.last.id == request.id ? client.results.last.index : ~0ull;
+        } else if (mode == "am") {
+          const uint64_t before = client.am_received;
+          send_am(node.worker(), node.channel(chase_owner_rank(&layout, first)).endpoint().handle(), kAmChase,
+                  &request, sizeof(request));
+          node.run([&] { return client.am_received != before; });
+          got = client.am_last.id == request.id ? client.am_last.index : ~0ull;
+        } else {
+          uint64_t index = first;
+          for (uint64_t d = 0; d < depth; ++d) {
+            const int64_t owner = chase_owner_rank(&layout, index);
+            const tc::RemoteBuffer& shard = *shards[owner];
+            uint64_t value = 0;
+            ucp_request_param_t params{};
+            const uint64_t offset = (index - static_cast<uint64_t>(owner - 1) * per) * sizeof(uint64_t);
+            tc::check(tc::wait_request(node.worker(),
+                                       ucp_get_nbx(shard.endpoint().handle(), &value, sizeof(value),
+                                                   shard.address() + offset, shard.rkey(), &params),
+                                       std::chrono::seconds(10)),
+                      "ucp_get_nbx");
+            index = value;
+          }
+          got = index;
+        }
+        correct &= got == expected;
+      }
+      const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / double(o.chases);
+      out.push_back({transport_name, mode, servers, depth, us, correct});
+    }
+  }
+
+  for (const Child& c : children) {
+    const char q = 'q';
+    if (write(c.to, &q, 1) != 1) throw std::runtime_error("pipe");
+  }
+  node.close();
+  bool servers_ok = true;
+  for (const Child& c : children) {
+    int status = 0;
+    while (waitpid(c.pid, &status, WNOHANG) == 0) node.worker().progress();
+    servers_ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    close(c.from);
+    close(c.to);
+  }
+  if (!servers_ok) throw std::runtime_error("a chase server failed");
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"Distributed pointer chase: ifunc (X-RDMA) vs Active Messages vs GET"};
+  app.add_option("--transports", o.transports, "shm, tcp")->delimiter(',');
+  app.add_option("--servers", o.servers, "server counts to run")->delimiter(',');
+  app.add_option("--modes", o.modes, "ifunc-bitcode, ifunc-binary, am, get")->delimiter(',');
+  app.add_option("--min-depth", o.min_depth);
+  app.add_option("--max-depth", o.max_depth, "depths double from min to max");
+  app.add_option("--log-entries", o.log_entries, "the table has 2^k entries")->check(CLI::Range(4, 30));
+  app.add_option("--chases", o.chases, "chases per measurement (one at a time)");
+  app.add_option("--seed", o.seed);
+  app.add_option("--json", o.json, "append one JSON line per measurement");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    std::FILE* json = o.json.empty() ? nullptr : std::fopen(o.json.c_str(), "a");
+    bool all_correct = true;
+    for (const std::string& t : o.transports) {
+      for (int64_t servers : o.servers) {
+        const std::vector<Measurement> ms = run_mesh(o, t, servers);
+        std::map<std::pair<std::string, uint64_t>, double> by;
+        for (const Measurement& m : ms) by[{m.mode, m.depth}] = m.us_per_chase;
+        fmt::print("== {} servers over {} ({} cores here: more than 1 server plus the client oversubscribes) ==\n",
+                   servers, t, std::thread::hardware_concurrency());
+        fmt::print("  {:<14} {:>6} {:>12} {:>12} {:>10} {:>10}  {}\n", "mode", "depth", "us/chase", "chases/s",
+                   "vs get", "vs am", "result");
+        for (const Measurement& m : ms) {
+          const auto ratio = [&](const char* base) {
+            const auto it = by.find({base, m.depth});
+            return it == by.end() || m.mode == base ? std::string() : fmt::format("{:.2f}x", it->second / m.us_per_chase);
+          };
+          fmt::print("  {:<14} {:>6} {:>12.1f} {:>12.0f} {:>10} {:>10}  {}\n", m.mode, m.depth, m.us_per_chase,
+                     1e6 / m.us_per_chase, ratio("get"), ratio("am"), m.correct ? "correct" : "WRONG");
+          all_correct &= m.correct;
+          if (json != nullptr) {
+            fmt::print(json,
+                       "{{\"transport\":\"{}\",\"servers\":{},\"mode\":\"{}\",\"depth\":{},\"us_per_chase\":{:.3f},"
+                       "\"chases_per_s\":{:.1f},\"correct\":{}}}\n",
+                       m.transport, m.servers, m.mode, m.depth, m.us_per_chase, 1e6 / m.us_per_chase,
+                       m.correct ? "true" : "false");
+          }
+        }
+        std::fflush(stdout);
+      }
+    }
+    if (json != nullptr) std::fclose(json);
+    fmt::print("{}\n", all_correct ? "chase: every result correct" : "chase: WRONG results");
+    return all_correct ? 0 : 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "threechains-chase: {}\n", e.what());
+    return 1;
+  }
+}
