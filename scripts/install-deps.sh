@@ -9,6 +9,7 @@ packages=(
   libucx-dev ucx-utils
   llvm-22-dev clang-22 libzstd-dev libc6-dev-arm64-cross libomp-22-dev
   libfmt-dev libcli11-dev catch2 libxxhash-dev
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()

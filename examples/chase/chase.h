@@ -7,7 +7,7 @@
 /* What a server exposes as "chase_shard". Server s (rank s + 1) holds entries
  * [s * per_server, (s + 1) * per_server) of the table. */
 struct chase_shard {
-  const uint64_t *entries;
+  const uint64_t* entries;
   uint64_t base;
   uint64_t per_server;
   int64_t servers;
@@ -32,7 +32,7 @@ struct chase_results {
   struct chase_result last;
 };
 
-static inline int64_t chase_owner_rank(const struct chase_shard *s, uint64_t index) {
+static inline int64_t chase_owner_rank(const struct chase_shard* s, uint64_t index) {
   return 1 + (int64_t)(index / s->per_server);
 }
 

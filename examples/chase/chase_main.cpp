@@ -16,12 +16,16 @@
 
 #include <threechains/threechains.hpp>
 
-#include <CLI/CLI.hpp>
+#ifdef THREECHAINS_WITH_MPI
+#include <mpi.h>
+#endif
+
 #include <fmt/core.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -85,8 +89,8 @@ struct ServerState {
 };
 
 // The AM-mode chaser: the same walk as chaser.c, as a pre-registered handler.
-ucs_status_t on_am_chase(void* arg, const void* header, std::size_t header_length, void*, std::size_t,
-                         const ucp_am_recv_param_t*) {
+ucs_status_t on_am_chase(void* arg, const void* header, std::size_t header_length, void*,
+                         std::size_t, const ucp_am_recv_param_t*) {
   auto* s = static_cast<ServerState*>(arg);
   if (header_length != sizeof(chase_request)) return UCS_OK;
   chase_request r;
@@ -109,29 +113,33 @@ ucs_status_t on_am_chase(void* arg, const void* header, std::size_t header_lengt
   return UCS_OK;
 }
 
-ucs_status_t on_shard_query(void* arg, const void*, std::size_t, void*, std::size_t, const ucp_am_recv_param_t* p) {
-  if ((p->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0) static_cast<ServerState*>(arg)->query_ep = p->reply_ep;
+ucs_status_t on_shard_query(void* arg, const void*, std::size_t, void*, std::size_t,
+                            const ucp_am_recv_param_t* p) {
+  if ((p->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0)
+    static_cast<ServerState*>(arg)->query_ep = p->reply_ep;
   return UCS_OK;
 }
 
-void send_am(const tc::Worker& worker, ucp_ep_h ep, unsigned id, const void* header, std::size_t header_length,
-             const void* data = nullptr, std::size_t length = 0) {
+void send_am(const tc::Worker& worker, ucp_ep_h ep, unsigned id, const void* header,
+             std::size_t header_length, const void* data = nullptr, std::size_t length = 0) {
   ucp_request_param_t params{};
   params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   params.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-  tc::check(tc::wait_request(worker, ucp_am_send_nbx(ep, id, header, header_length, data, length, &params),
+  tc::check(tc::wait_request(worker,
+                             ucp_am_send_nbx(ep, id, header, header_length, data, length, &params),
                              std::chrono::seconds(10)),
             "chase AM");
 }
 
-int run_server(tc::Node& node, const Options& o, int commands) {
-  (void)o;
+// Serves chases until `stop()` (asked every 256 rounds) says so.
+void run_server(tc::Node& node, const std::function<bool()>& stop) {
   auto* state = static_cast<ServerState*>(node.receiver().target_args());
   unsigned idle = 0;
   for (uint64_t round = 0;; ++round) {
-    bool worked = node.poll() != 0 || !state->forwards.empty();
+    const bool worked = node.poll() != 0 || !state->forwards.empty();
     for (Forward& f : state->forwards) {
-      send_am(node.worker(), node.channel(f.rank).endpoint().handle(), f.id, f.bytes.data(), f.bytes.size());
+      send_am(node.worker(), node.channel(f.rank).endpoint().handle(), f.id, f.bytes.data(),
+              f.bytes.size());
     }
     state->forwards.clear();
     // More ranks than cores: a server with nothing to do gives its core away
@@ -142,19 +150,41 @@ int run_server(tc::Node& node, const Options& o, int commands) {
       idle = 0;
       sched_yield();
     }
-    if ((round & 0xff) == 0) {
-      pollfd p{commands, POLLIN, 0};
-      if (::poll(&p, 1, 0) == 1) break;
-    }
+    if ((round & 0xff) == 0 && stop()) return;
   }
-  return 0;
 }
+
+// A server rank from construction to the end: shard, handlers, connect, serve.
+struct Server {
+  Server(tc::Transport transport, int64_t rank, int64_t ranks, const std::vector<uint64_t>& table)
+      : node(tc::Worker(tc::Context({.transport = transport})), rank, ranks,
+             {.receiver = {.target_args = &state}}),
+        per(table.size() / static_cast<uint64_t>(ranks - 1)),
+        base(static_cast<uint64_t>(rank - 1) * per),
+        // The shard lives in UCX-allocated memory, so the GET baseline can read it.
+        shard(node.worker().context(), per * sizeof(uint64_t)) {
+    std::memcpy(shard.data(), table.data() + base, per * sizeof(uint64_t));
+    state.shard = {reinterpret_cast<const uint64_t*>(shard.data()), base, per, ranks - 1};
+    // Frames may arrive as soon as we connect: everything is in place before.
+    node.expose("chase_shard", &state.shard);
+    node.worker().set_am_handler(kAmChase, &on_am_chase, &state);
+    node.worker().set_am_handler(kAmShardQuery, &on_shard_query, &state);
+  }
+
+  void serve(const std::vector<tc::NodeAddress>& addresses, const std::function<bool()>& stop);
+
+  ServerState state;
+  tc::Node node;
+  uint64_t per;
+  uint64_t base;
+  tc::MemoryRegion shard;
+};
 
 // ---- the client --------------------------------------------------------------
 
 struct ClientState {
-  chase_results results{};       // filled by the ReturnResult ifunc
-  uint64_t am_received = 0;      // filled by the AM result handler
+  chase_results results{};   // filled by the ReturnResult ifunc
+  uint64_t am_received = 0;  // filled by the AM result handler
   chase_result am_last{};
   struct ShardInfo {
     uint64_t address, base, per;
@@ -162,8 +192,8 @@ struct ClientState {
   std::map<ucp_ep_h, std::pair<ShardInfo, std::vector<std::byte>>> shard_info;
 };
 
-ucs_status_t on_am_result(void* arg, const void* header, std::size_t header_length, void*, std::size_t,
-                          const ucp_am_recv_param_t*) {
+ucs_status_t on_am_result(void* arg, const void* header, std::size_t header_length, void*,
+                          std::size_t, const ucp_am_recv_param_t*) {
   auto* c = static_cast<ClientState*>(arg);
   if (header_length == sizeof(chase_result)) {
     std::memcpy(&c->am_last, header, sizeof(chase_result));
@@ -172,16 +202,18 @@ ucs_status_t on_am_result(void* arg, const void* header, std::size_t header_leng
   return UCS_OK;
 }
 
-ucs_status_t on_shard_info(void* arg, const void* header, std::size_t header_length, void* data, std::size_t length,
-                           const ucp_am_recv_param_t* p) {
+ucs_status_t on_shard_info(void* arg, const void* header, std::size_t header_length, void* data,
+                           std::size_t length, const ucp_am_recv_param_t* p) {
   auto* c = static_cast<ClientState*>(arg);
-  if (header_length != sizeof(ClientState::ShardInfo) || (p->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) {
+  if (header_length != sizeof(ClientState::ShardInfo) ||
+      (p->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) {
     return UCS_OK;
   }
   ClientState::ShardInfo info;
   std::memcpy(&info, header, sizeof(info));
-  c->shard_info[p->reply_ep] = {info, std::vector<std::byte>(static_cast<const std::byte*>(data),
-                                                             static_cast<const std::byte*>(data) + length)};
+  c->shard_info[p->reply_ep] = {
+      info, std::vector<std::byte>(static_cast<const std::byte*>(data),
+                                   static_cast<const std::byte*>(data) + length)};
   return UCS_OK;
 }
 
@@ -193,13 +225,43 @@ struct Measurement {
   bool correct;
 };
 
+void Server::serve(const std::vector<tc::NodeAddress>& addresses,
+                   const std::function<bool()>& stop) {
+  node.connect(addresses);
+  // Answer the GET baseline's question once it is asked, then serve.
+  const ClientState::ShardInfo info{shard.address(), base, per};
+  const std::vector<std::byte> rkey = shard.pack_rkey();
+  while (state.query_ep == nullptr) node.poll();
+  send_am(node.worker(), state.query_ep, kAmShardInfo, &info, sizeof(info), rkey.data(),
+          rkey.size());
+  run_server(node, stop);
+  node.close();
+}
+
+std::vector<Measurement> run_client(tc::Node& node, ClientState& client, const Options& o,
+                                    const std::vector<uint64_t>& table,
+                                    const std::string& transport_name);
+
+// The client rank, ready to connect.
+struct Client {
+  Client(tc::Transport transport, int64_t ranks)
+      : node(tc::Worker(tc::Context({.transport = transport})), 0, ranks,
+             {.receiver = {.target_args = &state}}) {
+    node.expose("chase_results", &state.results);
+    node.worker().set_am_handler(kAmChaseResult, &on_am_result, &state);
+    node.worker().set_am_handler(kAmShardInfo, &on_shard_info, &state);
+  }
+  ClientState state;
+  tc::Node node;
+};
+
 // ---- one mesh: N servers in child processes, the client here -------------------
 
-std::vector<Measurement> run_mesh(const Options& o, const std::string& transport_name, int64_t servers) {
+std::vector<Measurement> run_mesh(const Options& o, const std::string& transport_name,
+                                  int64_t servers) {
   const tc::Transport transport = tc::parse_transport(transport_name);
   const int64_t ranks = servers + 1;
   const std::vector<uint64_t> table = make_table(o.log_entries, o.seed);
-  const uint64_t per = table.size() / static_cast<uint64_t>(servers);
   struct Child {
     pid_t pid;
     int from, to;
@@ -214,32 +276,21 @@ std::vector<Measurement> run_mesh(const Options& o, const std::string& transport
       close(down[1]);
       int rc = 0;
       try {
-        ServerState state;
-        tc::Node node(tc::Worker(tc::Context({.transport = transport})), r, ranks, {.receiver = {.target_args = &state}});
-        // The shard lives in UCX-allocated memory, so the GET baseline can read it.
-        tc::MemoryRegion shard(node.worker().context(), per * sizeof(uint64_t));
-        const uint64_t base = static_cast<uint64_t>(r - 1) * per;
-        std::memcpy(shard.data(), table.data() + base, per * sizeof(uint64_t));
-        state.shard = {reinterpret_cast<const uint64_t*>(shard.data()), base, per, servers};
-        node.expose("chase_shard", &state.shard);
-        node.worker().set_am_handler(kAmChase, &on_am_chase, &state);
-        node.worker().set_am_handler(kAmShardQuery, &on_shard_query, &state);
-        const uint16_t port = node.port();
+        Server server(transport, r, ranks, table);
+        const uint16_t port = server.node.port();
         if (write(up[1], &port, sizeof(port)) != sizeof(port)) throw std::runtime_error("pipe");
         std::vector<uint16_t> ports(static_cast<std::size_t>(ranks));
-        if (read(down[0], ports.data(), ports.size() * 2) != static_cast<ssize_t>(ports.size() * 2)) {
+        if (read(down[0], ports.data(), ports.size() * 2) !=
+            static_cast<ssize_t>(ports.size() * 2)) {
           throw std::runtime_error("pipe");
         }
         std::vector<tc::NodeAddress> addresses;
         for (uint16_t p : ports) addresses.push_back({"127.0.0.1", p});
-        node.connect(addresses);
-        // Answer the GET baseline's question once it is asked, then serve.
-        const ClientState::ShardInfo info{shard.address(), base, per};
-        const std::vector<std::byte> rkey = shard.pack_rkey();
-        while (state.query_ep == nullptr) node.poll();
-        send_am(node.worker(), state.query_ep, kAmShardInfo, &info, sizeof(info), rkey.data(), rkey.size());
-        rc = run_server(node, o, down[0]);
-        node.close();
+        const int commands = down[0];
+        server.serve(addresses, [commands] {
+          pollfd p{commands, POLLIN, 0};
+          return ::poll(&p, 1, 0) == 1;
+        });
       } catch (const std::exception& e) {
         fmt::print(stderr, "chase server {}: {}\n", r, e.what());
         rc = 1;
@@ -251,15 +302,13 @@ std::vector<Measurement> run_mesh(const Options& o, const std::string& transport
     children.push_back({pid, up[0], down[1]});
   }
 
-  ClientState client;
-  tc::Node node(tc::Worker(tc::Context({.transport = transport})), 0, ranks, {.receiver = {.target_args = &client}});
-  node.expose("chase_results", &client.results);
-  node.worker().set_am_handler(kAmChaseResult, &on_am_result, &client);
-  node.worker().set_am_handler(kAmShardInfo, &on_shard_info, &client);
+  Client client(transport, ranks);
+  tc::Node& node = client.node;
   std::vector<uint16_t> ports{node.port()};
   for (const Child& c : children) {
     uint16_t port = 0;
-    if (read(c.from, &port, sizeof(port)) != sizeof(port)) throw std::runtime_error("a server did not start");
+    if (read(c.from, &port, sizeof(port)) != sizeof(port))
+      throw std::runtime_error("a server did not start");
     ports.push_back(port);
   }
   for (const Child& c : children) {
@@ -271,8 +320,34 @@ std::vector<Measurement> run_mesh(const Options& o, const std::string& transport
   for (uint16_t p : ports) addresses.push_back({"127.0.0.1", p});
   node.connect(addresses);
 
+  std::vector<Measurement> out = run_client(node, client.state, o, table, transport_name);
+
+  for (const Child& c : children) {
+    const char q = 'q';
+    if (write(c.to, &q, 1) != 1) throw std::runtime_error("pipe");
+  }
+  node.close();
+  bool servers_ok = true;
+  for (const Child& c : children) {
+    int status = 0;
+    while (waitpid(c.pid, &status, WNOHANG) == 0) node.worker().progress();
+    servers_ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    close(c.from);
+    close(c.to);
+  }
+  if (!servers_ok) throw std::runtime_error("a chase server failed");
+  return out;
+}
+
+std::vector<Measurement> run_client(tc::Node& node, ClientState& client, const Options& o,
+                                    const std::vector<uint64_t>& table,
+                                    const std::string& transport_name) {
+  const int64_t ranks = node.ranks();
+  const int64_t servers = ranks - 1;
+  const uint64_t per = table.size() / static_cast<uint64_t>(servers);
   // GET baseline: every server's shard as a RemoteBuffer.
-  for (int64_t r = 1; r < ranks; ++r) send_am(node.worker(), node.channel(r).endpoint().handle(), kAmShardQuery, nullptr, 0);
+  for (int64_t r = 1; r < ranks; ++r)
+    send_am(node.worker(), node.channel(r).endpoint().handle(), kAmShardQuery, nullptr, 0);
   while (client.shard_info.size() < static_cast<std::size_t>(servers)) node.poll();
   std::vector<std::optional<tc::RemoteBuffer>> shards(static_cast<std::size_t>(ranks));
   for (int64_t r = 1; r < ranks; ++r) {
@@ -295,7 +370,8 @@ std::vector<Measurement> run_mesh(const Options& o, const std::string& transport
       const bool ifunc = mode.rfind("ifunc", 0) == 0;
       if (ifunc) {
         // Hand every server the ReturnResult code (an empty payload does nothing).
-        for (int64_t r = 1; r < ranks; ++r) node.send_bytes(r, bitcode ? result_bc : result_bin, {});
+        for (int64_t r = 1; r < ranks; ++r)
+          node.send_bytes(r, bitcode ? result_bc : result_bin, {});
       }
       bool correct = true;
       // Chase 0 is a warm-up (the first one carries the code and pays the JIT);
@@ -315,8 +391,8 @@ std::vector<Measurement> run_mesh(const Options& o, const std::string& transport
           got = client.results.last.id == request.id ? client.results.last.index : ~0ull;
         } else if (mode == "am") {
           const uint64_t before = client.am_received;
-          send_am(node.worker(), node.channel(chase_owner_rank(&layout, first)).endpoint().handle(), kAmChase,
-                  &request, sizeof(request));
+          send_am(node.worker(), node.channel(chase_owner_rank(&layout, first)).endpoint().handle(),
+                  kAmChase, &request, sizeof(request));
           node.run([&] { return client.am_received != before; });
           got = client.am_last.id == request.id ? client.am_last.index : ~0ull;
         } else {
@@ -326,7 +402,8 @@ std::vector<Measurement> run_mesh(const Options& o, const std::string& transport
             const tc::RemoteBuffer& shard = *shards[owner];
             uint64_t value = 0;
             ucp_request_param_t params{};
-            const uint64_t offset = (index - static_cast<uint64_t>(owner - 1) * per) * sizeof(uint64_t);
+            const uint64_t offset =
+                (index - static_cast<uint64_t>(owner - 1) * per) * sizeof(uint64_t);
             tc::check(tc::wait_request(node.worker(),
                                        ucp_get_nbx(shard.endpoint().handle(), &value, sizeof(value),
                                                    shard.address() + offset, shard.rkey(), &params),
@@ -338,27 +415,94 @@ std::vector<Measurement> run_mesh(const Options& o, const std::string& transport
         }
         correct &= got == expected;
       }
-      const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / double(o.chases);
+      const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
+                        double(o.chases);
       out.push_back({transport_name, mode, servers, depth, us, correct});
     }
   }
 
-  for (const Child& c : children) {
-    const char q = 'q';
-    if (write(c.to, &q, 1) != 1) throw std::runtime_error("pipe");
-  }
-  node.close();
-  bool servers_ok = true;
-  for (const Child& c : children) {
-    int status = 0;
-    while (waitpid(c.pid, &status, WNOHANG) == 0) node.worker().progress();
-    servers_ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    close(c.from);
-    close(c.to);
-  }
-  if (!servers_ok) throw std::runtime_error("a chase server failed");
   return out;
 }
+
+#ifdef THREECHAINS_WITH_MPI
+// Started by the site's launcher (mpirun): ranks and addresses come from MPI;
+// rank 0 is the client, the others serve. UCX still carries every chase.
+int run_under_mpi(const Options& o) {
+  MPI_Init(nullptr, nullptr);
+  int rank = 0;
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int rc = 0;
+  try {
+    if (size < 2)
+      throw std::runtime_error("under MPI, run at least 2 ranks (a client and a server)");
+    const tc::Transport transport = tc::parse_transport(o.transports.front());
+    const std::vector<uint64_t> table = make_table(o.log_entries, o.seed);
+    std::unique_ptr<Client> client;
+    std::unique_ptr<Server> server;
+    tc::Node* node = nullptr;
+    if (rank == 0) {
+      client = std::make_unique<Client>(transport, size);
+      node = &client->node;
+    } else {
+      server = std::make_unique<Server>(transport, rank, size, table);
+      node = &server->node;
+    }
+    // Every rank's host and listening port, to every rank.
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    std::vector<char> hosts(static_cast<std::size_t>(size) * sizeof(host));
+    MPI_Allgather(host, sizeof(host), MPI_CHAR, hosts.data(), sizeof(host), MPI_CHAR,
+                  MPI_COMM_WORLD);
+    const int port = node->port();
+    std::vector<int> ports(static_cast<std::size_t>(size));
+    MPI_Allgather(&port, 1, MPI_INT, ports.data(), 1, MPI_INT, MPI_COMM_WORLD);
+    std::vector<tc::NodeAddress> addresses;
+    for (int r = 0; r < size; ++r) {
+      const std::string h(hosts.data() + static_cast<std::size_t>(r) * sizeof(host));
+      // One machine: loopback, which needs no name resolution.
+      addresses.push_back(
+          {h == host ? "127.0.0.1" : h, static_cast<uint16_t>(ports[static_cast<std::size_t>(r)])});
+    }
+    // The end of the run is a barrier everyone enters while still serving.
+    MPI_Request done = MPI_REQUEST_NULL;
+    const auto finished = [&] {
+      int flag = 0;
+      MPI_Test(&done, &flag, MPI_STATUS_IGNORE);
+      return flag != 0;
+    };
+    if (rank == 0) {
+      node->connect(addresses);
+      const std::vector<Measurement> ms =
+          run_client(*node, client->state, o, table, o.transports.front());
+      bool correct = true;
+      for (const Measurement& m : ms) {
+        fmt::print("  mpi {:<14} {:>6} {:>12.1f} us  {}\n", m.mode, m.depth, m.us_per_chase,
+                   m.correct ? "correct" : "WRONG");
+        correct &= m.correct;
+      }
+      fmt::print("chase under MPI ({} ranks): {}\n", size,
+                 correct ? "every result correct" : "WRONG results");
+      rc = correct ? 0 : 1;
+      MPI_Ibarrier(MPI_COMM_WORLD, &done);
+      while (!finished()) node->poll();
+      node->close();
+    } else {
+      MPI_Ibarrier(MPI_COMM_WORLD, &done);
+      server->serve(addresses, finished);
+    }
+    // Keep progressing until every rank has closed its channels.
+    MPI_Ibarrier(MPI_COMM_WORLD, &done);
+    while (!finished()) node->worker().progress();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "threechains-chase (MPI rank {}): {}\n", rank, e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return rc;
+}
+#endif
 
 }  // namespace
 
@@ -370,11 +514,24 @@ int main(int argc, char** argv) {
   app.add_option("--modes", o.modes, "ifunc-bitcode, ifunc-binary, am, get")->delimiter(',');
   app.add_option("--min-depth", o.min_depth);
   app.add_option("--max-depth", o.max_depth, "depths double from min to max");
-  app.add_option("--log-entries", o.log_entries, "the table has 2^k entries")->check(CLI::Range(4, 30));
+  app.add_option("--log-entries", o.log_entries, "the table has 2^k entries")
+      ->check(CLI::Range(4, 30));
   app.add_option("--chases", o.chases, "chases per measurement (one at a time)");
   app.add_option("--seed", o.seed);
   app.add_option("--json", o.json, "append one JSON line per measurement");
+  bool mpi = false;
+  app.add_flag("--mpi", mpi,
+               "started by mpirun: ranks and addresses come from MPI (first transport only)");
   CLI11_PARSE(app, argc, argv);
+  if (mpi) {
+#ifdef THREECHAINS_WITH_MPI
+    return run_under_mpi(o);
+#else
+    fmt::print(stderr,
+               "threechains-chase: built without MPI (install libopenmpi-dev and reconfigure)\n");
+    return 2;
+#endif
+  }
 
   try {
     std::FILE* json = o.json.empty() ? nullptr : std::fopen(o.json.c_str(), "a");
@@ -384,24 +541,30 @@ int main(int argc, char** argv) {
         const std::vector<Measurement> ms = run_mesh(o, t, servers);
         std::map<std::pair<std::string, uint64_t>, double> by;
         for (const Measurement& m : ms) by[{m.mode, m.depth}] = m.us_per_chase;
-        fmt::print("== {} servers over {} ({} cores here: more than 1 server plus the client oversubscribes) ==\n",
-                   servers, t, std::thread::hardware_concurrency());
-        fmt::print("  {:<14} {:>6} {:>12} {:>12} {:>10} {:>10}  {}\n", "mode", "depth", "us/chase", "chases/s",
-                   "vs get", "vs am", "result");
+        fmt::print(
+            "== {} servers over {} ({} cores here: more than 1 server plus the client "
+            "oversubscribes) ==\n",
+            servers, t, std::thread::hardware_concurrency());
+        fmt::print("  {:<14} {:>6} {:>12} {:>12} {:>10} {:>10}  {}\n", "mode", "depth", "us/chase",
+                   "chases/s", "vs get", "vs am", "result");
         for (const Measurement& m : ms) {
           const auto ratio = [&](const char* base) {
             const auto it = by.find({base, m.depth});
-            return it == by.end() || m.mode == base ? std::string() : fmt::format("{:.2f}x", it->second / m.us_per_chase);
+            return it == by.end() || m.mode == base
+                       ? std::string()
+                       : fmt::format("{:.2f}x", it->second / m.us_per_chase);
           };
-          fmt::print("  {:<14} {:>6} {:>12.1f} {:>12.0f} {:>10} {:>10}  {}\n", m.mode, m.depth, m.us_per_chase,
-                     1e6 / m.us_per_chase, ratio("get"), ratio("am"), m.correct ? "correct" : "WRONG");
+          fmt::print("  {:<14} {:>6} {:>12.1f} {:>12.0f} {:>10} {:>10}  {}\n", m.mode, m.depth,
+                     m.us_per_chase, 1e6 / m.us_per_chase, ratio("get"), ratio("am"),
+                     m.correct ? "correct" : "WRONG");
           all_correct &= m.correct;
           if (json != nullptr) {
             fmt::print(json,
-                       "{{\"transport\":\"{}\",\"servers\":{},\"mode\":\"{}\",\"depth\":{},\"us_per_chase\":{:.3f},"
+                       "{{\"transport\":\"{}\",\"servers\":{},\"mode\":\"{}\",\"depth\":{},\"us_"
+                       "per_chase\":{:.3f},"
                        "\"chases_per_s\":{:.1f},\"correct\":{}}}\n",
-                       m.transport, m.servers, m.mode, m.depth, m.us_per_chase, 1e6 / m.us_per_chase,
-                       m.correct ? "true" : "false");
+                       m.transport, m.servers, m.mode, m.depth, m.us_per_chase,
+                       1e6 / m.us_per_chase, m.correct ? "true" : "false");
           }
         }
         std::fflush(stdout);

@@ -6,11 +6,11 @@
 
 #include "chase.h"
 
-void chaser_main(void *payload, size_t payload_size, void *target_args) {
+void chaser_main(void* payload, size_t payload_size, void* target_args) {
   (void)target_args;
   if (payload_size != sizeof(struct chase_request)) return;
-  struct chase_request r = *(const struct chase_request *)payload;
-  const struct chase_shard *shard = (const struct chase_shard *)threechains_lookup("chase_shard");
+  struct chase_request r = *(const struct chase_request*)payload;
+  const struct chase_shard* shard = (const struct chase_shard*)threechains_lookup("chase_shard");
   if (shard == 0) return;
   const int64_t me = threechains_rank();
   while (r.remaining > 0 && chase_owner_rank(shard, r.index) == me) {
