@@ -92,7 +92,9 @@ struct ChannelState {
   std::unordered_map<CodeId, Ifunc> sent_code;  // what we can resend on a cache miss
   std::vector<NeedCode> code_requests;
   bool by_active_message = false;
-  std::byte* direct_ring = nullptr;  // Delivery::direct: the target's ring, mapped here
+  std::optional<CreditLink> piggyback;  // Node: credits owed to the target ride on our frames
+  std::vector<uint64_t> am_headers;     // per slot: the piggybacked credit of the frame in flight
+  std::byte* direct_ring = nullptr;     // Delivery::direct: the target's ring, mapped here
   bool welcomed = false;
   ucs_status_t refused = UCS_OK;
   ChannelStats stats;
@@ -357,6 +359,16 @@ class Channel {
   // Forget what the target holds, so the next send of each ifunc carries its code.
   void forget_held_code() noexcept { state_->held.clear(); }
   [[nodiscard]] const Endpoint& endpoint() const noexcept { return state_->endpoint; }
+  // Node only: carry the credits of the reverse direction in this channel's AM
+  // frames; the Receiver updates credit_word() from the frames coming back.
+  void share_credits(const detail::CreditLink& link) {
+    state_->am_headers.assign(state_->slots, 0);
+    state_->piggyback = link;
+  }
+  [[nodiscard]] uint64_t* credit_word() const noexcept {
+    return reinterpret_cast<uint64_t*>(state_->credit.data());
+  }
+
   // How this channel's frames travel (resolved at connect).
   [[nodiscard]] Delivery delivery() const noexcept {
     if (state_->direct_ring != nullptr) return Delivery::direct;
@@ -455,8 +467,18 @@ class Channel {
       params.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
       // The commit word travels too: it puts the payload 16-byte aligned in the
       // target's (16-aligned) receive buffer, and it repeats the sequence.
-      requests[0] = issue(ucp_am_send_nbx(ch.endpoint.handle(), detail::kAmFrame, nullptr, 0,
-                                          staging, detail::kCommitWordSize + frame_bytes, &params));
+      const void* header = nullptr;
+      std::size_t header_length = 0;
+      if (ch.piggyback) {
+        uint64_t& credit = ch.am_headers[slot];
+        credit = *ch.piggyback->expected - 1;
+        *ch.piggyback->reported = credit;  // it travels with this frame
+        header = &credit;
+        header_length = sizeof(credit);
+      }
+      requests[0] =
+          issue(ucp_am_send_nbx(ch.endpoint.handle(), detail::kAmFrame, header, header_length,
+                                staging, detail::kCommitWordSize + frame_bytes, &params));
       return;
     }
     const uint64_t remote = ch.ring->address() + slot * ch.slot_size;

@@ -48,6 +48,7 @@ class Node {
     // Ifuncs delivered by AM run inside UCX progress, which also happens while
     // connecting: the runtime must be reachable from the start.
     detail::set_runtime_hooks(&state_->hooks);
+    state_->receiver.defer_am_credits(true);
   }
   Node(Node&&) noexcept = default;
   Node& operator=(Node&&) noexcept = default;
@@ -78,6 +79,9 @@ class Node {
       s.channels[r] = std::make_unique<Channel>(
           s.source.connect(addresses[r].host, addresses[r].port, options, [this] { poll(); }));
     }
+    s.linked.assign(static_cast<std::size_t>(s.ranks), false);
+    s.unlinked = s.ranks - 1;
+    link_credits();
   }
 
   // Makes an object of this process reachable from injected code by name.
@@ -110,7 +114,10 @@ class Node {
     State& s = *state_;
     detail::set_runtime_hooks(&s.hooks);
     unsigned work = s.receiver.poll();
+    if (s.unlinked != 0) [[unlikely]]
+      link_credits();
     work += drain_queue();
+    s.receiver.return_pending_credits();  // what no queued frame carried back
     return work;
   }
 
@@ -214,11 +221,32 @@ class Node {
     std::vector<std::vector<std::byte>> spare;  // payload buffers to reuse
     detail::RuntimeHooks hooks;
     NodeStats stats;
+    std::vector<bool> linked;  // per rank: the two directions share credits
+    int64_t unlinked = 0;
   };
 
   void enqueue(int64_t rank, const Ifunc* ifunc, const std::byte* payload, std::size_t size) {
     if (state_->queue(rank, ifunc, payload, size) != 0)
       throw Error(errc::protocol, "Node: cannot queue send");
+  }
+
+  // Pairs each AM-delivery channel with the Receiver peer of the same rank, once
+  // that rank has connected here, so their credits ride on each other's frames.
+  void link_credits() {
+    State& s = *state_;
+    for (int64_t r = 0; r < s.ranks; ++r) {
+      if (r == s.rank || s.linked[r] || !s.channels[r]) continue;
+      if (s.channels[r]->delivery() != Delivery::active_message) {
+        s.linked[r] = true;  // puts and direct stores need no help
+        --s.unlinked;
+        continue;
+      }
+      if (auto link = s.receiver.link_credits(r, s.channels[r]->credit_word())) {
+        s.channels[r]->share_credits(*link);
+        s.linked[r] = true;
+        --s.unlinked;
+      }
+    }
   }
 
   // Carries out queued sends in order; a full ring leaves the rest for later.

@@ -110,6 +110,28 @@ class Receiver {
   [[nodiscard]] std::size_t peers() const noexcept { return core_->peers.size(); }
   void set_target_args(void* args) noexcept { core_->options.target_args = args; }
   [[nodiscard]] void* target_args() const noexcept { return core_->options.target_args; }
+
+  // ---- for Node: credits shared by the two directions of a pair of ranks ----
+  void defer_am_credits(bool defer) noexcept { core_->defer_am_credits = defer; }
+  // Returns the credits not yet returned (AM delivery), e.g. not piggybacked.
+  void return_pending_credits() {
+    for (const auto& peer : core_->peers) {
+      if (peer->ring && peer->reported != peer->expected - 1) core_->return_credit(*peer);
+    }
+  }
+  // Links rank `rank`'s peer with this process's channel to it (its credit
+  // word); returns the link a channel piggybacks through, or nullptr while that
+  // rank has not connected here yet.
+  [[nodiscard]] std::optional<detail::CreditLink> link_credits(int64_t rank,
+                                                               uint64_t* credit_word) {
+    for (const auto& peer : core_->peers) {
+      if (peer->rank == rank && peer->ring) {
+        peer->credit_word = credit_word;
+        return detail::CreditLink{&peer->expected, &peer->reported};
+      }
+    }
+    return std::nullopt;
+  }
   [[nodiscard]] const Worker& worker() const noexcept { return core_->worker; }
 
  private:
@@ -124,9 +146,10 @@ class Receiver {
     uint64_t reported = 0;      // last sequence credited back to the source
     uint64_t credit_value = 0;  // buffer of the credit put in flight
     void* credit_request = nullptr;
-    uint64_t stalled_on = 0;         // sequence waiting for its code (cache miss), 0 if none
-    bool by_active_message = false;  // the source delivers frames by AM, not into the ring
-    int64_t rank = -1;               // the source's rank in a Node mesh
+    uint64_t stalled_on = 0;          // sequence waiting for its code (cache miss), 0 if none
+    bool by_active_message = false;   // the source delivers frames by AM, not into the ring
+    int64_t rank = -1;                // the source's rank in a Node mesh
+    uint64_t* credit_word = nullptr;  // Node: our channel to that rank, for piggybacked credits
     // AM delivery: frames that arrived while an earlier one waits for its code,
     // the waiting one first (slow path, copied).
     std::deque<std::vector<std::byte>> backlog;
@@ -200,7 +223,10 @@ class Receiver {
         ++peer.expected;
         ++dispatched;
       }
-      if (peer.reported != peer.expected - 1) return_credit(peer);
+      // A Node sends AM-delivery credits after its queued sends, which may carry them.
+      if (peer.reported != peer.expected - 1 && !(defer_am_credits && peer.by_active_message)) {
+        return_credit(peer);
+      }
       return dispatched;
     }
 
@@ -471,13 +497,21 @@ class Receiver {
 
     // AM delivery: the frame runs right here, inside UCX's progress, with no copy
     // unless its payload would be misaligned or it must wait for its code.
-    static ucs_status_t on_frame(void* arg, const void*, std::size_t, void* data,
-                                 std::size_t length, const ucp_am_recv_param_t* param) {
+    static ucs_status_t on_frame(void* arg, const void* header, std::size_t header_length,
+                                 void* data, std::size_t length, const ucp_am_recv_param_t* param) {
       auto* self = static_cast<Core*>(arg);
       Peer* peer = self->find(param);
       if (peer == nullptr || !peer->ring || length < detail::kCommitWordSize) [[unlikely]]
         return UCS_OK;
       peer->by_active_message = true;
+      // A piggybacked credit for this process's own channel to that rank.
+      if (header_length == sizeof(uint64_t) && peer->credit_word != nullptr) {
+        uint64_t consumed;
+        std::memcpy(&consumed, header, sizeof(consumed));
+        std::atomic_ref<uint64_t> word(*peer->credit_word);
+        if (consumed > word.load(std::memory_order_relaxed))
+          word.store(consumed, std::memory_order_release);
+      }
       // Data: | sequence (8 B) | frame |, like a ring slot.
       self->dispatch_delivered(*peer, static_cast<std::byte*>(data) + detail::kCommitWordSize,
                                length - detail::kCommitWordSize);
@@ -502,6 +536,7 @@ class Receiver {
     std::unordered_map<ucp_ep_h, Peer*> by_endpoint;
     std::vector<ucp_conn_request_h> pending_connections;
     bool control_pending = false;
+    bool defer_am_credits = false;  // a Node returns them after its queued sends
     uint32_t polls = 0;
     struct alignas(16) ScratchBlock {
       std::byte bytes[16];

@@ -59,6 +59,15 @@ struct CodeDelivery {
   uint8_t reserved[6];
 };
 
+// A Node's two directions between a pair of ranks share their credits: the
+// Receiver side (frames from rank r) exposes what it has consumed, and the
+// Channel side (frames to rank r) carries that count in its AM frames' header,
+// so a busy pair needs no separate credit messages.
+struct CreditLink {
+  const uint64_t* expected = nullptr;  // the Receiver peer's next sequence (consumed + 1)
+  uint64_t* reported = nullptr;        // the last count that reached the source
+};
+
 static_assert(std::is_trivially_copyable_v<Hello> && std::is_trivially_copyable_v<Welcome> &&
               std::is_trivially_copyable_v<NeedCode> && std::is_trivially_copyable_v<CodeDelivery>);
 
