@@ -123,15 +123,7 @@ class Node {
 
   template <class StopCondition>
   void run(StopCondition&& stop) {
-    unsigned idle = 0;
-    while (!stop()) {
-      if (poll() != 0) {
-        idle = 0;
-      } else if (++idle >= options_yield_after()) {
-        idle = 0;
-        sched_yield();  // oversubscribed machines: let the other ranks run
-      }
-    }
+    detail::spin_until([this] { return poll(); }, stop, state_->options.yield_after);
   }
 
   [[nodiscard]] Channel& channel(int64_t rank) {
@@ -156,10 +148,6 @@ class Node {
   }
 
  private:
-  [[nodiscard]] uint32_t options_yield_after() const noexcept {
-    return state_->options.yield_after;
-  }
-
   struct Pending {
     int64_t rank;
     const Ifunc* ifunc;  // in the Receiver's code store, which never moves its entries

@@ -7,6 +7,7 @@
 
 #include <threechains/detail/outbox.hpp>
 #include <threechains/detail/protocol.hpp>
+#include <threechains/detail/spin.hpp>
 #include <threechains/error.hpp>
 #include <threechains/frame.hpp>
 #include <threechains/ifunc.hpp>
@@ -76,15 +77,7 @@ class Receiver {
   // spinning Receiver does not starve its peers on an oversubscribed machine.
   template <class StopCondition>
   void run(StopCondition&& stop) {
-    unsigned idle = 0;
-    while (!stop()) {
-      if (poll() != 0) {
-        idle = 0;
-      } else if (++idle >= 1024) {
-        idle = 0;
-        sched_yield();
-      }
-    }
+    detail::spin_until([this] { return poll(); }, stop, 1024);
   }
 
   [[nodiscard]] JitCache& cache() noexcept { return core_->cache; }
