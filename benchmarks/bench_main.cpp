@@ -413,7 +413,7 @@ int run_source(const Options& o) {
   return 0;
 }
 
-int drive(const Options& o, const std::string& transport, const std::vector<std::string>& args) {
+int drive(const std::string& transport, const std::vector<std::string>& args) {
   fmt::print("== {} ==\n", transport);
   std::fflush(stdout);
   int fds[2];
@@ -445,7 +445,6 @@ int drive(const Options& o, const std::string& transport, const std::vector<std:
   int t = 0;
   waitpid(source, &s, 0);
   waitpid(target, &t, 0);
-  (void)o;
   return WIFEXITED(s) && WEXITSTATUS(s) == 0 && WIFEXITED(t) && WEXITSTATUS(t) == 0 ? 0 : 1;
 }
 
@@ -513,7 +512,7 @@ int main(int argc, char** argv) {
         for (const std::string& m : steady) joined += (joined.empty() ? "" : ",") + m;
         args.push_back("--metrics");
         args.push_back(joined);
-        rc |= drive(o, t, args);
+        rc |= drive(t, args);
       }
       if (first) {
         std::vector<std::string> args = pass;
@@ -521,7 +520,7 @@ int main(int argc, char** argv) {
         args.push_back("first");
         args.push_back("--modes");
         args.push_back("ifunc-bitcode-uncached");
-        rc |= drive(o, t, args);
+        rc |= drive(t, args);
       }
     }
     return rc;

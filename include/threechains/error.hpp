@@ -26,7 +26,6 @@ enum class errc {
   dependency_not_found,    // a shared library an ifunc needs cannot be loaded
   unknown_code,            // the source no longer holds the code a target asked for
   protocol,                // a control message that breaks the connection protocol
-  would_block,             // no credit: the target's ring is full (back-pressure)
   timeout,                 // a bounded wait ran out
   io,                      // a file could not be read or written
 };
@@ -66,8 +65,6 @@ enum class errc {
           return "source does not hold the requested code";
         case errc::protocol:
           return "protocol violation";
-        case errc::would_block:
-          return "ring full (would block)";
         case errc::timeout:
           return "timed out";
         case errc::io:
