@@ -193,6 +193,14 @@ TEMPLATE_TEST_CASE("bad frames are rejected and the Receiver keeps serving", "[u
     builder.write_payload(std::as_bytes(std::span(&increment, 1)));
   };
 
+  // A frame of sequence 1 whose code section is `code`, claiming identity `id`.
+  const auto build_with_code = [&](CodeId id, std::span<const std::byte> code) {
+    frame.resize(frame_size(8, code.size()));
+    FrameBuilder b(frame);
+    REQUIRE(b.begin(CodecId::bitcode, id, 1, 8, code.size()) == errc::ok);
+    b.write_code(code);
+  };
+
   std::string expected_error;
   SECTION("bad magic") {
     build_cached(1);
@@ -210,34 +218,22 @@ TEMPLATE_TEST_CASE("bad frames are rejected and the Receiver keeps serving", "[u
     expected_error = "sequence 77";
   }
   SECTION("a code section that is not a container") {
-    std::vector<std::byte> junk(64, std::byte{0x5a});
-    frame.resize(frame_size(8, junk.size()));
-    FrameBuilder b(frame);
-    REQUIRE(b.begin(CodecId::bitcode, code_identity(junk), 1, 8, junk.size()) == errc::ok);
-    b.write_code(junk);
+    const std::vector<std::byte> junk(64, std::byte{0x5a});
+    build_with_code(code_identity(junk), junk);
     expected_error = "bad magic";
   }
   SECTION("a container without this host's triple") {
     const Ifunc foreign = Ifunc::load(TC_COUNTER_AARCH64_ONLY);
-    frame.resize(frame_size(8, foreign.code().size()));
-    FrameBuilder b(frame);
-    REQUIRE(b.begin(CodecId::bitcode, foreign.id(), 1, 8, foreign.code().size()) == errc::ok);
-    b.write_code(foreign.code());
+    build_with_code(foreign.id(), foreign.code());
     expected_error = "aarch64";
   }
   SECTION("code that does not match the identity it claims") {
-    frame.resize(frame_size(8, counter.code().size()));
-    FrameBuilder b(frame);
-    REQUIRE(b.begin(CodecId::bitcode, counter.id() ^ 1, 1, 8, counter.code().size()) == errc::ok);
-    b.write_code(counter.code());
+    build_with_code(counter.id() ^ 1, counter.code());
     expected_error = "does not hash";
   }
   SECTION("an ifunc with an unresolved symbol") {
     const Ifunc missing = Ifunc::load(TC_NEEDS_MISSING_SYMBOL);
-    frame.resize(frame_size(8, missing.code().size()));
-    FrameBuilder b(frame);
-    REQUIRE(b.begin(CodecId::bitcode, missing.id(), 1, 8, missing.code().size()) == errc::ok);
-    b.write_code(missing.code());
+    build_with_code(missing.id(), missing.code());
     expected_error = "threechains_test_no_such_function";
   }
   channel.send_frame(frame);

@@ -95,6 +95,7 @@ class Receiver {
   }
   // Makes an ifunc this process holds (e.g. its own) runnable and sendable onward.
   void install(const Ifunc& ifunc) {
+    if (core_->code_store.contains(ifunc.id())) return;  // already runnable and kept
     if (core_->load(ifunc.id(), ifunc.codec(), ifunc.code()) == nullptr) {
       throw Error(errc::jit_failed, "cannot install ifunc '" + ifunc.name() + "'");
     }
