@@ -403,11 +403,10 @@ int run_source(const Options& o) {
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_EAGER;
-  tc::check(tc::wait_request(worker,
-                             ucp_am_send_nbx(am.endpoint().handle(), kAmTotals, totals,
-                                             sizeof(totals), nullptr, 0, &p),
-                             std::chrono::seconds(10)),
-            "send totals");
+  tc::Request request(
+      ucp_am_send_nbx(am.endpoint().handle(), kAmTotals, totals, sizeof(totals), nullptr, 0, &p),
+      "ucp_am_send_nbx(totals)");
+  tc::check(request.wait(worker, std::chrono::seconds(10)), "ucp_am_send_nbx(totals)");
   am.endpoint().close();
   channel.close();
   return 0;

@@ -2,15 +2,17 @@
 // polling on this thread. Exported with C linkage so the JIT resolves them from
 // the process.
 #include <threechains/runtime.h>
-#include <threechains/detail/runtime_hooks.hpp>
+#include "engine/runtime_hooks.hpp"
+
+#include <utility>
 
 namespace {
 thread_local const threechains::detail::RuntimeHooks* current = nullptr;
 }
 
 namespace threechains::detail {
-void set_runtime_hooks(const RuntimeHooks* hooks) noexcept {
-  current = hooks;
+const RuntimeHooks* exchange_runtime_hooks(const RuntimeHooks* hooks) noexcept {
+  return std::exchange(current, hooks);
 }
 }  // namespace threechains::detail
 

@@ -2,6 +2,7 @@
 // round trips with both codecs, caching, cache-miss recovery, new code under an
 // old name, back-pressure, and bad frames that must not stop the Receiver.
 #include "support/two_process.hpp"
+#include "engine/testing.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -236,7 +237,7 @@ TEMPLATE_TEST_CASE("bad frames are rejected and the Receiver keeps serving", "[u
     build_with_code(missing.id(), missing.code());
     expected_error = "threechains_test_no_such_function";
   }
-  channel.send_frame(frame);
+  ChannelAccess::send_raw_frame(channel, frame);
   // Then good frames: the first carries the code, the rest are cached.
   for (int i = 0; i < 5; ++i) (void)send(channel, counter, uint64_t{1});
   channel.close();

@@ -110,5 +110,16 @@ TEST_CASE("errors carry their category and code", "[frame][error]") {
   CHECK(e.code().category().name() == std::string("threechains"));
   const Error u(UCS_ERR_UNREACHABLE, "y");
   CHECK(u.ucs_status() == UCS_ERR_UNREACHABLE);
+  CHECK_FALSE(e.ucs_status().has_value());
   CHECK(u.code().category().name() == std::string("ucs"));
+}
+
+TEST_CASE("an error says its status once", "[frame][error]") {
+  try {
+    check(UCS_ERR_NO_MEMORY, "ucp_init");
+    FAIL("check() did not throw");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) == "ucp_init: Out of memory");
+  }
+  CHECK_NOTHROW(check(UCS_INPROGRESS, "in progress is not an error"));
 }

@@ -134,10 +134,9 @@ void send_am(const tc::Worker& worker, ucp_ep_h ep, unsigned id, const void* hea
   ucp_request_param_t params{};
   params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   params.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-  tc::check(tc::wait_request(worker,
-                             ucp_am_send_nbx(ep, id, header, header_length, data, length, &params),
-                             std::chrono::seconds(10)),
-            "chase AM");
+  tc::Request request(ucp_am_send_nbx(ep, id, header, header_length, data, length, &params),
+                      "ucp_am_send_nbx(chase)");
+  tc::check(request.wait(worker, std::chrono::seconds(10)), "ucp_am_send_nbx(chase)");
 }
 
 // Serves chases until `stop()` (asked every 256 rounds) says so.
@@ -414,11 +413,10 @@ std::vector<Measurement> run_client(tc::Node& node, ClientState& client, const O
             ucp_request_param_t params{};
             const uint64_t offset =
                 (index - static_cast<uint64_t>(owner - 1) * per) * sizeof(uint64_t);
-            tc::check(tc::wait_request(node.worker(),
-                                       ucp_get_nbx(shard.endpoint().handle(), &value, sizeof(value),
-                                                   shard.address() + offset, shard.rkey(), &params),
-                                       std::chrono::seconds(10)),
-                      "ucp_get_nbx");
+            tc::Request get(ucp_get_nbx(shard.endpoint().handle(), &value, sizeof(value),
+                                        shard.address() + offset, shard.rkey(), &params),
+                            "ucp_get_nbx");
+            tc::check(get.wait(node.worker(), std::chrono::seconds(10)), "ucp_get_nbx");
             index = value;
           }
           got = index;

@@ -4,6 +4,7 @@
 
 #include <ucs/type/status.h>
 
+#include <optional>
 #include <string>
 #include <system_error>
 
@@ -26,6 +27,8 @@ enum class errc {
   dependency_not_found,    // a shared library an ifunc needs cannot be loaded
   unknown_code,            // the source no longer holds the code a target asked for
   protocol,                // a control message that breaks the connection protocol
+  invalid_argument,        // a call was given an argument it cannot use
+  peer_gone,               // the process at the other end went away
   timeout,                 // a bounded wait ran out
   io,                      // a file could not be read or written
 };
@@ -65,6 +68,10 @@ enum class errc {
           return "source does not hold the requested code";
         case errc::protocol:
           return "protocol violation";
+        case errc::invalid_argument:
+          return "invalid argument";
+        case errc::peer_gone:
+          return "peer went away";
         case errc::timeout:
           return "timed out";
         case errc::io:
@@ -98,16 +105,18 @@ enum class errc {
 }
 
 // The library's one exception: a std::system_error whose code() is either a
-// ucs_status_t (ucs_category) or an errc (threechains_category).
+// ucs_status_t (ucs_category) or an errc (threechains_category). what() is
+// "<context>: <the code's message>", the message once.
 class Error : public std::system_error {
  public:
   Error(errc e, const std::string& what) : std::system_error(make_error_code(e), what) {}
   Error(ucs_status_t s, const std::string& what) : std::system_error(make_error_code(s), what) {}
 
   [[nodiscard]] bool is(errc e) const noexcept { return code() == make_error_code(e); }
-  [[nodiscard]] ucs_status_t ucs_status() const noexcept {
-    return code().category() == ucs_category() ? static_cast<ucs_status_t>(code().value())
-                                               : UCS_ERR_NO_MESSAGE;
+  // The UCX status this error carries, if it came from UCX.
+  [[nodiscard]] std::optional<ucs_status_t> ucs_status() const noexcept {
+    if (code().category() != ucs_category()) return std::nullopt;
+    return static_cast<ucs_status_t>(code().value());
   }
 };
 
@@ -115,7 +124,7 @@ class Error : public std::system_error {
 // UCS_OK and UCS_INPROGRESS are not errors.
 inline void check(ucs_status_t status, const char* what) {
   if (status != UCS_OK && status != UCS_INPROGRESS) [[unlikely]] {
-    throw Error(status, std::string(what) + ": " + ucs_status_string(status));
+    throw Error(status, what);  // std::system_error appends the status text
   }
 }
 

@@ -30,6 +30,7 @@ struct LoadResult {
   IfuncMain entry = nullptr;
   std::chrono::nanoseconds compile_time{0};  // parse + compile/link + lookup
   std::string triple;                        // the image chosen for this host
+  std::string name;                          // the ifunc's name
 };
 
 class JitCache {

@@ -187,7 +187,7 @@ JitCache::JitCache(JitCache&&) noexcept = default;
 JitCache& JitCache::operator=(JitCache&&) noexcept = default;
 
 LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> code) {
-  if (IfuncMain cached = find(id)) return {cached, std::chrono::nanoseconds{0}, impl_->triple};
+  if (IfuncMain cached = find(id)) return {cached, std::chrono::nanoseconds{0}, impl_->triple, {}};
   const auto start = std::chrono::steady_clock::now();
   if (code_identity(code) != id) {
     throw Error(errc::code_identity_mismatch, "code section of " + std::to_string(code.size()) +
@@ -211,7 +211,7 @@ LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> c
   }
   const IfuncMain entry = impl_->load(id, codec, *chosen);
   entries_.emplace(id, entry);
-  return {entry, std::chrono::steady_clock::now() - start, chosen->triple};
+  return {entry, std::chrono::steady_clock::now() - start, chosen->triple, chosen->name};
 }
 
 void* JitCache::lookup(CodeId id, const std::string& symbol) {

@@ -32,7 +32,8 @@ enum class Transport { any, shared_memory, tcp };
   if (name == "shm" || name == "shared_memory") return Transport::shared_memory;
   if (name == "tcp") return Transport::tcp;
   if (name == "any") return Transport::any;
-  throw Error(errc::protocol, "unknown transport '" + std::string(name) + "' (shm, tcp, any)");
+  throw Error(errc::invalid_argument,
+              "unknown transport '" + std::string(name) + "' (shm, tcp, any)");
 }
 
 // The UCX_TLS list for a transport. Connection set-up goes through UCX's
@@ -53,6 +54,9 @@ enum class Transport { any, shared_memory, tcp };
 struct ContextOptions {
   Transport transport = Transport::any;
   std::string name = "threechains";
+  // Listeners bind with SO_REUSEADDR, so a target restarted on its port can
+  // listen at once instead of waiting for the kernel to let the port go.
+  bool reuse_address = true;
 };
 
 class Context {
@@ -72,6 +76,10 @@ class Context {
     // not fatal). UCX 1.13 then leaves shared-memory transports out of
     // client/server endpoints unless they are told to take part in it.
     if (options.transport != Transport::tcp) modify("MM_ERROR_HANDLING", "y");
+    if (options.reuse_address) {
+      modify("TCP_CM_REUSEADDR", "y");
+      modify("RDMA_CM_REUSEADDR", "y");
+    }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
     params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA;

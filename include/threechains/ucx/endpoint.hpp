@@ -4,6 +4,7 @@
 #pragma once
 
 #include <threechains/error.hpp>
+#include <threechains/ucx/request.hpp>
 #include <threechains/ucx/worker.hpp>
 
 #include <arpa/inet.h>
@@ -68,6 +69,30 @@ class Endpoint {
     return out;
   }
 
+  // Sends Active Message `id` (eager, with this endpoint as the reply
+  // endpoint, so the handler knows who spoke). `header` and `data` must stay
+  // valid until the returned Request completes.
+  [[nodiscard]] Request am_send(unsigned id, const void* header, std::size_t header_length,
+                                const void* data, std::size_t length) const {
+    ucp_request_param_t params{};
+    params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    params.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    return {ucp_am_send_nbx(state_->handle, id, header, header_length, data, length, &params),
+            "ucp_am_send_nbx"};
+  }
+
+  // One-sided put of `length` bytes at `data` to `remote` (rkey from a RemoteBuffer).
+  [[nodiscard]] Request put(const void* data, std::size_t length, uint64_t remote,
+                            ucp_rkey_h rkey) const {
+    ucp_request_param_t params{};
+    return {ucp_put_nbx(state_->handle, data, length, remote, rkey, &params), "ucp_put_nbx"};
+  }
+
+  // Starts closing the connection (flushing, or forced if the peer failed) and
+  // returns at once; the Request completes when UCX has let go of it. Once
+  // called, handle() is null. Safe to call more than once.
+  [[nodiscard]] Request start_close() noexcept { return state_->start_close(); }
+
   // Flushes outstanding operations and closes the connection, waiting at most `limit`.
   // Safe to call more than once; the destructor of the last copy force-closes otherwise.
   void close(std::chrono::milliseconds limit = std::chrono::seconds(2)) {
@@ -81,16 +106,26 @@ class Endpoint {
     State& operator=(const State&) = delete;
     ~State() { close(UCP_EP_CLOSE_FLAG_FORCE, std::chrono::milliseconds(200)); }
 
-    void close(uint32_t flags, std::chrono::milliseconds limit) noexcept {
-      if (handle == nullptr) return;
+    Request start_close(uint32_t flags) noexcept {
+      if (handle == nullptr) return {};
       ucp_request_param_t params{};
       params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       params.flags = flags;
       ucs_status_ptr_t request = ucp_ep_close_nbx(handle, &params);
       handle = nullptr;
-      if (wait_request(worker, request, limit) != UCS_OK && status == UCS_OK) {
-        status = UCS_ERR_CANCELED;
+      if (UCS_PTR_IS_ERR(request)) {
+        if (status == UCS_OK) status = UCS_PTR_STATUS(request);
+        return {};
       }
+      return {request, "ucp_ep_close_nbx"};
+    }
+    Request start_close() noexcept {
+      return start_close(status != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0);
+    }
+
+    void close(uint32_t flags, std::chrono::milliseconds limit) noexcept {
+      Request request = start_close(flags);
+      if (request.wait(worker, limit) != UCS_OK && status == UCS_OK) status = UCS_ERR_CANCELED;
     }
 
     Worker worker;

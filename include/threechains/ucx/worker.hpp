@@ -72,24 +72,4 @@ class Worker {
   std::shared_ptr<ucp_worker> handle_;
 };
 
-// Waits for a request returned by a *_nbx call and releases it. Returns its status.
-[[nodiscard]] inline ucs_status_t wait_request(const Worker& worker, ucs_status_ptr_t request,
-                                               std::chrono::milliseconds limit) {
-  if (request == nullptr) return UCS_OK;
-  if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  ucs_status_t status = UCS_INPROGRESS;
-  while ((status = ucp_request_check_status(request)) == UCS_INPROGRESS) {
-    if (worker.progress() == 0 && std::chrono::steady_clock::now() > deadline) {
-      ucp_request_cancel(worker.handle(), request);
-      // Cancellation completes the request; progress until it does so it can be freed.
-      while (ucp_request_check_status(request) == UCS_INPROGRESS) worker.progress();
-      status = UCS_ERR_TIMED_OUT;
-      break;
-    }
-  }
-  ucp_request_free(request);
-  return status;
-}
-
 }  // namespace threechains

@@ -18,7 +18,8 @@ struct RuntimeHooks {
   void* (*lookup)(void* node, const char* name) = nullptr;
 };
 
-// The hooks of the Node running on this thread (set while it polls); nullptr outside.
-void set_runtime_hooks(const RuntimeHooks* hooks) noexcept;
+// Installs the hooks of the Node whose ifunc runs next on this thread (nullptr:
+// none) and returns the ones installed before, to restore after the dispatch.
+const RuntimeHooks* exchange_runtime_hooks(const RuntimeHooks* hooks) noexcept;
 
 }  // namespace threechains::detail

@@ -1,9 +1,10 @@
 // The connection protocol between a Source and a Receiver: Active Message ids
-// and the fixed-size headers of the control messages. Frames themselves never
-// travel by AM; they are put into the ring. Control messages always set
-// UCP_AM_SEND_FLAG_REPLY so the receiving side knows which endpoint spoke.
+// and the fixed-size headers of the control messages. Every message is sent
+// with UCP_AM_SEND_FLAG_REPLY (Endpoint::am_send) so the receiving side knows
+// which endpoint, and so which Link, spoke.
 #pragma once
 
+#include <threechains/detail/outbound_ring.hpp>
 #include <threechains/frame.hpp>
 
 #include <cstdint>
@@ -17,18 +18,13 @@ inline constexpr uint32_t kProtocolVersion = 1;
 inline constexpr unsigned kAmHello = 0x7C01;  // open a channel: credit word rkey, ring wishes
 inline constexpr unsigned kAmCode = 0x7C02;   // the code a target asked for (cache miss)
 inline constexpr unsigned kAmBye = 0x7C03;    // the source is done; no frame is in flight
-inline constexpr unsigned kAmFrame =
-    0x7C04;  // a frame, when the channel delivers by AM (no header)
+// A frame, when the channel delivers by AM. Header: none, or (both directions
+// of a Link open) the sender's consumed count of the reverse direction.
+inline constexpr unsigned kAmFrame = 0x7C04;
 // Target -> source
 inline constexpr unsigned kAmWelcome = 0x7C11;   // the ring: address, rkey, geometry
 inline constexpr unsigned kAmNeedCode = 0x7C12;  // a cached frame arrived for code not held
 inline constexpr unsigned kAmCredit = 0x7C13;    // header: last consumed sequence (AM delivery)
-
-// Ring slot: | commit word (8 B) | frame |. The commit word carries the frame's
-// full 64-bit sequence number and is written by a second put, after a fence,
-// so a Receiver that sees sequence s in it knows the frame's bytes have landed.
-inline constexpr std::size_t kCommitWordSize = 8;
-inline constexpr std::size_t kSlotAlignment = 64;
 
 struct Hello {
   uint32_t version;
@@ -57,15 +53,6 @@ struct CodeDelivery {
   uint8_t codec;
   uint8_t found;  // 0: the source does not hold this code; the frame is dropped
   uint8_t reserved[6];
-};
-
-// A Node's two directions between a pair of ranks share their credits: the
-// Receiver side (frames from rank r) exposes what it has consumed, and the
-// Channel side (frames to rank r) carries that count in its AM frames' header,
-// so a busy pair needs no separate credit messages.
-struct CreditLink {
-  const uint64_t* expected = nullptr;  // the Receiver peer's next sequence (consumed + 1)
-  uint64_t* reported = nullptr;        // the last count that reached the source
 };
 
 static_assert(std::is_trivially_copyable_v<Hello> && std::is_trivially_copyable_v<Welcome> &&

@@ -1,0 +1,68 @@
+// Internal: the part of a Link's sending direction that Channel's inline send
+// path touches. It lives inside its Link (src/engine/link.hpp); a Channel keeps
+// that Link alive, so the pointer a Channel holds to this is valid as long as
+// the Channel is.
+#pragma once
+
+#include <threechains/frame.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace threechains {
+
+class Ifunc;
+
+struct ChannelStats {
+  uint64_t frames_sent = 0;
+  uint64_t frames_with_code = 0;
+  uint64_t code_requests_served = 0;  // cache misses the target reported
+  std::size_t last_frame_size = 0;
+};
+
+namespace detail {
+
+class Engine;
+struct Link;
+
+// Ring slot: | commit word (8 B) | frame |. The commit word carries the frame's
+// full 64-bit sequence number and is written last, so a Receiver that sees
+// sequence s in it knows the frame's bytes have landed.
+inline constexpr std::size_t kCommitWordSize = 8;
+inline constexpr std::size_t kSlotAlignment = 64;
+
+struct OutboundRing {
+  std::byte* direct_ring = nullptr;  // Delivery::direct: the target's ring, mapped here
+  std::byte* staging = nullptr;      // otherwise: one staging slot per ring slot
+  uint64_t* consumed_word = nullptr;  // the target's credit: last sequence it consumed
+  uint64_t next_sequence = 1;
+  std::size_t slot_size = 0;
+  uint32_t slots = 0;
+  bool last_held_valid = false;  // the last ifunc sent is known to be held by the target
+  CodeId last_held = 0;
+  ChannelStats stats;
+
+  [[nodiscard]] uint64_t consumed() const noexcept {
+    return std::atomic_ref<uint64_t>(*consumed_word).load(std::memory_order_acquire);
+  }
+  [[nodiscard]] bool full() const noexcept { return next_sequence - 1 - consumed() >= slots; }
+  [[nodiscard]] std::size_t capacity() const noexcept { return slot_size - kCommitWordSize; }
+};
+
+// The out-of-line halves of the send path (src/engine/send_path.cpp).
+// Where the frame of `slot` is built when it is not stored directly: a staging
+// slot that UCX has finished with.
+[[nodiscard]] std::byte* staging_slot(Engine& engine, Link& link, std::size_t slot);
+// Records that `ifunc` goes to this target; returns true if its code travels in
+// this frame (false: the target holds it, or it is too big and follows by the
+// cache-miss path).
+[[nodiscard]] bool prepare_code(Link& link, const Ifunc& ifunc, std::size_t payload_size);
+// Puts a frame that is ready in its staging slot (put or Active Message).
+void put_frame(Engine& engine, Link& link, std::size_t slot, std::size_t frame_bytes);
+[[noreturn]] void throw_frame_too_large(const Link& link, const Ifunc& ifunc,
+                                        std::size_t payload_size, std::size_t written);
+[[nodiscard]] OutboundRing& outbound_ring(Link& link) noexcept;
+
+}  // namespace detail
+}  // namespace threechains

@@ -1,0 +1,272 @@
+// Engine, target side: frames out of the rings (or Active Messages) into the
+// JIT cache, cache misses, credits back to the sources.
+#include "engine/engine.hpp"
+
+#include <threechains/container.hpp>
+
+#include <cstring>
+
+namespace threechains::detail {
+
+unsigned Engine::poll() {
+  const unsigned dispatched = poll_without_credits();
+  return_credits();
+  return dispatched;
+}
+
+unsigned Engine::poll_without_credits() {
+  progress();
+  unsigned dispatched = 0;
+  // drain() runs ifuncs, which never touch the link table: inbound_ is stable here.
+  for (Link* link : inbound_) dispatched += drain(*link);
+  return dispatched;
+}
+
+void Engine::return_credits() {
+  for (Link* link : inbound_) {
+    if (link->in.reported != link->in.expected - 1) return_credit(*link);
+  }
+}
+
+unsigned Engine::drain(Link& link) {
+  Inbound& in = link.in;
+  unsigned dispatched = 0;
+  for (uint32_t budget = target_->options.dispatch_burst; budget != 0; --budget) {
+    std::byte* slot = in.ring->data() + ((in.expected - 1) % in.slots) * in.slot_size;
+    const uint64_t commit = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot))
+                                .load(std::memory_order_acquire);
+    if (commit != in.expected) break;
+    if (!dispatch(link, slot + kCommitWordSize, in.slot_size - kCommitWordSize)) break;
+    ++in.expected;
+    ++dispatched;
+  }
+  return dispatched;
+}
+
+void Engine::run_entry(IfuncMain entry, CodeId id, int64_t origin, void* payload,
+                       std::size_t size) {
+  Target& t = *target_;
+  const DispatchContext outer = t.running;
+  t.running = {id, origin};
+  const RuntimeHooks* previous = exchange_runtime_hooks(runtime_hooks_);
+  entry(payload, size, t.options.target_args);
+  exchange_runtime_hooks(previous);
+  t.running = outer;
+}
+
+// Validates and runs the frame at `frame_bytes` (`available` bytes may hold
+// it). Returns false if the frame must wait for its code.
+bool Engine::dispatch(Link& link, std::byte* frame_bytes, std::size_t available) {
+  Target& t = *target_;
+  Inbound& in = link.in;
+  const std::span<const std::byte> bytes(frame_bytes, available);
+  FrameView frame;
+  errc e = FrameView::parse(bytes, frame);
+  if (e == errc::ok && frame.sequence() != static_cast<uint32_t>(in.expected))
+    e = errc::bad_sequence;
+  if (e != errc::ok) [[unlikely]] {
+    ++t.stats.frames_rejected;
+    report(Error(e, e == errc::bad_sequence
+                        ? "frame from " + link.peer_name + " rejected: sequence " +
+                              std::to_string(frame.sequence()) + " where " +
+                              std::to_string(in.expected) + " was due"
+                        : FrameView::describe(e, bytes)));
+    return true;
+  }
+  IfuncMain entry = t.cache.find(frame.code_id());
+  if (entry == nullptr) [[unlikely]] {
+    if (!frame.has_code()) return request_code(link, frame);
+    entry = load(frame.code_id(), frame.codec(), frame.code());
+    if (entry == nullptr) {
+      ++t.stats.frames_rejected;
+      return true;  // reported by load()
+    }
+  }
+  in.stalled_on = 0;
+  run_entry(entry, frame.code_id(), link.rank, frame_bytes + sizeof(FrameHeader),
+            frame.header().payload_size);
+  ++t.stats.frames_dispatched;
+  return true;
+}
+
+std::byte* Engine::aligned_scratch(std::size_t length) {
+  std::vector<Target::ScratchBlock>& scratch = target_->scratch;
+  if (scratch.size() * sizeof(Target::ScratchBlock) < length + sizeof(Target::ScratchBlock))
+    scratch.resize(length / sizeof(Target::ScratchBlock) + 2);
+  // header at +8, so the payload (+24 from the frame) lands 16-byte aligned
+  return reinterpret_cast<std::byte*>(scratch.data()) + 8;
+}
+
+// AM delivery: one frame, in UCX's receive buffer. The ifunc gets its payload
+// 16-byte aligned, as from a ring slot, so a misaligned buffer is copied first.
+void Engine::dispatch_delivered(Link& link, std::byte* data, std::size_t length) {
+  Inbound& in = link.in;
+  if (!in.backlog.empty()) [[unlikely]] {
+    in.backlog.emplace_back(data, data + length);
+    return;
+  }
+  std::byte* frame = data;
+  if ((reinterpret_cast<uintptr_t>(data + sizeof(FrameHeader)) & 15) != 0) {
+    frame = aligned_scratch(length);
+    std::memcpy(frame, data, length);
+  }
+  if (dispatch(link, frame, length)) {
+    ++in.expected;
+  } else {
+    in.backlog.emplace_back(data, data + length);
+  }
+}
+
+// AM delivery: runs what waited behind a cache miss, in order, once code came.
+void Engine::drain_backlog(Link& link) {
+  Inbound& in = link.in;
+  while (!in.backlog.empty()) {
+    const std::vector<std::byte>& head = in.backlog.front();
+    std::byte* frame = aligned_scratch(head.size());
+    std::memcpy(frame, head.data(), head.size());
+    if (!dispatch(link, frame, head.size())) return;
+    in.backlog.pop_front();
+    ++in.expected;
+  }
+}
+
+IfuncMain Engine::load(CodeId id, CodecId codec, std::span<const std::byte> code) {
+  Target& t = *target_;
+  try {
+    const LoadResult result = t.cache.load(id, codec, code);
+    if (keep_code_) {
+      // Kept for injected code that sends it onward; parsed again only if it does.
+      t.code_by_name[result.name] = id;
+      t.code_store.insert_or_assign(
+          id, Target::StoredCode{std::vector<std::byte>(code.begin(), code.end()), std::nullopt});
+    }
+    ++t.stats.code_loads;
+    t.stats.last_load_time = result.compile_time;
+    t.stats.total_load_time += result.compile_time;
+    return result.entry;
+  } catch (const Error& error) {
+    report(error);
+    return nullptr;
+  }
+}
+
+void Engine::install(const Ifunc& ifunc) {
+  Target& t = *target_;
+  if (t.cache.contains(ifunc.id()) && t.code_store.contains(ifunc.id())) return;
+  if (!t.cache.contains(ifunc.id())) {
+    const LoadResult result = t.cache.load(ifunc.id(), ifunc.codec(), ifunc.code());
+    ++t.stats.code_loads;
+    t.stats.last_load_time = result.compile_time;
+    t.stats.total_load_time += result.compile_time;
+  }
+  t.code_by_name[ifunc.name()] = ifunc.id();
+  t.code_store.insert_or_assign(ifunc.id(), Target::StoredCode{{}, ifunc});
+}
+
+const Ifunc* Engine::stored(CodeId id) {
+  const auto it = target_->code_store.find(id);
+  if (it == target_->code_store.end()) return nullptr;
+  Target::StoredCode& code = it->second;
+  if (!code.ifunc) code.ifunc.emplace(Ifunc::from_container(std::move(code.container)));
+  return &*code.ifunc;
+}
+
+const Ifunc* Engine::stored(const std::string& name) {
+  const auto it = target_->code_by_name.find(name);
+  return it == target_->code_by_name.end() ? nullptr : stored(it->second);
+}
+
+// A cached frame for code this target does not hold: ask its source once and
+// leave the frame in its slot (the source cannot overwrite it: no credit).
+bool Engine::request_code(Link& link, const FrameView& frame) {
+  Inbound& in = link.in;
+  if (in.stalled_on == in.expected) return false;
+  in.stalled_on = in.expected;
+  ++target_->stats.cache_misses;
+  try {
+    outbox_.send(link.endpoint, kAmNeedCode, NeedCode{in.expected, frame.code_id()}, {});
+  } catch (const Error&) {  // the source went away: noticed as lost
+  }
+  return false;
+}
+
+void Engine::accept_code(Link& link, Inbound::CodeArrival& arrival) {
+  if (!target_) return;
+  Inbound& in = link.in;
+  if (arrival.header.found == 0) {
+    // The source cannot supply the code: the stalled frame can never run.
+    if (in.stalled_on != 0) {
+      ++target_->stats.frames_rejected;
+      report(Error(errc::unknown_code,
+                   "frame " + std::to_string(in.stalled_on) + " from " + link.peer_name +
+                       " dropped: its source no longer holds the code it names"));
+      skip_stalled(link);
+    }
+    return;
+  }
+  if (target_->cache.contains(arrival.header.code_id)) return;
+  if (load(arrival.header.code_id, static_cast<CodecId>(arrival.header.codec), arrival.code) ==
+          nullptr &&
+      in.stalled_on != 0) {
+    ++target_->stats.frames_rejected;
+    skip_stalled(link);  // the code is bad; the frame waiting for it cannot run
+  }
+}
+
+void Engine::skip_stalled(Link& link) {
+  Inbound& in = link.in;
+  if (in.stalled_on == in.expected) {
+    ++in.expected;
+    if (!in.backlog.empty()) in.backlog.pop_front();  // AM delivery: the frame itself
+  }
+  in.stalled_on = 0;
+}
+
+void Engine::return_credit(Link& link) {
+  Inbound& in = link.in;
+  if (in.credit_request.reap() == UCS_INPROGRESS) return;  // one credit in flight at a time
+  in.credit_value = in.expected - 1;
+  try {
+    if (in.by_active_message) {
+      // Where RMA is emulated (tcp) an AM back is cheaper than a put.
+      in.credit_request =
+          link.endpoint.am_send(kAmCredit, &in.credit_value, sizeof(uint64_t), nullptr, 0);
+    } else {
+      in.credit_request = link.endpoint.put(&in.credit_value, sizeof(uint64_t),
+                                            in.credit->address(), in.credit->rkey());
+    }
+    in.reported = in.credit_value;
+  } catch (const Error&) {
+    control_pending_ = true;  // the source is unreachable: noticed as lost by the control round
+  }
+}
+
+// AM delivery: the frame runs right here, inside UCX's progress, with no copy
+// unless its payload would be misaligned or it must wait for its code.
+ucs_status_t Engine::on_frame(void* arg, const void* header, std::size_t header_length,
+                              void* data, std::size_t length, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<Engine*>(arg);
+  Link* link = self->find(param);
+  if (link == nullptr || !link->receiving() || length < kCommitWordSize) [[unlikely]]
+    return UCS_OK;
+  link->in.by_active_message = true;
+  // Both directions open: the frame carries what the peer consumed of ours.
+  if (header_length == sizeof(uint64_t) && link->out) {
+    uint64_t consumed;
+    std::memcpy(&consumed, header, sizeof(consumed));
+    std::atomic_ref<uint64_t> word(*link->out->hot.consumed_word);
+    if (consumed > word.load(std::memory_order_relaxed))
+      word.store(consumed, std::memory_order_release);
+  }
+  try {
+    // Data: | sequence (8 B) | frame |, like a ring slot.
+    self->dispatch_delivered(*link, static_cast<std::byte*>(data) + kCommitWordSize,
+                             length - kCommitWordSize);
+  } catch (...) {  // never let an exception cross UCX's C frames
+    self->report(Error(errc::jit_failed, "frame from " + link->peer_name +
+                                             ": dispatch failed with an exception"));
+  }
+  return UCS_OK;
+}
+
+}  // namespace threechains::detail

@@ -1,0 +1,519 @@
+// Engine: set-up, control messages, link lifetimes. The dispatch path (frames
+// into the JIT cache) is in dispatch.cpp, the send path in send_path.cpp.
+#include "engine/engine.hpp"
+
+#include <threechains/container.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string_view>
+
+namespace threechains::detail {
+
+namespace {
+
+// One engine per UCX worker, found by its handle. Set-up paths only.
+std::mutex registry_mutex;
+std::unordered_map<ucp_worker_h, std::weak_ptr<Engine>>& registry() {
+  static std::unordered_map<ucp_worker_h, std::weak_ptr<Engine>> engines;
+  return engines;
+}
+
+constexpr unsigned kControlEvery = 0xfff;  // rounds between looks for lost peers
+
+std::string describe_peer(const std::string& host, uint16_t port) {
+  return host + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+Target::Target(const Worker& worker, ReceiverOptions receiver_options,
+               Listener::OnConnect on_connect)
+    : options(std::move(receiver_options)),
+      cache(options.jit),
+      listener(worker, options.port, std::move(on_connect)) {
+  if (!options.on_error) {
+    options.on_error = [](const Error& e) {
+      std::fprintf(stderr, "threechains receiver: %s\n", e.what());
+    };
+  }
+}
+
+Engine::Engine(Worker worker) : worker_(std::move(worker)) {
+  const std::pair<unsigned, Handler> handlers[] = {
+      {kAmHello, &on_hello}, {kAmWelcome, &on_welcome}, {kAmNeedCode, &on_need_code},
+      {kAmCode, &on_code},   {kAmCredit, &on_credit},   {kAmFrame, &on_frame},
+      {kAmBye, &on_bye}};
+  for (const auto& [id, handler] : handlers) worker_.set_am_handler(id, handler, this);
+}
+
+Engine::~Engine() {
+  for (unsigned id : {kAmHello, kAmWelcome, kAmNeedCode, kAmCode, kAmCredit, kAmFrame, kAmBye}) {
+    try {
+      worker_.set_am_handler(id, nullptr, nullptr);
+    } catch (...) {  // a destructor never throws; UCX only refuses a bad id
+    }
+  }
+  stop_target();
+  // Close every endpoint at once, then wait for all of them together, bounded.
+  for (auto& [ep, link] : links_)
+    closing_.push_back({link, link->endpoint.start_close()});
+  links_.clear();
+  inbound_.clear();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  while (!closing_.empty() && std::chrono::steady_clock::now() < deadline) {
+    worker_.progress();
+    reap_closing();
+  }
+  for (Closing& c : closing_) c.close.cancel(worker_);
+  closing_.clear();
+  outbox_.cancel_all(worker_);
+}
+
+std::shared_ptr<Engine> Engine::of(const Worker& worker) {
+  const std::lock_guard lock(registry_mutex);
+  auto& engines = registry();
+  std::erase_if(engines, [](const auto& entry) { return entry.second.expired(); });
+  if (auto existing = engines[worker.handle()].lock()) return existing;
+  auto engine = std::make_shared<Engine>(worker);
+  engines[worker.handle()] = engine;
+  return engine;
+}
+
+unsigned Engine::progress() {
+  const unsigned events = worker_.progress();
+  // A peer that vanished is noticed by its endpoint's error handler, which
+  // cannot reach us; look for such peers every few thousand rounds.
+  if ((++rounds_ & kControlEvery) == 0) control_pending_ = true;
+  if (control_pending_) [[unlikely]]
+    handle_control();
+  if (code_requests_pending_) [[unlikely]]
+    serve_code_requests();
+  if (!outbox_.empty()) outbox_.reap();
+  if (!closing_.empty()) [[unlikely]]
+    reap_closing();
+  return events;
+}
+
+Link* Engine::find(const ucp_am_recv_param_t* param) const noexcept {
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return nullptr;
+  const auto it = links_.find(param->reply_ep);
+  return it == links_.end() ? nullptr : it->second.get();
+}
+
+// ---- source role -------------------------------------------------------------
+
+std::shared_ptr<Link> Engine::connect(const std::string& host, uint16_t port,
+                                      const ChannelOptions& options, int64_t my_rank,
+                                      const std::function<void()>& while_waiting) {
+  auto link = std::make_shared<Link>(Endpoint::connect(worker_, host, port));
+  link->peer_name = describe_peer(host, port);
+  links_.emplace(link->endpoint.handle(), link);
+  try {
+    open_outbound(*link, options, my_rank, while_waiting);
+  } catch (...) {
+    retire(link);
+    throw;
+  }
+  return link;
+}
+
+void Engine::open_outbound(Link& link, const ChannelOptions& options, int64_t my_rank,
+                           const std::function<void()>& while_waiting) {
+  const std::size_t slot_size =
+      (options.slot_size + kSlotAlignment - 1) & ~(kSlotAlignment - 1);
+  if (options.slots == 0 || slot_size < kCommitWordSize + sizeof(FrameHeader) + 8) {
+    throw Error(errc::invalid_argument,
+                "ChannelOptions: need at least one slot of at least 64 bytes (asked for " +
+                    std::to_string(options.slots) + " of " + std::to_string(options.slot_size) +
+                    ")");
+  }
+  if (link.out && link.out->state == Outbound::State::open) {
+    throw Error(errc::invalid_argument, "a channel to " + link.peer_name + " is already open");
+  }
+  const Context& context = worker_.context();
+  Outbound& out = link.out.emplace(MemoryRegion(context, kSlotAlignment),
+                                   MemoryRegion(context, std::size_t{options.slots} * slot_size));
+  out.timeout = options.timeout;
+  out.hot.consumed_word = reinterpret_cast<uint64_t*>(out.credit.data());
+  const Hello hello{kProtocolVersion, options.slots, slot_size, out.credit.address(), my_rank};
+  outbox_.send(link.endpoint, kAmHello, hello, out.credit.pack_rkey());
+  wait_for_welcome(link, "connect " + link.peer_name, options, while_waiting);
+
+  if (out.hot.slots > options.slots || out.hot.slot_size > slot_size) {
+    out.state = Outbound::State::refused;
+    throw Error(errc::protocol, "connect " + link.peer_name +
+                                    ": the Receiver granted a larger ring than asked for");
+  }
+  out.in_flight.resize(std::size_t{out.hot.slots} * 2);
+  out.am_headers.assign(out.hot.slots, 0);
+  out.hot.staging = out.staging.data();
+  out.delivery = resolve_delivery(options.delivery, link);
+  if (out.delivery == Delivery::direct) {
+    out.hot.direct_ring = static_cast<std::byte*>(out.ring->direct_pointer());
+    if (out.hot.direct_ring == nullptr) {
+      out.state = Outbound::State::refused;
+      throw Error(UCS_ERR_UNSUPPORTED, "connect " + link.peer_name +
+                                           ": Delivery::direct, but UCX cannot map this "
+                                           "target's ring here");
+    }
+  }
+}
+
+void Engine::wait_for_welcome(Link& link, const std::string& what, const ChannelOptions& options,
+                              const std::function<void()>& while_waiting) {
+  Outbound& out = *link.out;
+  const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
+  while (out.state == Outbound::State::connecting) {
+    progress();
+    if (while_waiting) while_waiting();
+    if (link.endpoint.failed()) throw Error(link.endpoint.status(), what);
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw Error(errc::timeout, what + ": no answer from a Receiver within " +
+                                     std::to_string(options.connect_timeout.count()) + " ms");
+    }
+  }
+  if (out.state == Outbound::State::refused) throw Error(out.refusal, what + ": refused");
+}
+
+// UCX 1.13 cannot be asked which transport carries RMA, so: a direct pointer
+// to the ring means shared memory; otherwise read the endpoint's lane table,
+// and if every RMA lane is tcp (RMA emulated in software), use AM.
+Delivery Engine::resolve_delivery(Delivery wanted, const Link& link) const {
+  if (wanted != Delivery::automatic) return wanted;
+  if (link.out->ring->direct_pointer() != nullptr) return Delivery::direct;
+  const std::string lanes = link.endpoint.describe();
+  bool any = false;
+  std::size_t at = 0;
+  while (at < lanes.size()) {
+    const std::size_t end = std::min(lanes.find('\n', at), lanes.size());
+    const std::string_view line(lanes.data() + at, end - at);
+    if (line.find("lane[") != std::string_view::npos &&
+        line.find("rma") != std::string_view::npos) {
+      if (line.find("tcp/") == std::string_view::npos) return Delivery::put;
+      any = true;
+    }
+    at = end + 1;
+  }
+  return any ? Delivery::active_message : Delivery::put;
+}
+
+void Engine::say_goodbye(Link& link) noexcept {
+  if (!link.out || link.out->state != Outbound::State::open) {
+    if (link.out) link.out->state = Outbound::State::closed;
+    return;
+  }
+  link.out->state = Outbound::State::closed;
+  if (link.removed) return;  // the peer is gone; nothing to say
+  try {
+    // Puts and the goodbye travel on different paths; order them.
+    if (link.out->delivery == Delivery::put) worker_.fence();
+    outbox_.send(link.endpoint, kAmBye, uint64_t{0}, {});
+  } catch (const Error&) {  // the peer went away meanwhile: it will be noticed as lost
+  }
+  if (!link.receiving() && !link.in.hello) {
+    const auto it = links_.find(link.endpoint.handle());
+    if (it != links_.end()) retire(it->second);
+  }
+}
+
+bool Engine::closing(const Link& link) const noexcept {
+  for (const Closing& c : closing_)
+    if (c.link.get() == &link) return true;
+  return false;
+}
+
+void Engine::check_sendable(const Link& link, const char* operation) const {
+  if (link.endpoint.failed()) [[unlikely]] {
+    throw Error(link.endpoint.status(),
+                "channel to " + link.peer_name + ": " + operation + ": the target went away");
+  }
+  if (!link.out || link.out->state != Outbound::State::open) [[unlikely]] {
+    throw Error(errc::invalid_argument,
+                "channel to " + link.peer_name + ": " + operation + ": the channel is closed");
+  }
+}
+
+void Engine::serve_code_requests() {
+  code_requests_pending_ = false;
+  for (auto& [ep, link] : links_) {
+    if (!link->out || link->out->code_requests.empty()) continue;
+    Outbound& out = *link->out;
+    for (const NeedCode& request : out.code_requests) {
+      CodeDelivery delivery{};
+      delivery.code_id = request.code_id;
+      try {
+        const auto it = out.sent.find(request.code_id);
+        if (it == out.sent.end()) {
+          outbox_.send(link->endpoint, kAmCode, delivery, {});
+          continue;
+        }
+        delivery.codec = static_cast<uint8_t>(it->second.codec());
+        delivery.found = 1;
+        // The Ifunc handle keeps the code alive until UCX is done with it.
+        auto keep = std::make_shared<Ifunc>(it->second);
+        const std::span<const std::byte> code = keep->code();
+        outbox_.send(link->endpoint, kAmCode, delivery, code, std::move(keep));
+        out.held.insert(request.code_id);
+        ++out.hot.stats.code_requests_served;
+      } catch (const Error&) {  // the peer went away; it will be noticed as lost
+      }
+    }
+    out.code_requests.clear();
+  }
+}
+
+// ---- control: handlers only record; this does the work ------------------------
+
+void Engine::handle_control() {
+  control_pending_ = false;
+  if (target_) accept_connections();
+  // Work on a snapshot: links may leave the table below.
+  std::vector<std::shared_ptr<Link>> snapshot;
+  snapshot.reserve(links_.size());
+  for (const auto& [ep, link] : links_) snapshot.push_back(link);
+  for (const std::shared_ptr<Link>& link : snapshot) {
+    if (link->in.hello) answer_hello(*link);
+    for (Inbound::CodeArrival& arrival : link->in.arrivals) accept_code(*link, arrival);
+    link->in.arrivals.clear();
+    if (!link->in.backlog.empty()) drain_backlog(*link);
+    const bool lost = link->endpoint.failed();
+    if (link->receiving() && (lost || link->in.bye)) close_inbound(*link, lost && !link->in.bye);
+    if (lost) {
+      retire(link);  // a Channel on it sees the failure at its next blocking call
+    } else if (link->in.bye && !link->receiving() && !link->sending()) {
+      retire(link);
+    }
+  }
+}
+
+void Engine::accept_connections() {
+  Target& t = *target_;
+  for (ucp_conn_request_h request : t.pending_connections) {
+    try {
+      auto link = std::make_shared<Link>(Endpoint::accept(worker_, request));
+      link->peer_name = "peer " + std::to_string(t.stats.peers_connected + 1);
+      links_.emplace(link->endpoint.handle(), std::move(link));
+      ++t.stats.peers_connected;
+    } catch (const Error& error) {
+      report(error);
+    }
+  }
+  t.pending_connections.clear();
+}
+
+void Engine::answer_hello(Link& link) {
+  const Hello hello = *link.in.hello;
+  link.in.hello.reset();
+  Welcome welcome{kProtocolVersion, UCS_OK, 0, 0, 0, 0};
+  std::vector<std::byte> rkey;
+  Inbound& in = link.in;
+  if (!target_) {
+    welcome.status = UCS_ERR_UNREACHABLE;  // this worker runs no Receiver
+  } else if (hello.version != kProtocolVersion || in.ring) {
+    welcome.status = UCS_ERR_UNSUPPORTED;
+  } else {
+    try {
+      link.rank = hello.rank;
+      in.slots = std::min(hello.slots, target_->options.max_slots);
+      in.slot_size = std::min<std::size_t>(hello.slot_size, target_->options.max_slot_size) &
+                     ~(kSlotAlignment - 1);
+      in.credit.emplace(link.endpoint, hello.credit_address, sizeof(uint64_t), in.hello_rkey);
+      in.ring.emplace(worker_.context(), std::size_t{in.slots} * in.slot_size);
+      rkey = in.ring->pack_rkey();
+      welcome.slots = in.slots;
+      welcome.slot_size = in.slot_size;
+      welcome.ring_address = in.ring->address();
+      refresh_inbound();
+    } catch (const Error& error) {
+      welcome.status = error.ucs_status().value_or(UCS_ERR_NO_RESOURCE);
+      in.ring.reset();
+      in.credit.reset();
+      report(error);
+    }
+  }
+  in.hello_rkey.clear();
+  try {
+    outbox_.send(link.endpoint, kAmWelcome, welcome, rkey);
+  } catch (const Error&) {  // the peer went away meanwhile: noticed as lost
+  }
+}
+
+void Engine::close_inbound(Link& link, bool lost) noexcept {
+  if (!link.receiving()) return;
+  try {
+    drain(link);  // what the source committed before it left still runs
+  } catch (...) {  // an ifunc threw; nothing more can run for this peer
+  }
+  link.in.ring.reset();
+  link.in.credit.reset();
+  link.in.backlog.clear();
+  refresh_inbound();
+  if (target_) {
+    ++target_->stats.peers_closed;
+    target_->stats.peers_lost += lost ? 1 : 0;
+  }
+}
+
+void Engine::retire(const std::shared_ptr<Link>& link) noexcept {
+  if (link->removed) return;
+  link->removed = true;
+  if (link->receiving()) close_inbound(*link, !link->in.bye);
+  links_.erase(link->endpoint.handle());
+  refresh_inbound();
+  closing_.push_back({link, link->endpoint.start_close()});
+}
+
+void Engine::reap_closing() noexcept {
+  std::erase_if(closing_, [](Closing& c) { return c.close.reap() != UCS_INPROGRESS; });
+}
+
+void Engine::refresh_inbound() {
+  inbound_.clear();
+  for (const auto& [ep, link] : links_)
+    if (link->receiving()) inbound_.push_back(link.get());
+}
+
+std::shared_ptr<Link> Engine::inbound_link_of_rank(int64_t rank) const {
+  for (const auto& [ep, link] : links_)
+    if (link->rank == rank && link->receiving()) return link;
+  return nullptr;
+}
+
+// ---- target role -----------------------------------------------------------------
+
+void Engine::start_target(ReceiverOptions options) {
+  if (target_) {
+    throw Error(errc::invalid_argument,
+                "this Worker already has a Receiver (or a Node); one per Worker");
+  }
+  target_ = std::make_unique<Target>(worker_, std::move(options), [this](ucp_conn_request_h r) {
+    target_->pending_connections.push_back(r);
+    control_pending_ = true;
+  });
+}
+
+void Engine::stop_target() noexcept {
+  if (!target_) return;
+  for (ucp_conn_request_h request : target_->pending_connections)
+    target_->listener.reject(request);
+  target_->pending_connections.clear();
+  // Every peer sending to us loses its ring: links with nothing else to carry go.
+  std::vector<std::shared_ptr<Link>> snapshot;
+  for (const auto& [ep, link] : links_) snapshot.push_back(link);
+  for (const std::shared_ptr<Link>& link : snapshot) {
+    link->in.ring.reset();
+    link->in.credit.reset();
+    link->in.backlog.clear();
+    if (!link->sending()) retire(link);
+  }
+  inbound_.clear();
+  keep_code_ = false;
+  runtime_hooks_ = nullptr;
+  target_.reset();
+}
+
+void Engine::report(const Error& error) {
+  if (!target_) return;
+  try {
+    target_->options.on_error(error);
+  } catch (...) {  // a throwing error callback must not stop the Receiver
+  }
+}
+
+// ---- Active Message handlers: record and return; work happens in progress() ---
+
+ucs_status_t Engine::on_hello(void* arg, const void* header, std::size_t header_length, void* data,
+                              std::size_t length, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<Engine*>(arg);
+  Link* link = self->find(param);
+  if (link == nullptr || header_length != sizeof(Hello)) return UCS_OK;
+  link->in.hello.emplace();
+  std::memcpy(&*link->in.hello, header, sizeof(Hello));
+  link->in.hello_rkey.assign(static_cast<const std::byte*>(data),
+                             static_cast<const std::byte*>(data) + length);
+  self->control_pending_ = true;
+  return UCS_OK;
+}
+
+ucs_status_t Engine::on_welcome(void* arg, const void* header, std::size_t header_length,
+                                void* data, std::size_t length, const ucp_am_recv_param_t* param) {
+  Link* link = static_cast<Engine*>(arg)->find(param);
+  if (link == nullptr || !link->out || link->out->state != Outbound::State::connecting ||
+      header_length != sizeof(Welcome)) {
+    return UCS_OK;
+  }
+  Outbound& out = *link->out;
+  Welcome welcome;
+  std::memcpy(&welcome, header, sizeof(welcome));
+  if (welcome.version != kProtocolVersion || welcome.status != UCS_OK) {
+    out.refusal = welcome.status != UCS_OK ? static_cast<ucs_status_t>(welcome.status)
+                                           : UCS_ERR_UNSUPPORTED;
+    out.state = Outbound::State::refused;
+    return UCS_OK;
+  }
+  try {
+    out.ring.emplace(link->endpoint, welcome.ring_address,
+                     std::size_t{welcome.slots} * welcome.slot_size,
+                     std::span<const std::byte>(static_cast<const std::byte*>(data), length));
+    out.hot.slots = welcome.slots;
+    out.hot.slot_size = welcome.slot_size;
+    out.state = Outbound::State::open;
+  } catch (const Error& error) {  // never let an exception cross UCX's C frames
+    out.refusal = error.ucs_status().value_or(UCS_ERR_INVALID_PARAM);
+    out.state = Outbound::State::refused;
+  }
+  return UCS_OK;
+}
+
+ucs_status_t Engine::on_need_code(void* arg, const void* header, std::size_t header_length, void*,
+                                  std::size_t, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<Engine*>(arg);
+  Link* link = self->find(param);
+  if (link == nullptr || !link->out || header_length != sizeof(NeedCode)) return UCS_OK;
+  NeedCode request;
+  std::memcpy(&request, header, sizeof(request));
+  link->out->code_requests.push_back(request);
+  self->code_requests_pending_ = true;
+  return UCS_OK;
+}
+
+ucs_status_t Engine::on_code(void* arg, const void* header, std::size_t header_length, void* data,
+                             std::size_t length, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<Engine*>(arg);
+  Link* link = self->find(param);
+  if (link == nullptr || header_length != sizeof(CodeDelivery)) return UCS_OK;
+  Inbound::CodeArrival arrival;
+  std::memcpy(&arrival.header, header, sizeof(CodeDelivery));
+  arrival.code.assign(static_cast<const std::byte*>(data),
+                      static_cast<const std::byte*>(data) + length);
+  link->in.arrivals.push_back(std::move(arrival));
+  self->control_pending_ = true;
+  return UCS_OK;
+}
+
+// AM delivery: credits come back as AMs; they land in the same credit word.
+ucs_status_t Engine::on_credit(void* arg, const void* header, std::size_t header_length, void*,
+                               std::size_t, const ucp_am_recv_param_t* param) {
+  Link* link = static_cast<Engine*>(arg)->find(param);
+  if (link == nullptr || !link->out || header_length != sizeof(uint64_t)) return UCS_OK;
+  uint64_t consumed;
+  std::memcpy(&consumed, header, sizeof(consumed));
+  std::atomic_ref<uint64_t> word(*link->out->hot.consumed_word);
+  if (consumed > word.load(std::memory_order_relaxed))
+    word.store(consumed, std::memory_order_release);
+  return UCS_OK;
+}
+
+ucs_status_t Engine::on_bye(void* arg, const void*, std::size_t, void*, std::size_t,
+                            const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<Engine*>(arg);
+  if (Link* link = self->find(param)) {
+    link->in.bye = true;
+    self->control_pending_ = true;
+  }
+  return UCS_OK;
+}
+
+}  // namespace threechains::detail

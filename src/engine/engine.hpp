@@ -1,0 +1,194 @@
+// Engine: the compiled core of one Worker. It registers the Active Message
+// handlers once, owns the table of Links (one per remote process, keyed by
+// endpoint), answers the protocol's control messages outside UCX's handlers,
+// and — when a Receiver exists on the Worker — listens, grants rings, and
+// dispatches frames into the JIT cache.
+//
+// Who owns what:
+//
+//   Source, Channel, Receiver, Node ──shared_ptr──▶ Engine ──owns──▶ Worker
+//   Channel ──shared_ptr──▶ Link ◀──shared_ptr── Engine::links_ (while connected)
+//                                ◀──shared_ptr── Engine::closing_ (while its endpoint closes)
+//   Engine ──owns──▶ Target (Receiver role: listener, JIT cache, stats), Outbox
+//
+// A Link leaves the table when its peer goes away or both directions are
+// done; a Channel that still holds it sees the failure at its next blocking
+// call. No object points into another's state by raw pointer: AM handlers get
+// the Engine (which outlives its registration) and find Links by endpoint.
+#pragma once
+
+#include "engine/link.hpp"
+#include "engine/outbox.hpp"
+#include "engine/runtime_hooks.hpp"
+
+#include <threechains/channel.hpp>
+#include <threechains/jit_cache.hpp>
+#include <threechains/receiver.hpp>
+#include <threechains/ucx/listener.hpp>
+#include <threechains/ucx/worker.hpp>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace threechains::detail {
+
+// What the engine is running right now (valid inside an ifunc's main).
+struct DispatchContext {
+  CodeId code_id = 0;
+  int64_t origin_rank = -1;  // rank of the source that sent the frame, -1 if not in a mesh
+};
+
+// The Receiver role of an engine.
+struct Target {
+  Target(const Worker& worker, ReceiverOptions receiver_options, Listener::OnConnect on_connect);
+
+  // Code this process loaded, kept (by a Node) so injected code can send it onward.
+  struct StoredCode {
+    std::vector<std::byte> container;  // moved into `ifunc` the first time it is needed
+    std::optional<Ifunc> ifunc;
+  };
+
+  ReceiverOptions options;
+  JitCache cache;
+  ReceiverStats stats;
+  DispatchContext running;
+  std::unordered_map<CodeId, StoredCode> code_store;
+  std::unordered_map<std::string, CodeId> code_by_name;  // the latest code of each name
+  std::vector<ucp_conn_request_h> pending_connections;
+  struct alignas(16) ScratchBlock {
+    std::byte bytes[16];
+  };
+  std::vector<ScratchBlock> scratch;  // AM delivery: realigned frames
+  Listener listener;                  // last: destroyed first, so no connection arrives mid-teardown
+};
+
+class Engine {
+ public:
+  explicit Engine(Worker worker);
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  // Closes every endpoint (bounded wait) and cancels what is in flight.
+  ~Engine();
+
+  // The engine of `worker`, created on first use; every handle on one Worker shares it.
+  [[nodiscard]] static std::shared_ptr<Engine> of(const Worker& worker);
+
+  [[nodiscard]] const Worker& worker() const noexcept { return worker_; }
+
+  // One round: UCX progress, then the control work handlers left for later
+  // (connections, rings to grant, code to load, goodbyes, lost peers, cache
+  // misses to answer), then finished requests are freed.
+  unsigned progress();
+
+  // ---- source role ---------------------------------------------------------
+  // Connects to host:port and opens a ring there. `while_waiting` runs on
+  // every round of the wait (a Node serves its own frames there).
+  [[nodiscard]] std::shared_ptr<Link> connect(const std::string& host, uint16_t port,
+                                              const ChannelOptions& options, int64_t my_rank,
+                                              const std::function<void()>& while_waiting);
+  // Opens our sending direction on a link the peer opened (a Node pair).
+  void open_outbound(Link& link, const ChannelOptions& options, int64_t my_rank,
+                     const std::function<void()>& while_waiting);
+  // Closes the sending direction: a goodbye, queued, never waited for.
+  void say_goodbye(Link& link) noexcept;
+  // Throws if the link can no longer carry frames (peer gone, closed, timed out).
+  void check_sendable(const Link& link, const char* operation) const;
+  // Answers the target's cache misses (called from progress()).
+  void serve_code_requests();
+  [[nodiscard]] bool closing(const Link& link) const noexcept;
+
+  // ---- target role ---------------------------------------------------------
+  void start_target(ReceiverOptions options);
+  void stop_target() noexcept;
+  [[nodiscard]] bool has_target() const noexcept { return target_ != nullptr; }
+  [[nodiscard]] Target& target() noexcept { return *target_; }
+  [[nodiscard]] const Target& target() const noexcept { return *target_; }
+  // progress(), then every inbound ring drained, then credits returned.
+  unsigned poll();
+  // progress() and ring draining, without returning credits (a Node returns
+  // them after its queued sends, which may carry them).
+  unsigned poll_without_credits();
+  void return_credits();
+  // Loads `ifunc` into the cache (and the code store) if it is not there.
+  void install(const Ifunc& ifunc);
+  // A kept ifunc by identity or by name; nullptr if none.
+  [[nodiscard]] const Ifunc* stored(CodeId id);
+  [[nodiscard]] const Ifunc* stored(const std::string& name);
+  // Runs `entry` as the dispatch of `id` from `origin` (the runtime sees it).
+  void run_entry(IfuncMain entry, CodeId id, int64_t origin, void* payload, std::size_t size);
+  void report(const Error& error);
+  [[nodiscard]] std::size_t receiving_links() const noexcept { return inbound_.size(); }
+
+  // ---- Node ----------------------------------------------------------------
+  // Keep loaded code so injected code can send it onward; the runtime to expose.
+  void serve_as_node(const RuntimeHooks* hooks) noexcept {
+    runtime_hooks_ = hooks;
+    keep_code_ = true;
+  }
+  // The link to `rank` whose inbound direction is open (the peer connected here).
+  [[nodiscard]] std::shared_ptr<Link> inbound_link_of_rank(int64_t rank) const;
+
+ private:
+  using Handler = ucs_status_t (*)(void*, const void*, std::size_t, void*, std::size_t,
+                                   const ucp_am_recv_param_t*);
+  Link* find(const ucp_am_recv_param_t* param) const noexcept;
+  void handle_control();
+  void accept_connections();
+  void answer_hello(Link& link);
+  void accept_code(Link& link, Inbound::CodeArrival& arrival);
+  void skip_stalled(Link& link);
+  void close_inbound(Link& link, bool lost) noexcept;
+  void retire(const std::shared_ptr<Link>& link) noexcept;
+  void reap_closing() noexcept;
+  void refresh_inbound();
+  void wait_for_welcome(Link& link, const std::string& what, const ChannelOptions& options,
+                        const std::function<void()>& while_waiting);
+  Delivery resolve_delivery(Delivery wanted, const Link& link) const;
+
+  unsigned drain(Link& link);
+  bool dispatch(Link& link, std::byte* frame, std::size_t available);
+  void dispatch_delivered(Link& link, std::byte* data, std::size_t length);
+  void drain_backlog(Link& link);
+  IfuncMain load(CodeId id, CodecId codec, std::span<const std::byte> code);
+  bool request_code(Link& link, const FrameView& frame);
+  void return_credit(Link& link);
+  std::byte* aligned_scratch(std::size_t length);
+
+  static ucs_status_t on_hello(void*, const void*, std::size_t, void*, std::size_t,
+                               const ucp_am_recv_param_t*);
+  static ucs_status_t on_welcome(void*, const void*, std::size_t, void*, std::size_t,
+                                 const ucp_am_recv_param_t*);
+  static ucs_status_t on_need_code(void*, const void*, std::size_t, void*, std::size_t,
+                                   const ucp_am_recv_param_t*);
+  static ucs_status_t on_code(void*, const void*, std::size_t, void*, std::size_t,
+                              const ucp_am_recv_param_t*);
+  static ucs_status_t on_credit(void*, const void*, std::size_t, void*, std::size_t,
+                                const ucp_am_recv_param_t*);
+  static ucs_status_t on_frame(void*, const void*, std::size_t, void*, std::size_t,
+                               const ucp_am_recv_param_t*);
+  static ucs_status_t on_bye(void*, const void*, std::size_t, void*, std::size_t,
+                             const ucp_am_recv_param_t*);
+
+  struct Closing {
+    std::shared_ptr<Link> link;
+    Request close;
+  };
+
+  Worker worker_;
+  Outbox outbox_;
+  std::unordered_map<ucp_ep_h, std::shared_ptr<Link>> links_;
+  std::vector<Link*> inbound_;  // links_ entries whose inbound ring is open (hot loop)
+  std::vector<Closing> closing_;
+  bool control_pending_ = false;
+  bool code_requests_pending_ = false;
+  uint32_t rounds_ = 0;
+  bool keep_code_ = false;
+  const RuntimeHooks* runtime_hooks_ = nullptr;
+  std::unique_ptr<Target> target_;
+};
+
+}  // namespace threechains::detail

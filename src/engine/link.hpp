@@ -1,0 +1,100 @@
+// Link: everything an engine knows about one remote process, both directions
+// over one UCX endpoint.
+//
+//   Outbound  — we send to it: the ring it granted us (RemoteBuffer), our
+//               credit word (it writes what it consumed), our staging slots,
+//               the requests in flight per slot, the code it holds, the code
+//               we can resend, its pending cache-miss requests.
+//   Inbound   — it sends to us: the ring we granted (MemoryRegion), its credit
+//               word (RemoteBuffer), the next sequence we expect, what we last
+//               credited back, a frame stalled on missing code, AM backlog.
+//
+// The engine owns every Link (shared_ptr, keyed by endpoint); a Channel holds
+// the Link it sends on, so a Link outlives both its table entry and its
+// handles. Nothing outside a Link points into it except the Channel's
+// OutboundRing pointer, which that Channel keeps alive itself. When both
+// directions are open (a Node pair), their credits ride on each other's
+// frames here, inside the Link.
+#pragma once
+
+#include "engine/protocol.hpp"
+
+#include <threechains/channel.hpp>
+#include <threechains/ifunc.hpp>
+#include <threechains/ucx/endpoint.hpp>
+#include <threechains/ucx/memory.hpp>
+#include <threechains/ucx/request.hpp>
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace threechains::detail {
+
+struct Outbound {
+  enum class State { idle, connecting, open, refused, closed };
+
+  Outbound(MemoryRegion credit_region, MemoryRegion staging_region)
+      : credit(std::move(credit_region)), staging(std::move(staging_region)) {}
+
+  State state = State::connecting;
+  ucs_status_t refusal = UCS_OK;   // why the target refused, once refused
+  MemoryRegion credit;             // the target writes its consumed count here
+  MemoryRegion staging;            // one staging slot per requested ring slot
+  std::optional<RemoteBuffer> ring;
+  OutboundRing hot;                // what Channel's inline send path reads
+  Delivery delivery = Delivery::put;
+  std::chrono::milliseconds timeout{30000};
+  std::vector<Request> in_flight;          // per slot: body, commit (put) or the AM
+  std::vector<uint64_t> am_headers;        // per slot: the credit piggybacked on its AM
+  std::unordered_set<CodeId> held;         // code the target holds (or will, once it reads)
+  std::unordered_map<CodeId, Ifunc> sent;  // what we can resend on a cache miss
+  std::vector<NeedCode> code_requests;     // cache misses to answer, outside handlers
+};
+
+struct Inbound {
+  std::optional<MemoryRegion> ring;
+  std::optional<RemoteBuffer> credit;  // the source's credit word (put delivery)
+  uint32_t slots = 0;
+  std::size_t slot_size = 0;
+  uint64_t expected = 1;      // sequence of the next frame to dispatch
+  uint64_t reported = 0;      // last consumed count that reached (or is on its way to) the source
+  uint64_t credit_value = 0;  // buffer of the credit in flight
+  Request credit_request;
+  uint64_t stalled_on = 0;         // sequence waiting for its code (cache miss), 0 if none
+  bool by_active_message = false;  // the source delivers frames by AM, not into the ring
+  bool bye = false;                // the source said goodbye
+  // AM delivery: frames that arrived while an earlier one waits for its code,
+  // the waiting one first (slow path, copied).
+  std::deque<std::vector<std::byte>> backlog;
+  std::optional<Hello> hello;  // a HELLO to answer outside the handler
+  std::vector<std::byte> hello_rkey;
+  struct CodeArrival {
+    CodeDelivery header;
+    std::vector<std::byte> code;
+  };
+  std::vector<CodeArrival> arrivals;  // code deliveries to load outside the handler
+};
+
+struct Link {
+  explicit Link(Endpoint ep) : endpoint(std::move(ep)) {}
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+
+  [[nodiscard]] bool sending() const noexcept {
+    return out && out->state == Outbound::State::open;
+  }
+  [[nodiscard]] bool receiving() const noexcept { return in.ring.has_value(); }
+
+  Endpoint endpoint;
+  std::string peer_name;  // host:port for a link we opened, "peer <ep>" for one we accepted
+  int64_t rank = -1;      // the peer's rank in a Node mesh, -1 if none
+  std::optional<Outbound> out;
+  Inbound in;
+  bool removed = false;  // no longer in the engine's table (peer gone or both sides done)
+};
+
+}  // namespace threechains::detail

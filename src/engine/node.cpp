@@ -1,0 +1,286 @@
+// Node: a Receiver plus a Channel to every other rank on one engine, and the
+// runtime injected code calls (<threechains/runtime.h>).
+#include "engine/engine.hpp"
+
+#include <threechains/node.hpp>
+
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <unordered_map>
+
+namespace threechains {
+namespace detail {
+
+struct NodeCore {
+  NodeCore(Worker worker, int64_t my_rank, int64_t rank_count, NodeOptions node_options)
+      : engine(Engine::of(worker)),
+        rank(my_rank),
+        ranks(rank_count),
+        options(std::move(node_options)),
+        receiver(engine) {
+    engine->start_target(options.receiver);
+    engine->serve_as_node(&hooks);
+    hooks.node = this;
+    hooks.rank = [](void* p) { return static_cast<NodeCore*>(p)->rank; };
+    hooks.ranks = [](void* p) { return static_cast<NodeCore*>(p)->ranks; };
+    hooks.origin = [](void* p) {
+      return static_cast<NodeCore*>(p)->engine->target().running.origin_rank;
+    };
+    hooks.send_self = [](void* p, int64_t to, const void* payload, std::size_t size) {
+      auto* core = static_cast<NodeCore*>(p);
+      const CodeId id = core->engine->target().running.code_id;
+      const Ifunc* ifunc = core->engine->stored(id);
+      if (ifunc == nullptr) {
+        return core->refuse("threechains_send_self: the running ifunc's code is not kept here");
+      }
+      return core->queue(to, *ifunc, payload, size);
+    };
+    hooks.send_named = [](void* p, int64_t to, const char* name, const void* payload,
+                          std::size_t size) {
+      auto* core = static_cast<NodeCore*>(p);
+      const std::string wanted = name != nullptr ? name : "";
+      const Ifunc* ifunc = core->engine->stored(wanted);
+      if (ifunc == nullptr) {
+        return core->refuse("threechains_send_named: rank " + std::to_string(core->rank) +
+                            " holds no ifunc named '" + wanted + "'");
+      }
+      return core->queue(to, *ifunc, payload, size);
+    };
+    hooks.lookup = [](void* p, const char* name) -> void* {
+      auto* core = static_cast<NodeCore*>(p);
+      const auto it = core->named.find(name != nullptr ? name : "");
+      return it == core->named.end() ? nullptr : it->second;
+    };
+  }
+
+  // Queues a send from injected code; returns 0, or -1 (reported) if it cannot be done.
+  int queue(int64_t to, const Ifunc& ifunc, const void* payload, std::size_t size) {
+    if (to < 0 || to >= ranks) {
+      return refuse("a send from ifunc '" + ifunc.name() + "' to rank " + std::to_string(to) +
+                    ", outside [0, " + std::to_string(ranks) + ")");
+    }
+    std::vector<std::byte> buffer;
+    if (!spare.empty()) {
+      buffer = std::move(spare.back());
+      spare.pop_back();
+    }
+    buffer.resize(size);
+    if (size != 0) std::memcpy(buffer.data(), payload, size);
+    pending.push_back({to, ifunc, std::move(buffer)});
+    stats.max_queued = std::max(stats.max_queued, pending.size());
+    return 0;
+  }
+
+  int refuse(const std::string& why) {
+    ++stats.failed_sends;
+    engine->report(Error(errc::invalid_argument, why));
+    return -1;
+  }
+
+  Channel& channel(int64_t to) {
+    if (to < 0 || to >= ranks || to == rank || !channels[static_cast<std::size_t>(to)]) {
+      throw Error(errc::invalid_argument, "Node rank " + std::to_string(rank) +
+                                              ": no channel to rank " + std::to_string(to));
+    }
+    return *channels[static_cast<std::size_t>(to)];
+  }
+
+  unsigned poll() {
+    unsigned work = engine->poll_without_credits();
+    work += drain_queue();
+    engine->return_credits();  // what no queued frame carried back
+    return work;
+  }
+
+  // Carries out queued sends in order; a full ring leaves the rest for later.
+  unsigned drain_queue() {
+    unsigned done = 0;
+    while (!pending.empty() && done < options.sends_per_poll) {
+      Pending& next = pending.front();
+      if (next.rank == rank) {
+        // Local: run it here, from the loop, not from inside the sender.
+        const IfuncMain entry = engine->target().cache.find(next.ifunc.id());
+        if (entry != nullptr) {
+          engine->run_entry(entry, next.ifunc.id(), rank, next.payload.data(),
+                            next.payload.size());
+          ++stats.local_dispatches;
+        } else {
+          (void)refuse("ifunc '" + next.ifunc.name() + "' is no longer loaded on rank " +
+                       std::to_string(rank));
+        }
+      } else {
+        // Still connecting to that rank (frames arrive while we connect): later.
+        const auto to = static_cast<std::size_t>(next.rank);
+        if (to >= channels.size() || !channels[to]) break;
+        const std::vector<std::byte>& payload = next.payload;
+        const SendStatus status =
+            channels[to]->try_send_with(next.ifunc, payload.size(), [&](std::byte* out) {
+              if (!payload.empty()) std::memcpy(out, payload.data(), payload.size());
+            });
+        if (status == SendStatus::would_block) break;
+        ++stats.sends;
+      }
+      spare.push_back(std::move(next.payload));
+      pending.pop_front();
+      ++done;
+    }
+    return done;
+  }
+
+  struct Pending {
+    int64_t rank;
+    Ifunc ifunc;  // a handle: shares the kept code
+    std::vector<std::byte> payload;
+  };
+
+  // Destroyed bottom up: queued sends, then channels (goodbyes), then the
+  // Receiver (which unhooks the runtime from the engine), then the hooks.
+  std::shared_ptr<Engine> engine;
+  int64_t rank;
+  int64_t ranks;
+  NodeOptions options;
+  RuntimeHooks hooks;
+  std::unordered_map<std::string, void*> named;
+  NodeStats stats;
+  Receiver receiver;  // the target role of `engine`, stopped when the Node goes
+  std::vector<std::optional<Channel>> channels;
+  std::deque<Pending> pending;  // references to queued entries stay valid across push_back
+  std::vector<std::vector<std::byte>> spare;  // payload buffers to reuse
+};
+
+}  // namespace detail
+
+Node::Node(Worker worker, int64_t rank, int64_t ranks, NodeOptions options) {
+  if (ranks <= 0 || rank < 0 || rank >= ranks) {
+    throw Error(errc::invalid_argument, "Node: rank " + std::to_string(rank) +
+                                            " outside [0, " + std::to_string(ranks) + ")");
+  }
+  core_ = std::make_unique<detail::NodeCore>(std::move(worker), rank, ranks, std::move(options));
+}
+
+Node::Node(Node&& other) noexcept = default;
+
+Node& Node::operator=(Node&& other) noexcept {
+  if (this != &other) {
+    core_.reset();  // its channels say goodbye, its Receiver stops
+    core_ = std::move(other.core_);
+  }
+  return *this;
+}
+
+Node::~Node() = default;
+
+uint16_t Node::port() const noexcept {
+  return core_->receiver.port();
+}
+int64_t Node::rank() const noexcept {
+  return core_->rank;
+}
+int64_t Node::ranks() const noexcept {
+  return core_->ranks;
+}
+Receiver& Node::receiver() noexcept {
+  return core_->receiver;
+}
+const Worker& Node::worker() const noexcept {
+  return core_->engine->worker();
+}
+const NodeStats& Node::stats() const noexcept {
+  return core_->stats;
+}
+std::size_t Node::queued() const noexcept {
+  return core_->pending.size();
+}
+unsigned Node::yield_after() const noexcept {
+  return core_->options.yield_after;
+}
+
+void Node::connect(const std::vector<NodeAddress>& addresses) {
+  detail::NodeCore& c = *core_;
+  if (static_cast<int64_t>(addresses.size()) != c.ranks) {
+    throw Error(errc::invalid_argument, "Node::connect: " + std::to_string(addresses.size()) +
+                                            " addresses for " + std::to_string(c.ranks) +
+                                            " ranks");
+  }
+  c.channels.resize(addresses.size());
+  const auto serve = [&c] { (void)c.poll(); };
+  // Higher ranks: this rank opens the connection.
+  for (int64_t r = c.rank + 1; r < c.ranks; ++r) {
+    const NodeAddress& a = addresses[static_cast<std::size_t>(r)];
+    std::shared_ptr<detail::Link> link =
+        c.engine->connect(a.host, a.port, c.options.channel, c.rank, serve);
+    link->rank = r;
+    c.channels[static_cast<std::size_t>(r)].emplace(Channel(c.engine, std::move(link)));
+  }
+  // Lower ranks connect here; send back over the same connection.
+  for (int64_t r = 0; r < c.rank; ++r) {
+    const auto deadline = std::chrono::steady_clock::now() + c.options.channel.connect_timeout;
+    std::shared_ptr<detail::Link> link;
+    while (!(link = c.engine->inbound_link_of_rank(r))) {
+      serve();
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw Error(errc::timeout, "Node rank " + std::to_string(c.rank) + ": rank " +
+                                       std::to_string(r) + " did not connect within " +
+                                       std::to_string(c.options.channel.connect_timeout.count()) +
+                                       " ms");
+      }
+    }
+    c.engine->open_outbound(*link, c.options.channel, c.rank, serve);
+    c.channels[static_cast<std::size_t>(r)].emplace(Channel(c.engine, std::move(link)));
+  }
+}
+
+void Node::expose(const std::string& name, void* object) {
+  core_->named[name] = object;
+}
+
+void Node::send_bytes(int64_t rank, const Ifunc& ifunc, std::span<const std::byte> payload) {
+  detail::NodeCore& c = *core_;
+  if (rank == c.rank) {
+    c.engine->install(ifunc);
+    if (c.queue(rank, ifunc, payload.data(), payload.size()) != 0)
+      throw Error(errc::invalid_argument, "Node: cannot queue a send to rank " +
+                                              std::to_string(rank));
+    return;
+  }
+  Channel& ch = c.channel(rank);
+  while (ch.try_send_with(ifunc, payload.size(), [&](std::byte* out) {
+    if (!payload.empty()) std::memcpy(out, payload.data(), payload.size());
+  }) == SendStatus::would_block) {
+    (void)c.poll();
+    c.engine->check_sendable(*ch.link_, "send");
+  }
+}
+
+unsigned Node::poll() {
+  return core_->poll();
+}
+
+Channel& Node::channel(int64_t rank) {
+  return core_->channel(rank);
+}
+
+void Node::close() {
+  detail::NodeCore& c = *core_;
+  const auto queue_deadline = std::chrono::steady_clock::now() + c.options.channel.timeout;
+  while (!c.pending.empty()) {
+    (void)c.poll();
+    if (std::chrono::steady_clock::now() > queue_deadline) {
+      throw Error(errc::timeout, "Node rank " + std::to_string(c.rank) + ": close: " +
+                                     std::to_string(c.pending.size()) +
+                                     " queued sends could not be carried out");
+    }
+  }
+  for (std::optional<Channel>& ch : c.channels) {
+    if (!ch) continue;
+    // The other rank may be waiting for our Receiver to consume its frames.
+    const auto deadline = std::chrono::steady_clock::now() + c.options.channel.timeout;
+    while (ch->frames_in_flight() != 0 && std::chrono::steady_clock::now() < deadline)
+      (void)c.poll();
+    ch->close();
+    ch.reset();
+  }
+}
+
+}  // namespace threechains

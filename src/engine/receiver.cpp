@@ -1,0 +1,67 @@
+// threechains::Receiver: a handle on its Worker's engine in the target role.
+#include "engine/engine.hpp"
+
+#include <threechains/receiver.hpp>
+
+namespace threechains {
+
+Receiver::Receiver(Worker worker, ReceiverOptions options)
+    : engine_(detail::Engine::of(worker)) {
+  engine_->start_target(std::move(options));
+}
+
+Receiver::Receiver(std::shared_ptr<detail::Engine> engine) noexcept : engine_(std::move(engine)) {}
+
+Receiver::Receiver(Receiver&& other) noexcept : engine_(std::move(other.engine_)) {}
+
+Receiver& Receiver::operator=(Receiver&& other) noexcept {
+  if (this != &other) {
+    release();
+    engine_ = std::move(other.engine_);
+  }
+  return *this;
+}
+
+Receiver::~Receiver() {
+  release();
+}
+
+void Receiver::release() noexcept {
+  if (!engine_) return;
+  engine_->stop_target();
+  engine_.reset();
+}
+
+uint16_t Receiver::port() const noexcept {
+  return engine_->target().listener.port();
+}
+
+unsigned Receiver::poll() {
+  return engine_->poll();
+}
+
+JitCache& Receiver::cache() noexcept {
+  return engine_->target().cache;
+}
+
+const ReceiverStats& Receiver::stats() const noexcept {
+  return engine_->target().stats;
+}
+
+std::size_t Receiver::peers() const noexcept {
+  return engine_->receiving_links();
+}
+
+void Receiver::set_target_args(void* args) noexcept {
+  engine_->target().options.target_args = args;
+}
+
+void* Receiver::target_args() const noexcept {
+  return engine_->target().options.target_args;
+}
+
+const Worker& Receiver::worker() const noexcept {
+  return engine_->worker();
+}
+
+}  // namespace threechains

@@ -1,0 +1,250 @@
+// The out-of-line halves of Channel's send path, and the Channel and Source
+// handles. Only building a frame in its slot and the commit store are inline
+// (channel.hpp); a UCX call per frame is made here anyway.
+#include "engine/engine.hpp"
+
+#include <threechains/channel.hpp>
+
+namespace threechains {
+namespace detail {
+
+OutboundRing& outbound_ring(Link& link) noexcept {
+  return link.out->hot;
+}
+
+std::byte* staging_slot(Engine& engine, Link& link, std::size_t slot) {
+  Outbound& out = *link.out;
+  Request* requests = &out.in_flight[slot * 2];
+  const auto deadline = std::chrono::steady_clock::now() + out.timeout;
+  // A staging slot is reused only once UCX has let go of its previous frame.
+  for (int i = 0; i < 2; ++i) {
+    ucs_status_t status;
+    while ((status = requests[i].reap()) == UCS_INPROGRESS) {
+      engine.progress();
+      engine.check_sendable(link, "send");
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw Error(errc::timeout, "channel to " + link.peer_name +
+                                       ": send: UCX did not finish the previous frame in slot " +
+                                       std::to_string(slot));
+      }
+    }
+    if (status != UCS_OK) [[unlikely]]
+      throw Error(status, "channel to " + link.peer_name + ": an earlier frame failed");
+  }
+  return out.staging.data() + slot * out.hot.slot_size;
+}
+
+bool prepare_code(Link& link, const Ifunc& ifunc, std::size_t payload_size) {
+  Outbound& out = *link.out;
+  out.hot.last_held = ifunc.id();
+  out.hot.last_held_valid = true;
+  if (out.held.contains(ifunc.id())) return false;
+  out.sent.emplace(ifunc.id(), ifunc);
+  out.held.insert(ifunc.id());
+  // Too big to travel with its code: send it cached; the target's miss fetches
+  // the code by AM, and the payload still runs exactly once.
+  return frame_size(payload_size, ifunc.code().size()) <= out.hot.capacity();
+}
+
+void put_frame(Engine& engine, Link& link, std::size_t slot, std::size_t frame_bytes) {
+  Outbound& out = *link.out;
+  std::byte* staging = out.staging.data() + slot * out.hot.slot_size;
+  Request* requests = &out.in_flight[slot * 2];
+  try {
+    if (out.delivery == Delivery::active_message) {
+      // The commit word travels too: it puts the payload 16-byte aligned in the
+      // target's (16-aligned) receive buffer, and it repeats the sequence.
+      // With both directions open, the frame carries our consumed count of the
+      // peer's frames, so a busy pair needs no separate credit messages.
+      const void* header = nullptr;
+      std::size_t header_length = 0;
+      if (link.receiving()) {
+        uint64_t& credit = out.am_headers[slot];
+        credit = link.in.expected - 1;
+        link.in.reported = credit;
+        header = &credit;
+        header_length = sizeof(credit);
+      }
+      requests[0] = link.endpoint.am_send(kAmFrame, header, header_length, staging,
+                                          kCommitWordSize + frame_bytes);
+      return;
+    }
+    // Ring: body first, then (after a fence) the commit word, so the target
+    // never sees a commit word before the frame it commits.
+    const uint64_t remote = out.ring->address() + slot * out.hot.slot_size;
+    requests[0] = link.endpoint.put(staging + kCommitWordSize, frame_bytes,
+                                    remote + kCommitWordSize, out.ring->rkey());
+    engine.worker().fence();
+    requests[1] = link.endpoint.put(staging, kCommitWordSize, remote, out.ring->rkey());
+  } catch (const Error& error) {
+    throw Error(error.ucs_status().value_or(UCS_ERR_IO_ERROR),
+                "channel to " + link.peer_name + ": " + error.what());
+  }
+}
+
+void throw_frame_too_large(const Link& link, const Ifunc& ifunc, std::size_t payload_size,
+                           std::size_t written) {
+  const OutboundRing& ring = link.out->hot;
+  if (written != payload_size) {
+    throw Error(errc::frame_too_large, "ifunc '" + ifunc.name() + "': the payload fill wrote " +
+                                           std::to_string(written) + " bytes, reserved " +
+                                           std::to_string(payload_size));
+  }
+  throw Error(errc::frame_too_large,
+              "ifunc '" + ifunc.name() + "': a " + std::to_string(payload_size) +
+                  "-byte payload does not fit a " + std::to_string(ring.slot_size) +
+                  "-byte ring slot (" + std::to_string(ring.capacity() - sizeof(FrameHeader)) +
+                  " bytes of payload at most)");
+}
+
+}  // namespace detail
+
+// ---- Channel -------------------------------------------------------------------
+
+Channel::Channel(std::shared_ptr<detail::Engine> engine, std::shared_ptr<detail::Link> link) noexcept
+    : engine_(std::move(engine)), link_(std::move(link)), ring_(&detail::outbound_ring(*link_)) {}
+
+Channel::Channel(Channel&& other) noexcept
+    : engine_(std::move(other.engine_)),
+      link_(std::move(other.link_)),
+      ring_(std::exchange(other.ring_, nullptr)) {}
+
+Channel& Channel::operator=(Channel&& other) noexcept {
+  if (this != &other) {
+    release();
+    engine_ = std::move(other.engine_);
+    link_ = std::move(other.link_);
+    ring_ = std::exchange(other.ring_, nullptr);
+  }
+  return *this;
+}
+
+Channel::~Channel() {
+  release();
+}
+
+void Channel::release() noexcept {
+  if (!link_) return;
+  engine_->say_goodbye(*link_);
+  ring_ = nullptr;
+  link_.reset();
+  engine_.reset();
+}
+
+void Channel::wait_for_credit() {
+  // Over shared memory credits land without progress: look at the credit word
+  // a few times before paying for a round of UCX progress.
+  const auto deadline = std::chrono::steady_clock::now() + link_->out->timeout;
+  for (;;) {
+    for (int spin = 0; spin < 32; ++spin)
+      if (!ring_->full()) return;
+    engine_->progress();
+    engine_->check_sendable(*link_, "send");
+    if (std::chrono::steady_clock::now() > deadline) [[unlikely]] {
+      throw Error(errc::timeout, "channel to " + link_->peer_name +
+                                     ": send: the ring stayed full for " +
+                                     std::to_string(link_->out->timeout.count()) + " ms");
+    }
+  }
+}
+
+void Channel::flush() {
+  flush(link_->out->timeout);
+}
+
+void Channel::flush(std::chrono::milliseconds limit) {
+  const uint64_t last = ring_->next_sequence - 1;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (ring_->consumed() < last) {
+    for (int spin = 0; spin < 32; ++spin)
+      if (ring_->consumed() >= last) return;
+    engine_->progress();
+    engine_->check_sendable(*link_, "flush");
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw Error(errc::timeout, "channel to " + link_->peer_name + ": flush: the target consumed " +
+                                     std::to_string(ring_->consumed()) + " of " +
+                                     std::to_string(last) + " frames in " +
+                                     std::to_string(limit.count()) + " ms");
+    }
+  }
+}
+
+void Channel::close() {
+  if (!link_) return;
+  std::exception_ptr error;
+  try {
+    flush();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  // Goodbye, then wait (bounded) until UCX has carried it and let the endpoint go.
+  std::shared_ptr<detail::Engine> engine = engine_;
+  std::shared_ptr<detail::Link> link = link_;
+  release();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (engine->closing(*link) && std::chrono::steady_clock::now() < deadline) engine->progress();
+  if (error) std::rethrow_exception(error);
+}
+
+unsigned Channel::progress() {
+  return engine_->progress();
+}
+
+bool Channel::target_holds(CodeId id) const noexcept {
+  return link_->out->held.contains(id);
+}
+
+void Channel::forget_held_code() noexcept {
+  link_->out->held.clear();
+  ring_->last_held_valid = false;
+}
+
+const Endpoint& Channel::endpoint() const noexcept {
+  return link_->endpoint;
+}
+
+Delivery Channel::delivery() const noexcept {
+  return link_->out->delivery;
+}
+
+// ---- Source --------------------------------------------------------------------
+
+Source::Source(Worker worker) : engine_(detail::Engine::of(worker)) {}
+
+Channel Source::connect(const std::string& host, uint16_t port, const ChannelOptions& options) {
+  return Channel(engine_, engine_->connect(host, port, options, -1, nullptr));
+}
+
+unsigned Source::progress() {
+  return engine_->progress();
+}
+
+const Worker& Source::worker() const noexcept {
+  return engine_->worker();
+}
+
+}  // namespace threechains
+
+// ---- test hook ---------------------------------------------------------------------
+
+#include "engine/testing.hpp"
+
+namespace threechains {
+
+void ChannelAccess::send_raw_frame(Channel& channel, std::span<const std::byte> frame) {
+  while (channel.ring_->full()) channel.wait_for_credit();
+  detail::OutboundRing& ring = *channel.ring_;
+  if (frame.size() > ring.capacity()) {
+    throw Error(errc::frame_too_large, std::to_string(frame.size()) +
+                                           "-byte frame does not fit a " +
+                                           std::to_string(ring.slot_size) + "-byte ring slot");
+  }
+  const std::size_t slot = (ring.next_sequence - 1) % ring.slots;
+  std::byte* at = ring.direct_ring != nullptr
+                      ? ring.direct_ring + slot * ring.slot_size
+                      : detail::staging_slot(*channel.engine_, *channel.link_, slot);
+  std::memcpy(at + detail::kCommitWordSize, frame.data(), frame.size());
+  channel.commit(at, slot, frame.size());
+}
+
+}  // namespace threechains
