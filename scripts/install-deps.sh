@@ -11,6 +11,9 @@ packages=(
   libfmt-dev libcli11-dev catch2 libxxhash-dev
   libopenmpi-dev openmpi-bin
 )
+# A caller may ask for more (e.g. the sanitizer runtime): THREECHAINS_EXTRA_PACKAGES="a b".
+read -r -a extra <<< "${THREECHAINS_EXTRA_PACKAGES:-}"
+packages+=("${extra[@]}")
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,6 +1,7 @@
 // Source and Receiver in two real processes over UCX shared memory and tcp:
 // round trips with both codecs, caching, cache-miss recovery, new code under an
 // old name, back-pressure, and bad frames that must not stop the Receiver.
+#include "support/counter_target.hpp"
 #include "support/two_process.hpp"
 #include "engine/testing.hpp"
 
@@ -12,44 +13,6 @@ using namespace threechains;
 using namespace threechains::test;
 
 namespace {
-
-struct CounterResult {
-  uint64_t counter;
-  uint64_t dispatched;
-  uint64_t rejected;
-  uint64_t code_loads;
-  uint64_t misses;
-  uint64_t errors;
-  uint64_t lost;
-  char first_error[256];
-};
-
-uint64_t g_counter = 0;  // the child target's counter (each child has its own copy)
-
-CounterResult report(const ChildContext& context) {
-  CounterResult result{};
-  const ReceiverStats& stats = context.receiver.stats();
-  result.counter = g_counter;
-  result.dispatched = stats.frames_dispatched;
-  result.rejected = stats.frames_rejected;
-  result.code_loads = stats.code_loads;
-  result.misses = stats.cache_misses;
-  result.errors = context.errors.size();
-  result.lost = stats.peers_lost;
-  context.first_error(result.first_error);
-  return result;
-}
-
-// A child target that serves the counter until its source closes.
-ChildTarget<CounterResult> counter_target(
-    Transport transport, std::function<void(ChildContext&)> before_serving = nullptr) {
-  return ChildTarget<CounterResult>(transport, [before_serving](ChildContext& context) {
-    context.receiver.set_target_args(&g_counter);
-    if (before_serving) before_serving(context);
-    ChildTarget<CounterResult>::serve_until_closed(context.receiver);
-    return report(context);
-  });
-}
 
 template <class C>
 const char* counter_container() {

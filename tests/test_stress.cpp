@@ -45,7 +45,7 @@ TEMPLATE_TEST_CASE("100,000 random-size frames through a 4-slot ring arrive whol
   ChildTarget<pattern_state> target(TestType::transport, [](ChildContext& context) {
     static pattern_state state{kSeed, kMaxPayload, 0, 0, 0, 0};
     context.receiver.set_target_args(&state);
-    ChildTarget<pattern_state>::serve_until_closed(context.receiver, std::chrono::seconds(600));
+    ChildTarget<pattern_state>::serve_until_closed(context.receiver, 1, std::chrono::seconds(600));
     if (!context.errors.empty()) throw std::runtime_error(context.errors.front());
     return state;
   });

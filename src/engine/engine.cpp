@@ -26,6 +26,19 @@ std::string describe_peer(const std::string& host, uint16_t port) {
   return host + ":" + std::to_string(port);
 }
 
+// The slot size a source asks for (aligned), or errc::invalid_argument.
+std::size_t checked_slot_size(const ChannelOptions& options) {
+  const std::size_t slot_size =
+      (options.slot_size + kSlotAlignment - 1) & ~(kSlotAlignment - 1);
+  if (options.slots == 0 || slot_size < kCommitWordSize + sizeof(FrameHeader) + 8) {
+    throw Error(errc::invalid_argument,
+                "ChannelOptions: need at least one slot of at least 64 bytes (asked for " +
+                    std::to_string(options.slots) + " of " + std::to_string(options.slot_size) +
+                    ")");
+  }
+  return slot_size;
+}
+
 }  // namespace
 
 Target::Target(const Worker& worker, ReceiverOptions receiver_options,
@@ -107,6 +120,9 @@ Link* Engine::find(const ucp_am_recv_param_t* param) const noexcept {
 std::shared_ptr<Link> Engine::connect(const std::string& host, uint16_t port,
                                       const ChannelOptions& options, int64_t my_rank,
                                       const std::function<void()>& while_waiting) {
+  // Before the endpoint exists: UCX 1.13 cannot close one its connection
+  // manager is still connecting.
+  (void)checked_slot_size(options);
   auto link = std::make_shared<Link>(Endpoint::connect(worker_, host, port));
   link->peer_name = describe_peer(host, port);
   links_.emplace(link->endpoint.handle(), link);
@@ -121,14 +137,7 @@ std::shared_ptr<Link> Engine::connect(const std::string& host, uint16_t port,
 
 void Engine::open_outbound(Link& link, const ChannelOptions& options, int64_t my_rank,
                            const std::function<void()>& while_waiting) {
-  const std::size_t slot_size =
-      (options.slot_size + kSlotAlignment - 1) & ~(kSlotAlignment - 1);
-  if (options.slots == 0 || slot_size < kCommitWordSize + sizeof(FrameHeader) + 8) {
-    throw Error(errc::invalid_argument,
-                "ChannelOptions: need at least one slot of at least 64 bytes (asked for " +
-                    std::to_string(options.slots) + " of " + std::to_string(options.slot_size) +
-                    ")");
-  }
+  const std::size_t slot_size = checked_slot_size(options);
   if (link.out && link.out->state == Outbound::State::open) {
     throw Error(errc::invalid_argument, "a channel to " + link.peer_name + " is already open");
   }
@@ -356,7 +365,7 @@ void Engine::close_inbound(Link& link, bool lost) noexcept {
   }
 }
 
-void Engine::retire(const std::shared_ptr<Link>& link) noexcept {
+void Engine::retire(std::shared_ptr<Link> link) noexcept {  // by value: it may be the table's own
   if (link->removed) return;
   link->removed = true;
   if (link->receiving()) close_inbound(*link, !link->in.bye);

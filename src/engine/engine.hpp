@@ -142,7 +142,7 @@ class Engine {
   void accept_code(Link& link, Inbound::CodeArrival& arrival);
   void skip_stalled(Link& link);
   void close_inbound(Link& link, bool lost) noexcept;
-  void retire(const std::shared_ptr<Link>& link) noexcept;
+  void retire(std::shared_ptr<Link> link) noexcept;
   void reap_closing() noexcept;
   void refresh_inbound();
   void wait_for_welcome(Link& link, const std::string& what, const ChannelOptions& options,

@@ -76,9 +76,10 @@ void put_frame(Engine& engine, Link& link, std::size_t slot, std::size_t frame_b
                                     remote + kCommitWordSize, out.ring->rkey());
     engine.worker().fence();
     requests[1] = link.endpoint.put(staging, kCommitWordSize, remote, out.ring->rkey());
-  } catch (const Error& error) {
+  } catch (const Error& error) {  // name the peer; the status text is appended once
     throw Error(error.ucs_status().value_or(UCS_ERR_IO_ERROR),
-                "channel to " + link.peer_name + ": " + error.what());
+                "channel to " + link.peer_name + ": " +
+                    (out.delivery == Delivery::active_message ? "ucp_am_send_nbx" : "ucp_put_nbx"));
   }
 }
 

@@ -22,6 +22,38 @@ std::string message_of(llvm::Error error) {
   return llvm::toString(std::move(error));
 }
 
+// What went wrong while loading one ifunc, gathered from every LLVM error the
+// load produced (the session's error reporter and the final lookup).
+struct LoadFailure {
+  errc code = errc::jit_failed;
+  std::string message;
+  bool needs_native_tls = false;
+
+  // The one place LLVM's errors become ours: classified by their type.
+  void absorb(llvm::Error error) {
+    llvm::handleAllErrors(
+        std::move(error),
+        [this](const llvm::orc::SymbolsNotFound& missing) {
+          code = errc::symbol_not_found;
+          for (const llvm::orc::SymbolStringPtr& name : missing.getSymbols()) {
+            // Native TLS resolves through the ORC runtime's TLS entry points.
+            const llvm::StringRef symbol = *name;
+            if (symbol.contains("_TLS") || symbol == "__tls_get_addr") needs_native_tls = true;
+          }
+          append(missing.message());
+        },
+        [this](const llvm::ErrorInfoBase& other) {
+          // JITLink refuses native TLS relocations (R_X86_64_TLSGD, ...) by name.
+          const std::string text = other.message();
+          if (llvm::StringRef(text).contains("TLS")) needs_native_tls = true;
+          append(text);
+        });
+  }
+
+  void append(const std::string& text) { message += (message.empty() ? "" : "; ") + text; }
+  [[nodiscard]] bool empty() const noexcept { return message.empty(); }
+};
+
 std::string hex_id(CodeId id) {
   static constexpr char digits[] = "0123456789abcdef";
   std::string s(16, '0');
@@ -72,9 +104,8 @@ struct JitCache::Impl {
     triple = jit->getTargetTriple().str();
     // Linking errors (e.g. "Symbols not found: [ foo ]") reach the session's
     // error reporter, not the failed lookup; keep them for the error we throw.
-    jit->getExecutionSession().setErrorReporter([this](llvm::Error error) {
-      reported += (reported.empty() ? "" : "; ") + message_of(std::move(error));
-    });
+    jit->getExecutionSession().setErrorReporter(
+        [this](llvm::Error error) { failure.absorb(std::move(error)); });
   }
 
   ~Impl() {
@@ -141,19 +172,17 @@ struct JitCache::Impl {
       }
       // Lookup materialises the code: compile or link errors, and unresolved
       // external symbols, surface here.
-      reported.clear();
+      failure = {};
       auto address = jit->lookup(jd, entry_name);
       if (!address) {
-        std::string why = message_of(address.takeError());
-        if (!reported.empty()) why = reported + " (" + why + ")";
-        if (why.find("_TLS") != std::string::npos) {
+        failure.absorb(address.takeError());
+        std::string why = failure.message;
+        if (failure.needs_native_tls) {
           why +=
               "; native thread-local storage needs the ORC runtime, which this JIT does not load: "
               "build the ifunc as bitcode or compile it with -femulated-tls (TLS)";
         }
-        const bool missing = why.find("not found") != std::string::npos;
-        throw Error(missing ? errc::symbol_not_found : errc::jit_failed,
-                    "ifunc '" + image.name + "' (" + image.triple + "): " + why);
+        throw Error(failure.code, "ifunc '" + image.name + "' (" + image.triple + "): " + why);
       }
       dylibs.emplace(id, &jd);
       return address->toPtr<IfuncMain>();
@@ -177,7 +206,7 @@ struct JitCache::Impl {
 
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::string triple;
-  std::string reported;  // what the session reported during the current load
+  LoadFailure failure;  // what the session reported during the current load
   std::unordered_map<CodeId, llvm::orc::JITDylib*> dylibs;
 };
 
@@ -217,7 +246,7 @@ LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> c
 void* JitCache::lookup(CodeId id, const std::string& symbol) {
   const auto it = impl_->dylibs.find(id);
   if (it == impl_->dylibs.end()) return nullptr;
-  impl_->reported.clear();
+  impl_->failure = {};
   auto address = impl_->jit->lookup(*it->second, symbol);
   if (!address) {
     llvm::consumeError(address.takeError());

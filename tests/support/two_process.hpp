@@ -78,8 +78,11 @@ class ChildTarget {
  public:
   // `body(context)` runs in the child after the Receiver is up and its port is
   // sent; it returns the Result to report.
+  // `deferred`: the child waits, with no UCX state of its own, until start()
+  // tells it which port to listen on (fork while the test process has no UCX
+  // state yet, start later: UCX does not survive a fork of a process using it).
   ChildTarget(Transport transport, std::function<Result(ChildContext&)> body,
-              ReceiverOptions options = {}) {
+              ReceiverOptions options = {}, bool deferred = false) {
     int to_parent[2];
     int to_child[2];
     int acks[2];
@@ -93,6 +96,12 @@ class ChildTarget {
       close(acks[0]);
       int rc = 0;
       try {
+        if (deferred) {
+          uint16_t port = 0;
+          if (!read_all(to_child[0], &port, sizeof(port), std::chrono::seconds(300)))
+            throw std::runtime_error("never started");
+          options.port = port;
+        }
         std::vector<std::string> errors;
         options.on_error = [&errors](const Error& e) { errors.emplace_back(e.what()); };
         Worker worker(Context({.transport = transport}));
@@ -114,9 +123,13 @@ class ChildTarget {
     from_child_ = to_parent[0];
     to_child_ = to_child[1];
     acks_ = acks[0];
-    if (!read_all(from_child_, &port_, sizeof(port_), std::chrono::seconds(30))) {
-      throw std::runtime_error("child target did not report its port");
-    }
+    if (!deferred) wait_for_port();
+  }
+
+  // A deferred child: listen on `port` now (0: any) and report it.
+  void start(uint16_t port) {
+    write_all(to_child_, &port, sizeof(port));
+    wait_for_port();
   }
 
   ChildTarget(const ChildTarget&) = delete;
@@ -174,13 +187,21 @@ class ChildTarget {
     throw std::runtime_error("child target: no command came");
   }
 
-  // In the child: serves until the source said goodbye (or `limit` passes).
-  static void serve_until_closed(Receiver& receiver,
+  // Kills the child at once (SIGKILL: no goodbye, no cleanup) and reaps it.
+  void kill_now() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+  // In the child: serves until `sources` sources have left (or `limit` passes).
+  static void serve_until_closed(Receiver& receiver, uint64_t sources = 1,
                                  std::chrono::seconds limit = std::chrono::seconds(100)) {
     const auto deadline = std::chrono::steady_clock::now() + limit;
     uint32_t n = 0;
     receiver.run([&] {
-      if (receiver.stats().peers_closed >= 1) return true;
+      if (receiver.stats().peers_closed >= sources) return true;
       if ((++n & 0xffff) == 0 && std::chrono::steady_clock::now() > deadline) {
         throw std::runtime_error("child target: the source never closed");
       }
@@ -214,6 +235,12 @@ class ChildTarget {
       size -= static_cast<std::size_t>(n);
     }
     return true;
+  }
+
+  void wait_for_port() {
+    if (!read_all(from_child_, &port_, sizeof(port_), std::chrono::seconds(30))) {
+      throw std::runtime_error("child target did not report its port");
+    }
   }
 
   pid_t pid_ = -1;

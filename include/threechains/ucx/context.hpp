@@ -6,6 +6,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -77,8 +78,11 @@ class Context {
     // client/server endpoints unless they are told to take part in it.
     if (options.transport != Transport::tcp) modify("MM_ERROR_HANDLING", "y");
     if (options.reuse_address) {
-      modify("TCP_CM_REUSEADDR", "y");
-      modify("RDMA_CM_REUSEADDR", "y");
+      // UCX 1.13 reads its connection managers' settings from the environment
+      // when a worker opens them (ucp_config_modify does not reach them).
+      // overwrite = 0: a value the user set explicitly wins.
+      setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
+      setenv("UCX_RDMA_CM_REUSEADDR", "y", 0);
     }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
