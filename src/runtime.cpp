@@ -7,7 +7,10 @@
 #include <utility>
 
 namespace {
-thread_local const threechains::detail::RuntimeHooks* current = nullptr;
+// initial-exec: a plain load, not a __tls_get_addr call, on every dispatch of a
+// Node (the library is linked at start-up, where static TLS is always there).
+[[gnu::tls_model("initial-exec")]] thread_local const threechains::detail::RuntimeHooks* current =
+    nullptr;
 }
 
 namespace threechains::detail {

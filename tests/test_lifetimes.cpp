@@ -54,20 +54,25 @@ TEMPLATE_TEST_CASE("a Channel's destructor does not wait for a target that stopp
     char c = 0;
     if (read(context.commands, &c, 1) != 1 || c != 'g') throw std::runtime_error("expected go");
   });
-  auto source = std::make_unique<TestSource>(TestType::transport, target.port(),
-                                             options_for<TestType>({.slots = 4}));
+  TestSource source(TestType::transport, target.port(), options_for<TestType>({.slots = 4}));
   target.command('w');
-  while (try_send(source->channel, counter, uint64_t{1}) != SendStatus::would_block) {
+  while (try_send(source.channel, counter, uint64_t{1}) != SendStatus::would_block) {
   }
-  REQUIRE(source->channel.frames_in_flight() == 4);
+  REQUIRE(source.channel.frames_in_flight() == 4);
   const auto start = std::chrono::steady_clock::now();
-  source.reset();  // frames in flight, a target that does not answer: no flush, no wait
+  {
+    Channel doomed = std::move(source.channel);
+  }  // frames in flight, a target that does not answer: no flush, no wait
   const auto took = std::chrono::steady_clock::now() - start;
-  CHECK(took < std::chrono::seconds(1));
+  CHECK(took < std::chrono::milliseconds(100));  // close() would wait up to its 30 s timeout
   target.command('g');
+  // The goodbye was queued: progress carries it (the Source's engine lives on).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (std::chrono::steady_clock::now() < deadline) (void)source.source.progress();
   const CounterResult result = target.result();
   INFO(result.first_error);
   CHECK(result.counter == 4);  // what was committed before the goodbye still runs
+  CHECK(result.lost == 0);     // and the goodbye arrived
 }
 
 namespace {
@@ -83,7 +88,8 @@ uint64_t g_pair_counter = 0;
 
 TEMPLATE_TEST_CASE("a Node keeps sending to a rank that closed its own channels",
                    "[lifetime][node]", Shm, Tcp) {
-  // Rank 1 closes its channel to rank 0 (its half of the pair) and keeps
+  // Rank 1 sends to rank 0 (over tcp its frames carry rank 0's credits),
+  // then closes its channel to rank 0 (its half of the pair) and keeps
   // serving; rank 0's direction of the same connection must go on, its
   // credits no longer riding on rank 1's frames.
   g_pair_counter = 0;
@@ -92,6 +98,8 @@ TEMPLATE_TEST_CASE("a Node keeps sending to a rank that closed its own channels"
   Mesh<PairReport> mesh(
       2, TestType::transport, [](Node&) {},
       [](Node& node, int commands) {
+        const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+        for (int i = 0; i < 300; ++i) node.send(0, counter, uint64_t{1});
         node.close();
         Mesh<PairReport>::serve_until_told(node, commands);
         return PairReport{g_pair_counter, node.receiver().stats().frames_dispatched};
@@ -99,13 +107,16 @@ TEMPLATE_TEST_CASE("a Node keeps sending to a rank that closed its own channels"
       options);
   Node& node = mesh.node();
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  // Rank 0 sends while rank 1 sends to it: both directions busy at once.
+  for (int i = 0; i < 100; ++i) node.send(1, counter, uint64_t{5});
   // Wait until rank 1's goodbye has closed our receiving direction.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (node.receiver().stats().peers_closed == 0) {
     node.poll();
     REQUIRE(std::chrono::steady_clock::now() < deadline);
   }
-  for (int i = 0; i < 200; ++i) node.send(1, counter, uint64_t{5});
+  CHECK(g_pair_counter == 300);
+  for (int i = 0; i < 100; ++i) node.send(1, counter, uint64_t{5});
   node.channel(1).flush();
   const std::vector<PairReport> reports = mesh.finish();
   REQUIRE(reports.size() == 1);
@@ -121,9 +132,16 @@ TEST_CASE("handles reject what they cannot use with errc::invalid_argument", "[l
                                 std::string(e.what()).find("rank 3") != std::string::npos;
                        }));
   Receiver receiver(worker);
+  const uint16_t port = receiver.port();
   CHECK_THROWS_MATCHES(Receiver(worker), Error,
                        Catch::Predicate<Error>(
                            [](const Error& e) { return e.is(errc::invalid_argument); }));
+  // A Node that cannot start on this Worker leaves its Receiver serving.
+  CHECK_THROWS_MATCHES(Node(worker, 0, 1), Error,
+                       Catch::Predicate<Error>(
+                           [](const Error& e) { return e.is(errc::invalid_argument); }));
+  CHECK(receiver.port() == port);
+  CHECK(receiver.poll() == 0);
   Source source(worker);
   CHECK_THROWS_MATCHES(
       source.connect("127.0.0.1", receiver.port(), {.slots = 0}), Error,

@@ -48,9 +48,13 @@ void Engine::run_entry(IfuncMain entry, CodeId id, int64_t origin, void* payload
   Target& t = *target_;
   const DispatchContext outer = t.running;
   t.running = {id, origin};
-  const RuntimeHooks* previous = exchange_runtime_hooks(runtime_hooks_);
-  entry(payload, size, t.options.target_args);
-  exchange_runtime_hooks(previous);
+  if (runtime_hooks_ == nullptr) {  // a plain Receiver: injected code has no Node to call
+    entry(payload, size, t.options.target_args);
+  } else {
+    const RuntimeHooks* previous = exchange_runtime_hooks(runtime_hooks_);
+    entry(payload, size, t.options.target_args);
+    exchange_runtime_hooks(previous);
+  }
   t.running = outer;
 }
 
@@ -223,6 +227,7 @@ void Engine::skip_stalled(Link& link) {
 }
 
 void Engine::return_credit(Link& link) {
+  if (link.removed) return;  // its endpoint is closing
   Inbound& in = link.in;
   if (in.credit_request.reap() == UCS_INPROGRESS) return;  // one credit in flight at a time
   in.credit_value = in.expected - 1;

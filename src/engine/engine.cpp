@@ -178,6 +178,7 @@ void Engine::wait_for_welcome(Link& link, const std::string& what, const Channel
     progress();
     if (while_waiting) while_waiting();
     if (link.endpoint.failed()) throw Error(link.endpoint.status(), what);
+    if (link.removed) throw Error(errc::peer_gone, what + ": the peer closed the connection");
     if (std::chrono::steady_clock::now() > deadline) {
       throw Error(errc::timeout, what + ": no answer from a Receiver within " +
                                      std::to_string(options.connect_timeout.count()) + " ms");
@@ -237,6 +238,10 @@ void Engine::check_sendable(const Link& link, const char* operation) const {
   if (link.endpoint.failed()) [[unlikely]] {
     throw Error(link.endpoint.status(),
                 "channel to " + link.peer_name + ": " + operation + ": the target went away");
+  }
+  if (link.removed) [[unlikely]] {
+    throw Error(errc::peer_gone,
+                "channel to " + link.peer_name + ": " + operation + ": the target closed the connection");
   }
   if (!link.out || link.out->state != Outbound::State::open) [[unlikely]] {
     throw Error(errc::invalid_argument,
@@ -320,7 +325,7 @@ void Engine::answer_hello(Link& link) {
   Inbound& in = link.in;
   if (!target_) {
     welcome.status = UCS_ERR_UNREACHABLE;  // this worker runs no Receiver
-  } else if (hello.version != kProtocolVersion || in.ring) {
+  } else if (hello.version != kProtocolVersion || in.ring) {  // a second HELLO on one link
     welcome.status = UCS_ERR_UNSUPPORTED;
   } else {
     try {
@@ -334,6 +339,7 @@ void Engine::answer_hello(Link& link) {
       welcome.slots = in.slots;
       welcome.slot_size = in.slot_size;
       welcome.ring_address = in.ring->address();
+      in.open = true;
       refresh_inbound();
     } catch (const Error& error) {
       welcome.status = error.ucs_status().value_or(UCS_ERR_NO_RESOURCE);
@@ -355,9 +361,15 @@ void Engine::close_inbound(Link& link, bool lost) noexcept {
     drain(link);  // what the source committed before it left still runs
   } catch (...) {  // an ifunc threw; nothing more can run for this peer
   }
-  link.in.ring.reset();
-  link.in.credit.reset();
+  link.in.open = false;
+  if (!link.in.backlog.empty() || link.in.stalled_on != 0) {
+    const std::size_t dropped = std::max<std::size_t>(link.in.backlog.size(), 1);
+    if (target_) target_->stats.frames_rejected += dropped;
+    report(Error(errc::peer_gone, std::to_string(dropped) + " frame(s) from " + link.peer_name +
+                                      " dropped: they waited for code that never came"));
+  }
   link.in.backlog.clear();
+  link.in.stalled_on = 0;
   refresh_inbound();
   if (target_) {
     ++target_->stats.peers_closed;
@@ -371,6 +383,7 @@ void Engine::retire(std::shared_ptr<Link> link) noexcept {  // by value: it may 
   if (link->receiving()) close_inbound(*link, !link->in.bye);
   links_.erase(link->endpoint.handle());
   refresh_inbound();
+  // A failed endpoint is force-closed (start_close decides): nothing waits on a dead peer.
   closing_.push_back({link, link->endpoint.start_close()});
 }
 
@@ -412,8 +425,7 @@ void Engine::stop_target() noexcept {
   std::vector<std::shared_ptr<Link>> snapshot;
   for (const auto& [ep, link] : links_) snapshot.push_back(link);
   for (const std::shared_ptr<Link>& link : snapshot) {
-    link->in.ring.reset();
-    link->in.credit.reset();
+    link->in.open = false;  // its ring is freed with the Link: the peer may still write
     link->in.backlog.clear();
     if (!link->sending()) retire(link);
   }

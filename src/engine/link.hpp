@@ -56,6 +56,9 @@ struct Outbound {
 };
 
 struct Inbound {
+  // The ring and the source's credit word stay with the Link until it is freed
+  // (after its endpoint closed): a put or credit in flight may still touch them.
+  bool open = false;
   std::optional<MemoryRegion> ring;
   std::optional<RemoteBuffer> credit;  // the source's credit word (put delivery)
   uint32_t slots = 0;
@@ -87,7 +90,7 @@ struct Link {
   [[nodiscard]] bool sending() const noexcept {
     return out && out->state == Outbound::State::open;
   }
-  [[nodiscard]] bool receiving() const noexcept { return in.ring.has_value(); }
+  [[nodiscard]] bool receiving() const noexcept { return in.open; }
 
   Endpoint endpoint;
   std::string peer_name;  // host:port for a link we opened, "peer <ep>" for one we accepted

@@ -18,8 +18,7 @@ struct NodeCore {
         rank(my_rank),
         ranks(rank_count),
         options(std::move(node_options)),
-        receiver(engine) {
-    engine->start_target(options.receiver);
+        receiver(started(engine, options.receiver)) {
     engine->serve_as_node(&hooks);
     hooks.node = this;
     hooks.rank = [](void* p) { return static_cast<NodeCore*>(p)->rank; };
@@ -52,6 +51,14 @@ struct NodeCore {
       const auto it = core->named.find(name != nullptr ? name : "");
       return it == core->named.end() ? nullptr : it->second;
     };
+  }
+
+  // Starts the target role before a Receiver handle owns it: if this throws
+  // (the Worker already has a Receiver), no handle stops that one.
+  static std::shared_ptr<Engine> started(const std::shared_ptr<Engine>& engine,
+                                         const ReceiverOptions& options) {
+    engine->start_target(options);
+    return engine;
   }
 
   // Queues a send from injected code; returns 0, or -1 (reported) if it cannot be done.
@@ -114,12 +121,17 @@ struct NodeCore {
         const auto to = static_cast<std::size_t>(next.rank);
         if (to >= channels.size() || !channels[to]) break;
         const std::vector<std::byte>& payload = next.payload;
-        const SendStatus status =
-            channels[to]->try_send_with(next.ifunc, payload.size(), [&](std::byte* out) {
-              if (!payload.empty()) std::memcpy(out, payload.data(), payload.size());
-            });
-        if (status == SendStatus::would_block) break;
-        ++stats.sends;
+        try {
+          const SendStatus status =
+              channels[to]->try_send_with(next.ifunc, payload.size(), [&](std::byte* out) {
+                if (!payload.empty()) std::memcpy(out, payload.data(), payload.size());
+              });
+          if (status == SendStatus::would_block) break;
+          ++stats.sends;
+        } catch (const Error& error) {  // that rank is gone: the send is lost, and said so
+          ++stats.failed_sends;
+          engine->report(error);
+        }
       }
       spare.push_back(std::move(next.payload));
       pending.pop_front();

@@ -8,11 +8,8 @@
 namespace threechains {
 namespace detail {
 
-OutboundRing& outbound_ring(Link& link) noexcept {
-  return link.out->hot;
-}
-
 std::byte* staging_slot(Engine& engine, Link& link, std::size_t slot) {
+  engine.check_sendable(link, "send");  // a retired link's endpoint is gone: no UCX call on it
   Outbound& out = *link.out;
   Request* requests = &out.in_flight[slot * 2];
   const auto deadline = std::chrono::steady_clock::now() + out.timeout;
@@ -58,7 +55,9 @@ void put_frame(Engine& engine, Link& link, std::size_t slot, std::size_t frame_b
       // peer's frames, so a busy pair needs no separate credit messages.
       const void* header = nullptr;
       std::size_t header_length = 0;
-      if (link.receiving()) {
+      // Only when the reverse direction's credits are AMs too: a credit put
+      // could otherwise land after, and undo, a newer piggybacked count.
+      if (link.receiving() && link.in.by_active_message) {
         uint64_t& credit = out.am_headers[slot];
         credit = link.in.expected - 1;
         link.in.reported = credit;
@@ -103,7 +102,7 @@ void throw_frame_too_large(const Link& link, const Ifunc& ifunc, std::size_t pay
 // ---- Channel -------------------------------------------------------------------
 
 Channel::Channel(std::shared_ptr<detail::Engine> engine, std::shared_ptr<detail::Link> link) noexcept
-    : engine_(std::move(engine)), link_(std::move(link)), ring_(&detail::outbound_ring(*link_)) {}
+    : engine_(std::move(engine)), link_(std::move(link)), ring_(&link_->out->hot) {}
 
 Channel::Channel(Channel&& other) noexcept
     : engine_(std::move(other.engine_)),
@@ -134,14 +133,19 @@ void Channel::release() noexcept {
 
 void Channel::wait_for_credit() {
   // Over shared memory credits land without progress: look at the credit word
-  // a few times before paying for a round of UCX progress.
-  const auto deadline = std::chrono::steady_clock::now() + link_->out->timeout;
+  // a few times before paying for a round of UCX progress. A streaming source
+  // comes here for almost every frame, so the clock is read only once a round
+  // of progress was needed.
+  std::chrono::steady_clock::time_point deadline{};
   for (;;) {
     for (int spin = 0; spin < 32; ++spin)
       if (!ring_->full()) return;
     engine_->progress();
     engine_->check_sendable(*link_, "send");
-    if (std::chrono::steady_clock::now() > deadline) [[unlikely]] {
+    const auto now = std::chrono::steady_clock::now();
+    if (deadline == std::chrono::steady_clock::time_point{}) {
+      deadline = now + link_->out->timeout;
+    } else if (now > deadline) [[unlikely]] {
       throw Error(errc::timeout, "channel to " + link_->peer_name +
                                      ": send: the ring stayed full for " +
                                      std::to_string(link_->out->timeout.count()) + " ms");

@@ -62,7 +62,6 @@ struct OutboundRing {
 void put_frame(Engine& engine, Link& link, std::size_t slot, std::size_t frame_bytes);
 [[noreturn]] void throw_frame_too_large(const Link& link, const Ifunc& ifunc,
                                         std::size_t payload_size, std::size_t written);
-[[nodiscard]] OutboundRing& outbound_ring(Link& link) noexcept;
 
 }  // namespace detail
 }  // namespace threechains
