@@ -138,7 +138,8 @@ class Channel {
   [[nodiscard]] bool target_holds(CodeId id) const noexcept;
   // Forget what the target holds, so the next send of each ifunc carries its code.
   void forget_held_code() noexcept;
-  // The UCX endpoint under this channel (to send your own Active Messages on it).
+  // The UCX endpoint under this channel (to send your own Active Messages on
+  // it). Once the target went away the endpoint is closed (handle() is null).
   [[nodiscard]] const Endpoint& endpoint() const noexcept;
   // How this channel's frames travel (resolved at connect).
   [[nodiscard]] Delivery delivery() const noexcept;

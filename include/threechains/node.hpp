@@ -90,6 +90,13 @@ class Node {
     detail::spin_until([this] { return poll(); }, stop, yield_after());
   }
 
+  // Serves (receives, runs, carries out queued sends) on a progress thread of
+  // its own; while it runs the Worker is that thread's: poll(), send() and the
+  // channels wait for stop(). Throws errc::invalid_argument if it runs already.
+  void start();
+  // Joins the progress thread; safe if none runs. The destructor calls it.
+  void stop() noexcept;
+
   // The channel to another rank (to send your own Active Messages on its endpoint).
   [[nodiscard]] Channel& channel(int64_t rank);
 

@@ -74,6 +74,15 @@ class Receiver {
     detail::spin_until([this] { return poll(); }, stop, 1024);
   }
 
+  // Serves on a progress thread of its own (the research prototype's daemon);
+  // ifuncs then run on that thread. While it runs, the Worker is that thread's:
+  // poll(), and Channels or Sources on the same Worker, must wait for stop().
+  // Throws errc::invalid_argument if it runs already.
+  void start();
+  // Joins the progress thread (it stops at its next poll); safe if none runs.
+  // The destructor calls it.
+  void stop() noexcept;
+
   [[nodiscard]] JitCache& cache() noexcept;
   [[nodiscard]] const ReceiverStats& stats() const noexcept;
   // Sources connected now.

@@ -62,6 +62,7 @@ Engine::Engine(Worker worker) : worker_(std::move(worker)) {
 }
 
 Engine::~Engine() {
+  stop_thread();
   for (unsigned id : {kAmHello, kAmWelcome, kAmNeedCode, kAmCode, kAmCredit, kAmFrame, kAmBye}) {
     try {
       worker_.set_am_handler(id, nullptr, nullptr);
@@ -401,6 +402,41 @@ std::shared_ptr<Link> Engine::inbound_link_of_rank(int64_t rank) const {
   for (const auto& [ep, link] : links_)
     if (link->rank == rank && link->receiving()) return link;
   return nullptr;
+}
+
+// ---- background progress -------------------------------------------------------
+
+void Engine::start_thread(std::function<unsigned()> poll) {
+  if (threaded_.exchange(true)) {
+    throw Error(errc::invalid_argument, "this Worker is already served by a progress thread");
+  }
+  thread_ = std::jthread([poll = std::move(poll)](std::stop_token stop) {
+    // The same rhythm as run(): spin while there is work, yield when idle.
+    unsigned idle = 0;
+    while (!stop.stop_requested()) {
+      if (poll() != 0) {
+        idle = 0;
+      } else if (++idle >= 1024) {
+        idle = 0;
+        std::this_thread::yield();
+      }
+    }
+  });
+}
+
+void Engine::stop_thread() noexcept {
+  if (!thread_.joinable()) return;
+  thread_.request_stop();
+  thread_.join();
+  threaded_.store(false);
+}
+
+void Engine::check_not_threaded(const char* call) const {
+  if (threaded_.load(std::memory_order_relaxed)) [[unlikely]] {
+    throw Error(errc::invalid_argument, std::string(call) +
+                                            ": this Worker is served by its progress thread; "
+                                            "stop() it first");
+  }
 }
 
 // ---- target role -----------------------------------------------------------------

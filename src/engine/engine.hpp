@@ -27,8 +27,10 @@
 #include <threechains/ucx/listener.hpp>
 #include <threechains/ucx/worker.hpp>
 
+#include <atomic>
 #include <functional>
 #include <memory>
+#include <thread>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -123,6 +125,15 @@ class Engine {
   void report(const Error& error);
   [[nodiscard]] std::size_t receiving_links() const noexcept { return inbound_.size(); }
 
+  // ---- background progress ---------------------------------------------------
+  // Runs `poll` on a thread of its own until stop_thread(); ifuncs then run on
+  // that thread. Throws errc::invalid_argument if one is running already.
+  void start_thread(std::function<unsigned()> poll);
+  // Joins the thread (it stops at its next poll). Safe when none runs.
+  void stop_thread() noexcept;
+  // Throws errc::invalid_argument naming `call` while the thread owns the worker.
+  void check_not_threaded(const char* call) const;
+
   // ---- Node ----------------------------------------------------------------
   // Keep loaded code so injected code can send it onward; the runtime to expose.
   void serve_as_node(const RuntimeHooks* hooks) noexcept {
@@ -189,6 +200,8 @@ class Engine {
   bool keep_code_ = false;
   const RuntimeHooks* runtime_hooks_ = nullptr;
   std::unique_ptr<Target> target_;
+  std::atomic<bool> threaded_{false};  // a progress thread owns the worker
+  std::jthread thread_;                // last: joined first when the engine goes
 };
 
 }  // namespace threechains::detail

@@ -175,13 +175,16 @@ Node::Node(Node&& other) noexcept = default;
 
 Node& Node::operator=(Node&& other) noexcept {
   if (this != &other) {
+    stop();
     core_.reset();  // its channels say goodbye, its Receiver stops
     core_ = std::move(other.core_);
   }
   return *this;
 }
 
-Node::~Node() = default;
+Node::~Node() {
+  stop();
+}
 
 uint16_t Node::port() const noexcept {
   return core_->receiver.port();
@@ -210,6 +213,7 @@ unsigned Node::yield_after() const noexcept {
 
 void Node::connect(const std::vector<NodeAddress>& addresses) {
   detail::NodeCore& c = *core_;
+  c.engine->check_not_threaded("Node::connect");
   if (static_cast<int64_t>(addresses.size()) != c.ranks) {
     throw Error(errc::invalid_argument, "Node::connect: " + std::to_string(addresses.size()) +
                                             " addresses for " + std::to_string(c.ranks) +
@@ -249,6 +253,7 @@ void Node::expose(const std::string& name, void* object) {
 
 void Node::send_bytes(int64_t rank, const Ifunc& ifunc, std::span<const std::byte> payload) {
   detail::NodeCore& c = *core_;
+  c.engine->check_not_threaded("Node::send");
   if (rank == c.rank) {
     c.engine->install(ifunc);
     if (c.queue(rank, ifunc, payload.data(), payload.size()) != 0)
@@ -266,7 +271,17 @@ void Node::send_bytes(int64_t rank, const Ifunc& ifunc, std::span<const std::byt
 }
 
 unsigned Node::poll() {
+  core_->engine->check_not_threaded("Node::poll");
   return core_->poll();
+}
+
+void Node::start() {
+  detail::NodeCore* core = core_.get();  // the thread is joined before the core goes
+  core->engine->start_thread([core] { return core->poll(); });
+}
+
+void Node::stop() noexcept {
+  if (core_) core_->engine->stop_thread();
 }
 
 Channel& Node::channel(int64_t rank) {
@@ -275,6 +290,7 @@ Channel& Node::channel(int64_t rank) {
 
 void Node::close() {
   detail::NodeCore& c = *core_;
+  c.engine->check_not_threaded("Node::close");
   const auto queue_deadline = std::chrono::steady_clock::now() + c.options.channel.timeout;
   while (!c.pending.empty()) {
     (void)c.poll();

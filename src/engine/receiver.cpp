@@ -28,6 +28,7 @@ Receiver::~Receiver() {
 
 void Receiver::release() noexcept {
   if (!engine_) return;
+  engine_->stop_thread();
   engine_->stop_target();
   engine_.reset();
 }
@@ -37,7 +38,17 @@ uint16_t Receiver::port() const noexcept {
 }
 
 unsigned Receiver::poll() {
+  engine_->check_not_threaded("Receiver::poll");
   return engine_->poll();
+}
+
+void Receiver::start() {
+  detail::Engine* engine = engine_.get();  // the thread is joined before the engine goes
+  engine_->start_thread([engine] { return engine->poll(); });
+}
+
+void Receiver::stop() noexcept {
+  if (engine_) engine_->stop_thread();
 }
 
 JitCache& Receiver::cache() noexcept {

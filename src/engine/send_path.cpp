@@ -140,6 +140,7 @@ void Channel::wait_for_credit() {
   for (;;) {
     for (int spin = 0; spin < 32; ++spin)
       if (!ring_->full()) return;
+    engine_->check_not_threaded("Channel::send");
     engine_->progress();
     engine_->check_sendable(*link_, "send");
     const auto now = std::chrono::steady_clock::now();
@@ -158,6 +159,7 @@ void Channel::flush() {
 }
 
 void Channel::flush(std::chrono::milliseconds limit) {
+  engine_->check_not_threaded("Channel::flush");
   const uint64_t last = ring_->next_sequence - 1;
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (ring_->consumed() < last) {

@@ -57,6 +57,9 @@ struct ContextOptions {
   std::string name = "threechains";
   // Listeners bind with SO_REUSEADDR, so a target restarted on its port can
   // listen at once instead of waiting for the kernel to let the port go.
+  // UCX 1.13 takes this from the environment (UCX_TCP_CM_REUSEADDR), set by
+  // the first Context that asks and kept for the process; set the variable
+  // yourself to decide otherwise.
   bool reuse_address = true;
 };
 
