@@ -16,16 +16,16 @@ Ifunc Ifunc::from_container(std::vector<std::byte> container) {
   return Ifunc(std::move(state));
 }
 
-Ifunc Ifunc::load(const std::filesystem::path& path) {
+Ifunc Ifunc::load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(errc::io, "cannot open ifunc container '" + path.string() + "'");
+  if (!in) throw Error(errc::io, "cannot open ifunc container '" + path + "'");
   std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<std::byte> bytes(raw.size());
   std::memcpy(bytes.data(), raw.data(), raw.size());
   try {
     return from_container(std::move(bytes));
   } catch (const Error& e) {
-    throw Error(errc::bad_container, path.string() + ": " + e.what());
+    throw Error(errc::bad_container, path + ": " + e.what());
   }
 }
 

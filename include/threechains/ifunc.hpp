@@ -7,7 +7,6 @@
 #include <threechains/frame.hpp>
 
 #include <cstddef>
-#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -19,8 +18,9 @@ class Ifunc {
  public:
   // Takes a packed container (see pack_container / threechains-pack).
   [[nodiscard]] static Ifunc from_container(std::vector<std::byte> container);
-  // Reads a .tcc container file.
-  [[nodiscard]] static Ifunc load(const std::filesystem::path& path);
+  // Reads a .tcc container file. (A plain string, not std::filesystem::path:
+  // <filesystem> would cost every user of the library its iostreams.)
+  [[nodiscard]] static Ifunc load(const std::string& path);
 
   [[nodiscard]] const std::string& name() const noexcept { return state_->info.name; }
   [[nodiscard]] CodecId codec() const noexcept { return state_->info.codec; }
