@@ -6,6 +6,24 @@
 #include <threechains/channel.hpp>
 
 namespace threechains {
+namespace {
+
+// Credit checks before a round of progress, where credits land without one
+// (shared memory, RDMA puts). 128 pauses measured best here (32: -10 % shm
+// 8-byte rate, 512: no better); over tcp credits come by Active Message, so
+// only progress brings them.
+constexpr int kCreditSpins = 128;
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+}  // namespace
+
 namespace detail {
 
 std::byte* staging_slot(Engine& engine, Link& link, std::size_t slot) {
@@ -137,9 +155,15 @@ void Channel::wait_for_credit() {
   // comes here for almost every frame, so the clock is read only once a round
   // of progress was needed.
   std::chrono::steady_clock::time_point deadline{};
+  const int spins = link_->out->delivery == Delivery::active_message ? 1 : kCreditSpins;
   for (;;) {
-    for (int spin = 0; spin < 32; ++spin)
+    // A round of progress costs a system call (the tcp wire-up lane's epoll),
+    // during which arriving credit cannot be used: spin a while first, pausing
+    // so the target's core runs freely.
+    for (int spin = 0; spin < spins; ++spin) {
       if (!ring_->full()) return;
+      cpu_relax();
+    }
     engine_->check_not_threaded("Channel::send");
     engine_->progress();
     engine_->check_sendable(*link_, "send");
