@@ -11,7 +11,7 @@ namespace {
 // Node (the library is linked at start-up, where static TLS is always there).
 [[gnu::tls_model("initial-exec")]] thread_local const threechains::detail::RuntimeHooks* current =
     nullptr;
-}
+}  // namespace
 
 namespace threechains::detail {
 const RuntimeHooks* exchange_runtime_hooks(const RuntimeHooks* hooks) noexcept {

@@ -1,9 +1,9 @@
 // Source and Receiver in two real processes over UCX shared memory and tcp:
 // round trips with both codecs, caching, cache-miss recovery, new code under an
 // old name, back-pressure, and bad frames that must not stop the Receiver.
+#include "engine/testing.hpp"
 #include "support/counter_target.hpp"
 #include "support/two_process.hpp"
-#include "engine/testing.hpp"
 
 #include <catch2/catch.hpp>
 

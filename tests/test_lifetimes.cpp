@@ -14,9 +14,10 @@
 using namespace threechains;
 using namespace threechains::test;
 
-TEMPLATE_TEST_CASE("move-assigning a Channel closes the one it replaces; the survivor still "
-                   "recovers from a cache miss",
-                   "[lifetime][ucx]", Shm, Tcp) {
+TEMPLATE_TEST_CASE(
+    "move-assigning a Channel closes the one it replaces; the survivor still "
+    "recovers from a cache miss",
+    "[lifetime][ucx]", Shm, Tcp) {
   // Two sources connect; the target serves until both have left.
   auto target = counter_target(TestType::transport, nullptr, {}, 2);
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
@@ -126,20 +127,19 @@ TEMPLATE_TEST_CASE("a Node keeps sending to a rank that closed its own channels"
 
 TEST_CASE("handles reject what they cannot use with errc::invalid_argument", "[lifetime][error]") {
   Worker worker(Context({.transport = Transport::shared_memory}));
-  CHECK_THROWS_MATCHES(Node(worker, 3, 3), Error,
-                       Catch::Predicate<Error>([](const Error& e) {
+  CHECK_THROWS_MATCHES(Node(worker, 3, 3), Error, Catch::Predicate<Error>([](const Error& e) {
                          return e.is(errc::invalid_argument) &&
                                 std::string(e.what()).find("rank 3") != std::string::npos;
                        }));
   Receiver receiver(worker);
   const uint16_t port = receiver.port();
-  CHECK_THROWS_MATCHES(Receiver(worker), Error,
-                       Catch::Predicate<Error>(
-                           [](const Error& e) { return e.is(errc::invalid_argument); }));
+  CHECK_THROWS_MATCHES(Receiver(worker), Error, Catch::Predicate<Error>([](const Error& e) {
+                         return e.is(errc::invalid_argument);
+                       }));
   // A Node that cannot start on this Worker leaves its Receiver serving.
-  CHECK_THROWS_MATCHES(Node(worker, 0, 1), Error,
-                       Catch::Predicate<Error>(
-                           [](const Error& e) { return e.is(errc::invalid_argument); }));
+  CHECK_THROWS_MATCHES(Node(worker, 0, 1), Error, Catch::Predicate<Error>([](const Error& e) {
+                         return e.is(errc::invalid_argument);
+                       }));
   CHECK(receiver.port() == port);
   CHECK(receiver.poll() == 0);
   Source source(worker);

@@ -54,7 +54,8 @@ TEMPLATE_TEST_CASE("a target killed mid-stream and restarted on its port serves 
   source.channel = source.source.connect("127.0.0.1", port, options);
   Channel& reconnected = source.channel;
   CHECK(send(reconnected, counter, uint64_t{7}) == SendStatus::sent_with_code);
-  for (int i = 0; i < 49; ++i) CHECK(send(reconnected, counter, uint64_t{7}) == SendStatus::sent_cached);
+  for (int i = 0; i < 49; ++i)
+    CHECK(send(reconnected, counter, uint64_t{7}) == SendStatus::sent_cached);
   reconnected.close();
 
   const CounterResult result = second->result();

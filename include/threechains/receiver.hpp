@@ -23,7 +23,7 @@ namespace threechains {
 namespace detail {
 class Engine;
 struct NodeCore;
-}
+}  // namespace detail
 
 struct ReceiverOptions {
   uint16_t port = 0;                    // 0: the OS picks one; see Receiver::port()

@@ -248,8 +248,8 @@ void Engine::return_credit(Link& link) {
 
 // AM delivery: the frame runs right here, inside UCX's progress, with no copy
 // unless its payload would be misaligned or it must wait for its code.
-ucs_status_t Engine::on_frame(void* arg, const void* header, std::size_t header_length,
-                              void* data, std::size_t length, const ucp_am_recv_param_t* param) {
+ucs_status_t Engine::on_frame(void* arg, const void* header, std::size_t header_length, void* data,
+                              std::size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<Engine*>(arg);
   Link* link = self->find(param);
   if (link == nullptr || !link->receiving() || length < kCommitWordSize) [[unlikely]]
@@ -268,8 +268,8 @@ ucs_status_t Engine::on_frame(void* arg, const void* header, std::size_t header_
     self->dispatch_delivered(*link, static_cast<std::byte*>(data) + kCommitWordSize,
                              length - kCommitWordSize);
   } catch (...) {  // never let an exception cross UCX's C frames
-    self->report(Error(errc::jit_failed, "frame from " + link->peer_name +
-                                             ": dispatch failed with an exception"));
+    self->report(Error(errc::jit_failed,
+                       "frame from " + link->peer_name + ": dispatch failed with an exception"));
   }
   return UCS_OK;
 }

@@ -28,8 +28,7 @@ std::string describe_peer(const std::string& host, uint16_t port) {
 
 // The slot size a source asks for (aligned), or errc::invalid_argument.
 std::size_t checked_slot_size(const ChannelOptions& options) {
-  const std::size_t slot_size =
-      (options.slot_size + kSlotAlignment - 1) & ~(kSlotAlignment - 1);
+  const std::size_t slot_size = (options.slot_size + kSlotAlignment - 1) & ~(kSlotAlignment - 1);
   if (options.slots == 0 || slot_size < kCommitWordSize + sizeof(FrameHeader) + 8) {
     throw Error(errc::invalid_argument,
                 "ChannelOptions: need at least one slot of at least 64 bytes (asked for " +
@@ -71,8 +70,7 @@ Engine::~Engine() {
   }
   stop_target();
   // Close every endpoint at once, then wait for all of them together, bounded.
-  for (auto& [ep, link] : links_)
-    closing_.push_back({link, link->endpoint.start_close()});
+  for (auto& [ep, link] : links_) closing_.push_back({link, link->endpoint.start_close()});
   links_.clear();
   inbound_.clear();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
@@ -241,8 +239,8 @@ void Engine::check_sendable(const Link& link, const char* operation) const {
                 "channel to " + link.peer_name + ": " + operation + ": the target went away");
   }
   if (link.removed) [[unlikely]] {
-    throw Error(errc::peer_gone,
-                "channel to " + link.peer_name + ": " + operation + ": the target closed the connection");
+    throw Error(errc::peer_gone, "channel to " + link.peer_name + ": " + operation +
+                                     ": the target closed the connection");
   }
   if (!link.out || link.out->state != Outbound::State::open) [[unlikely]] {
     throw Error(errc::invalid_argument,
@@ -325,7 +323,7 @@ void Engine::answer_hello(Link& link) {
   std::vector<std::byte> rkey;
   Inbound& in = link.in;
   if (!target_) {
-    welcome.status = UCS_ERR_UNREACHABLE;  // this worker runs no Receiver
+    welcome.status = UCS_ERR_UNREACHABLE;                     // this worker runs no Receiver
   } else if (hello.version != kProtocolVersion || in.ring) {  // a second HELLO on one link
     welcome.status = UCS_ERR_UNSUPPORTED;
   } else {
@@ -359,7 +357,7 @@ void Engine::answer_hello(Link& link) {
 void Engine::close_inbound(Link& link, bool lost) noexcept {
   if (!link.receiving()) return;
   try {
-    drain(link);  // what the source committed before it left still runs
+    drain(link);   // what the source committed before it left still runs
   } catch (...) {  // an ifunc threw; nothing more can run for this peer
   }
   link.in.open = false;
@@ -454,8 +452,7 @@ void Engine::start_target(ReceiverOptions options) {
 
 void Engine::stop_target() noexcept {
   if (!target_) return;
-  for (ucp_conn_request_h request : target_->pending_connections)
-    target_->listener.reject(request);
+  for (ucp_conn_request_h request : target_->pending_connections) target_->listener.reject(request);
   target_->pending_connections.clear();
   // Every peer sending to us loses its ring: links with nothing else to carry go.
   std::vector<std::shared_ptr<Link>> snapshot;
@@ -505,8 +502,8 @@ ucs_status_t Engine::on_welcome(void* arg, const void* header, std::size_t heade
   Welcome welcome;
   std::memcpy(&welcome, header, sizeof(welcome));
   if (welcome.version != kProtocolVersion || welcome.status != UCS_OK) {
-    out.refusal = welcome.status != UCS_OK ? static_cast<ucs_status_t>(welcome.status)
-                                           : UCS_ERR_UNSUPPORTED;
+    out.refusal =
+        welcome.status != UCS_OK ? static_cast<ucs_status_t>(welcome.status) : UCS_ERR_UNSUPPORTED;
     out.state = Outbound::State::refused;
     return UCS_OK;
   }

@@ -30,9 +30,9 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <thread>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -65,7 +65,7 @@ struct Target {
     std::byte bytes[16];
   };
   std::vector<ScratchBlock> scratch;  // AM delivery: realigned frames
-  Listener listener;                  // last: destroyed first, so no connection arrives mid-teardown
+  Listener listener;  // last: destroyed first, so no connection arrives mid-teardown
 };
 
 class Engine {

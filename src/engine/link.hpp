@@ -41,11 +41,11 @@ struct Outbound {
       : credit(std::move(credit_region)), staging(std::move(staging_region)) {}
 
   State state = State::connecting;
-  ucs_status_t refusal = UCS_OK;   // why the target refused, once refused
-  MemoryRegion credit;             // the target writes its consumed count here
-  MemoryRegion staging;            // one staging slot per requested ring slot
+  ucs_status_t refusal = UCS_OK;  // why the target refused, once refused
+  MemoryRegion credit;            // the target writes its consumed count here
+  MemoryRegion staging;           // one staging slot per requested ring slot
   std::optional<RemoteBuffer> ring;
-  OutboundRing hot;                // what Channel's inline send path reads
+  OutboundRing hot;  // what Channel's inline send path reads
   Delivery delivery = Delivery::put;
   std::chrono::milliseconds timeout{30000};
   std::vector<Request> in_flight;          // per slot: body, commit (put) or the AM
@@ -87,9 +87,7 @@ struct Link {
   Link(const Link&) = delete;
   Link& operator=(const Link&) = delete;
 
-  [[nodiscard]] bool sending() const noexcept {
-    return out && out->state == Outbound::State::open;
-  }
+  [[nodiscard]] bool sending() const noexcept { return out && out->state == Outbound::State::open; }
   [[nodiscard]] bool receiving() const noexcept { return in.open; }
 
   Endpoint endpoint;

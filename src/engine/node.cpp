@@ -109,8 +109,7 @@ struct NodeCore {
         // Local: run it here, from the loop, not from inside the sender.
         const IfuncMain entry = engine->target().cache.find(next.ifunc.id());
         if (entry != nullptr) {
-          engine->run_entry(entry, next.ifunc.id(), rank, next.payload.data(),
-                            next.payload.size());
+          engine->run_entry(entry, next.ifunc.id(), rank, next.payload.data(), next.payload.size());
           ++stats.local_dispatches;
         } else {
           (void)refuse("ifunc '" + next.ifunc.name() + "' is no longer loaded on rank " +
@@ -165,8 +164,8 @@ struct NodeCore {
 
 Node::Node(Worker worker, int64_t rank, int64_t ranks, NodeOptions options) {
   if (ranks <= 0 || rank < 0 || rank >= ranks) {
-    throw Error(errc::invalid_argument, "Node: rank " + std::to_string(rank) +
-                                            " outside [0, " + std::to_string(ranks) + ")");
+    throw Error(errc::invalid_argument, "Node: rank " + std::to_string(rank) + " outside [0, " +
+                                            std::to_string(ranks) + ")");
   }
   core_ = std::make_unique<detail::NodeCore>(std::move(worker), rank, ranks, std::move(options));
 }
@@ -216,8 +215,7 @@ void Node::connect(const std::vector<NodeAddress>& addresses) {
   c.engine->check_not_threaded("Node::connect");
   if (static_cast<int64_t>(addresses.size()) != c.ranks) {
     throw Error(errc::invalid_argument, "Node::connect: " + std::to_string(addresses.size()) +
-                                            " addresses for " + std::to_string(c.ranks) +
-                                            " ranks");
+                                            " addresses for " + std::to_string(c.ranks) + " ranks");
   }
   c.channels.resize(addresses.size());
   const auto serve = [&c] { (void)c.poll(); };
@@ -257,8 +255,8 @@ void Node::send_bytes(int64_t rank, const Ifunc& ifunc, std::span<const std::byt
   if (rank == c.rank) {
     c.engine->install(ifunc);
     if (c.queue(rank, ifunc, payload.data(), payload.size()) != 0)
-      throw Error(errc::invalid_argument, "Node: cannot queue a send to rank " +
-                                              std::to_string(rank));
+      throw Error(errc::invalid_argument,
+                  "Node: cannot queue a send to rank " + std::to_string(rank));
     return;
   }
   Channel& ch = c.channel(rank);
@@ -295,8 +293,8 @@ void Node::close() {
   while (!c.pending.empty()) {
     (void)c.poll();
     if (std::chrono::steady_clock::now() > queue_deadline) {
-      throw Error(errc::timeout, "Node rank " + std::to_string(c.rank) + ": close: " +
-                                     std::to_string(c.pending.size()) +
+      throw Error(errc::timeout, "Node rank " + std::to_string(c.rank) +
+                                     ": close: " + std::to_string(c.pending.size()) +
                                      " queued sends could not be carried out");
     }
   }

@@ -5,8 +5,7 @@
 
 namespace threechains {
 
-Receiver::Receiver(Worker worker, ReceiverOptions options)
-    : engine_(detail::Engine::of(worker)) {
+Receiver::Receiver(Worker worker, ReceiverOptions options) : engine_(detail::Engine::of(worker)) {
   engine_->start_target(std::move(options));
 }
 

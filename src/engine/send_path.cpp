@@ -119,7 +119,8 @@ void throw_frame_too_large(const Link& link, const Ifunc& ifunc, std::size_t pay
 
 // ---- Channel -------------------------------------------------------------------
 
-Channel::Channel(std::shared_ptr<detail::Engine> engine, std::shared_ptr<detail::Link> link) noexcept
+Channel::Channel(std::shared_ptr<detail::Engine> engine,
+                 std::shared_ptr<detail::Link> link) noexcept
     : engine_(std::move(engine)), link_(std::move(link)), ring_(&link_->out->hot) {}
 
 Channel::Channel(Channel&& other) noexcept
@@ -192,10 +193,10 @@ void Channel::flush(std::chrono::milliseconds limit) {
     engine_->progress();
     engine_->check_sendable(*link_, "flush");
     if (std::chrono::steady_clock::now() > deadline) {
-      throw Error(errc::timeout, "channel to " + link_->peer_name + ": flush: the target consumed " +
-                                     std::to_string(ring_->consumed()) + " of " +
-                                     std::to_string(last) + " frames in " +
-                                     std::to_string(limit.count()) + " ms");
+      throw Error(errc::timeout,
+                  "channel to " + link_->peer_name + ": flush: the target consumed " +
+                      std::to_string(ring_->consumed()) + " of " + std::to_string(last) +
+                      " frames in " + std::to_string(limit.count()) + " ms");
     }
   }
 }

@@ -33,8 +33,8 @@ inline constexpr std::size_t kCommitWordSize = 8;
 inline constexpr std::size_t kSlotAlignment = 64;
 
 struct OutboundRing {
-  std::byte* direct_ring = nullptr;  // Delivery::direct: the target's ring, mapped here
-  std::byte* staging = nullptr;      // otherwise: one staging slot per ring slot
+  std::byte* direct_ring = nullptr;   // Delivery::direct: the target's ring, mapped here
+  std::byte* staging = nullptr;       // otherwise: one staging slot per ring slot
   uint64_t* consumed_word = nullptr;  // the target's credit: last sequence it consumed
   uint64_t next_sequence = 1;
   std::size_t slot_size = 0;
