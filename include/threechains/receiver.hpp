@@ -76,18 +76,23 @@ class Receiver {
 
   // Serves on a progress thread of its own (the research prototype's daemon);
   // ifuncs then run on that thread. While it runs, the Worker is that thread's:
-  // poll(), and Channels or Sources on the same Worker, must wait for stop().
-  // Throws errc::invalid_argument if it runs already.
+  // poll(), and Channels or Sources on the same Worker, throw
+  // errc::invalid_argument until stop() (a Channel dropped meanwhile says its
+  // goodbye through the thread). An exception on the thread goes to on_error.
+  // Throws errc::invalid_argument if it runs already, or if this Receiver is
+  // a Node's (use Node::start).
   void start();
   // Joins the progress thread (it stops at its next poll); safe if none runs.
   // The destructor calls it.
   void stop() noexcept;
 
-  [[nodiscard]] JitCache& cache() noexcept;
+  // cache() and set_target_args() throw errc::invalid_argument while the
+  // progress thread runs; read stats() after stop() (the thread writes them).
+  [[nodiscard]] JitCache& cache();
   [[nodiscard]] const ReceiverStats& stats() const noexcept;
   // Sources connected now.
   [[nodiscard]] std::size_t peers() const noexcept;
-  void set_target_args(void* args) noexcept;
+  void set_target_args(void* args);
   [[nodiscard]] void* target_args() const noexcept;
   [[nodiscard]] const Worker& worker() const noexcept;
 

@@ -105,6 +105,8 @@ unsigned Engine::progress() {
   if (!outbox_.empty()) outbox_.reap();
   if (!closing_.empty()) [[unlikely]]
     reap_closing();
+  if (goodbyes_pending_.load(std::memory_order_relaxed)) [[unlikely]]
+    take_deferred_goodbyes();
   return events;
 }
 
@@ -208,7 +210,32 @@ Delivery Engine::resolve_delivery(Delivery wanted, const Link& link) const {
   return any ? Delivery::active_message : Delivery::put;
 }
 
-void Engine::say_goodbye(Link& link) noexcept {
+void Engine::say_goodbye(const std::shared_ptr<Link>& link) noexcept {
+  if (threaded_.load(std::memory_order_acquire) &&
+      std::this_thread::get_id() != thread_.get_id()) {
+    // The progress thread owns the worker (and the link): hand the goodbye over.
+    try {
+      const std::lock_guard lock(goodbyes_mutex_);
+      deferred_goodbyes_.push_back(link);
+      goodbyes_pending_.store(true, std::memory_order_release);
+    } catch (...) {  // out of memory: the peer will see us as lost instead
+    }
+    return;
+  }
+  say_goodbye_here(*link);
+}
+
+void Engine::take_deferred_goodbyes() noexcept {
+  std::vector<std::shared_ptr<Link>> links;
+  {
+    const std::lock_guard lock(goodbyes_mutex_);
+    links.swap(deferred_goodbyes_);
+    goodbyes_pending_.store(false, std::memory_order_relaxed);
+  }
+  for (const std::shared_ptr<Link>& link : links) say_goodbye_here(*link);
+}
+
+void Engine::say_goodbye_here(Link& link) noexcept {
   if (!link.out || link.out->state != Outbound::State::open) {
     if (link.out) link.out->state = Outbound::State::closed;
     return;
@@ -408,29 +435,47 @@ void Engine::start_thread(std::function<unsigned()> poll) {
   if (threaded_.exchange(true)) {
     throw Error(errc::invalid_argument, "this Worker is already served by a progress thread");
   }
-  thread_ = std::jthread([poll = std::move(poll)](std::stop_token stop) {
-    // The same rhythm as run(): spin while there is work, yield when idle.
-    unsigned idle = 0;
-    while (!stop.stop_requested()) {
-      if (poll() != 0) {
-        idle = 0;
-      } else if (++idle >= 1024) {
-        idle = 0;
-        std::this_thread::yield();
+  try {
+    thread_ = std::jthread([this, poll = std::move(poll)](std::stop_token stop) {
+      // The same rhythm as run(): spin while there is work, yield when idle.
+      unsigned idle = 0;
+      while (!stop.stop_requested()) {
+        unsigned work = 0;
+        try {
+          work = poll();
+        } catch (const Error& error) {  // nobody to throw to on this thread: report it
+          report(error);
+        } catch (const std::exception& error) {
+          report(Error(errc::jit_failed, std::string("progress thread: ") + error.what()));
+        }
+        if (work != 0) {
+          idle = 0;
+        } else if (++idle >= 1024) {
+          idle = 0;
+          std::this_thread::yield();
+        }
       }
-    }
-  });
+    });
+  } catch (...) {
+    threaded_.store(false);
+    throw;
+  }
 }
 
 void Engine::stop_thread() noexcept {
   if (!thread_.joinable()) return;
   thread_.request_stop();
+  // From the thread itself (an ifunc or an error callback): it ends after this
+  // poll; whoever stops it from outside, or the engine's destructor, joins.
+  if (std::this_thread::get_id() == thread_.get_id()) return;
   thread_.join();
   threaded_.store(false);
+  take_deferred_goodbyes();  // dropped while the thread ran: said now, on this thread
 }
 
 void Engine::check_not_threaded(const char* call) const {
-  if (threaded_.load(std::memory_order_relaxed)) [[unlikely]] {
+  if (threaded_.load(std::memory_order_relaxed) &&
+      std::this_thread::get_id() != thread_.get_id()) [[unlikely]] {
     throw Error(errc::invalid_argument, std::string(call) +
                                             ": this Worker is served by its progress thread; "
                                             "stop() it first");

@@ -95,8 +95,9 @@ class Engine {
   // Opens our sending direction on a link the peer opened (a Node pair).
   void open_outbound(Link& link, const ChannelOptions& options, int64_t my_rank,
                      const std::function<void()>& while_waiting);
-  // Closes the sending direction: a goodbye, queued, never waited for.
-  void say_goodbye(Link& link) noexcept;
+  // Closes the sending direction: a goodbye, queued, never waited for. From
+  // another thread while the progress thread runs, the thread says it.
+  void say_goodbye(const std::shared_ptr<Link>& link) noexcept;
   // Throws if the link can no longer carry frames (peer gone, closed, timed out).
   void check_sendable(const Link& link, const char* operation) const;
   // Answers the target's cache misses (called from progress()).
@@ -131,8 +132,10 @@ class Engine {
   void start_thread(std::function<unsigned()> poll);
   // Joins the thread (it stops at its next poll). Safe when none runs.
   void stop_thread() noexcept;
-  // Throws errc::invalid_argument naming `call` while the thread owns the worker.
+  // Throws errc::invalid_argument naming `call` while the thread owns the worker
+  // (unless `call` comes from that thread itself, e.g. from an ifunc).
   void check_not_threaded(const char* call) const;
+  [[nodiscard]] bool serves_as_node() const noexcept { return runtime_hooks_ != nullptr; }
 
   // ---- Node ----------------------------------------------------------------
   // Keep loaded code so injected code can send it onward; the runtime to expose.
@@ -200,8 +203,16 @@ class Engine {
   bool keep_code_ = false;
   const RuntimeHooks* runtime_hooks_ = nullptr;
   std::unique_ptr<Target> target_;
+  void say_goodbye_here(Link& link) noexcept;
+  void take_deferred_goodbyes() noexcept;
+
   std::atomic<bool> threaded_{false};  // a progress thread owns the worker
-  std::jthread thread_;                // last: joined first when the engine goes
+  // Channels dropped on another thread while the progress thread runs: their
+  // goodbyes are said by the thread (the one hand-off between threads).
+  std::mutex goodbyes_mutex_;
+  std::vector<std::shared_ptr<Link>> deferred_goodbyes_;
+  std::atomic<bool> goodbyes_pending_{false};
+  std::jthread thread_;  // last: joined first when the engine goes
 };
 
 }  // namespace threechains::detail

@@ -246,6 +246,7 @@ void Node::connect(const std::vector<NodeAddress>& addresses) {
 }
 
 void Node::expose(const std::string& name, void* object) {
+  core_->engine->check_not_threaded("Node::expose");
   core_->named[name] = object;
 }
 

@@ -42,6 +42,11 @@ unsigned Receiver::poll() {
 }
 
 void Receiver::start() {
+  if (engine_->serves_as_node()) {
+    throw Error(errc::invalid_argument,
+                "Receiver::start: this Receiver belongs to a Node; use Node::start, which also "
+                "carries out the Node's queued sends");
+  }
   detail::Engine* engine = engine_.get();  // the thread is joined before the engine goes
   engine_->start_thread([engine] { return engine->poll(); });
 }
@@ -50,7 +55,8 @@ void Receiver::stop() noexcept {
   if (engine_) engine_->stop_thread();
 }
 
-JitCache& Receiver::cache() noexcept {
+JitCache& Receiver::cache() {
+  engine_->check_not_threaded("Receiver::cache");
   return engine_->target().cache;
 }
 
@@ -62,7 +68,8 @@ std::size_t Receiver::peers() const noexcept {
   return engine_->receiving_links();
 }
 
-void Receiver::set_target_args(void* args) noexcept {
+void Receiver::set_target_args(void* args) {
+  engine_->check_not_threaded("Receiver::set_target_args");
   engine_->target().options.target_args = args;
 }
 

@@ -27,6 +27,7 @@ inline void cpu_relax() noexcept {
 namespace detail {
 
 std::byte* staging_slot(Engine& engine, Link& link, std::size_t slot) {
+  engine.check_not_threaded("Channel::send");
   engine.check_sendable(link, "send");  // a retired link's endpoint is gone: no UCX call on it
   Outbound& out = *link.out;
   Request* requests = &out.in_flight[slot * 2];
@@ -144,7 +145,7 @@ Channel::~Channel() {
 
 void Channel::release() noexcept {
   if (!link_) return;
-  engine_->say_goodbye(*link_);
+  engine_->say_goodbye(link_);
   ring_ = nullptr;
   link_.reset();
   engine_.reset();
@@ -203,6 +204,7 @@ void Channel::flush(std::chrono::milliseconds limit) {
 
 void Channel::close() {
   if (!link_) return;
+  engine_->check_not_threaded("Channel::close");
   std::exception_ptr error;
   try {
     flush();
@@ -219,6 +221,7 @@ void Channel::close() {
 }
 
 unsigned Channel::progress() {
+  engine_->check_not_threaded("Channel::progress");
   return engine_->progress();
 }
 
@@ -244,10 +247,12 @@ Delivery Channel::delivery() const noexcept {
 Source::Source(Worker worker) : engine_(detail::Engine::of(worker)) {}
 
 Channel Source::connect(const std::string& host, uint16_t port, const ChannelOptions& options) {
+  engine_->check_not_threaded("Source::connect");
   return Channel(engine_, engine_->connect(host, port, options, -1, nullptr));
 }
 
 unsigned Source::progress() {
+  engine_->check_not_threaded("Source::progress");
   return engine_->progress();
 }
 
