@@ -211,8 +211,7 @@ Delivery Engine::resolve_delivery(Delivery wanted, const Link& link) const {
 }
 
 void Engine::say_goodbye(const std::shared_ptr<Link>& link) noexcept {
-  if (threaded_.load(std::memory_order_acquire) &&
-      std::this_thread::get_id() != thread_.get_id()) {
+  if (on_other_thread()) {
     // The progress thread owns the worker (and the link): hand the goodbye over.
     try {
       const std::lock_guard lock(goodbyes_mutex_);
@@ -437,6 +436,7 @@ void Engine::start_thread(std::function<unsigned()> poll) {
   }
   try {
     thread_ = std::jthread([this, poll = std::move(poll)](std::stop_token stop) {
+      thread_id_.store(std::this_thread::get_id(), std::memory_order_release);
       // The same rhythm as run(): spin while there is work, yield when idle.
       unsigned idle = 0;
       while (!stop.stop_requested()) {
@@ -467,15 +467,15 @@ void Engine::stop_thread() noexcept {
   thread_.request_stop();
   // From the thread itself (an ifunc or an error callback): it ends after this
   // poll; whoever stops it from outside, or the engine's destructor, joins.
-  if (std::this_thread::get_id() == thread_.get_id()) return;
+  if (std::this_thread::get_id() == thread_id_.load(std::memory_order_acquire)) return;
   thread_.join();
-  threaded_.store(false);
+  thread_id_.store({}, std::memory_order_release);
+  threaded_.store(false, std::memory_order_release);
   take_deferred_goodbyes();  // dropped while the thread ran: said now, on this thread
 }
 
 void Engine::check_not_threaded(const char* call) const {
-  if (threaded_.load(std::memory_order_relaxed) &&
-      std::this_thread::get_id() != thread_.get_id()) [[unlikely]] {
+  if (on_other_thread()) [[unlikely]] {
     throw Error(errc::invalid_argument, std::string(call) +
                                             ": this Worker is served by its progress thread; "
                                             "stop() it first");

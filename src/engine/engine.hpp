@@ -203,10 +203,17 @@ class Engine {
   bool keep_code_ = false;
   const RuntimeHooks* runtime_hooks_ = nullptr;
   std::unique_ptr<Target> target_;
+  [[nodiscard]] bool on_other_thread() const noexcept {
+    return threaded_.load(std::memory_order_acquire) &&
+           std::this_thread::get_id() != thread_id_.load(std::memory_order_acquire);
+  }
   void say_goodbye_here(Link& link) noexcept;
   void take_deferred_goodbyes() noexcept;
 
   std::atomic<bool> threaded_{false};  // a progress thread owns the worker
+  // That thread's id, stored by the thread itself before its first poll (the
+  // jthread object may not be assigned yet when it starts running).
+  std::atomic<std::thread::id> thread_id_{};
   // Channels dropped on another thread while the progress thread runs: their
   // goodbyes are said by the thread (the one hand-off between threads).
   std::mutex goodbyes_mutex_;
