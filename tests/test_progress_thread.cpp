@@ -73,7 +73,7 @@ TEMPLATE_TEST_CASE("a Receiver served by its progress thread runs every frame", 
   CHECK(result.counter.code_loads == 1);
 }
 
-TEMPLATE_TEST_CASE("a Channel dropped while its Worker's thread runs says goodbye through it",
+TEMPLATE_TEST_CASE("a Channel dropped while its Worker's progress thread runs says goodbye through it",
                    "[thread][ucx]", Shm, Tcp) {
   auto target = counter_target(TestType::transport);  // forked before this process has UCX
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
