@@ -50,6 +50,10 @@ void check_offload_bounds(std::span<const std::byte> bytes, std::size_t at) {
       header.EntryOffset > header.Size - sizeof(Entry)) {
     fail("entry out of bounds");
   }
+  // LLVM reads the entry and the string table through typed pointers: an
+  // offset that breaks their alignment is undefined behaviour there (found by
+  // tests/fuzz/fuzz_container).
+  if (header.EntryOffset % alignof(Entry) != 0) fail("misaligned entry");
   Entry entry;
   std::memcpy(&entry, bytes.data() + header.EntryOffset, sizeof(entry));
   if (entry.ImageOffset > header.Size || entry.ImageSize > header.Size - entry.ImageOffset) {
@@ -59,6 +63,7 @@ void check_offload_bounds(std::span<const std::byte> bytes, std::size_t at) {
       entry.NumStrings * sizeof(StringEntry) > header.Size - entry.StringOffset) {
     fail("string table out of bounds");
   }
+  if (entry.StringOffset % alignof(StringEntry) != 0) fail("misaligned string table");
   const auto c_string_in_bounds = [&](uint64_t offset) {
     if (offset >= header.Size) return false;
     const void* end = std::memchr(bytes.data() + offset, 0, header.Size - offset);

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (CMakePresets.json "fuzz": clang-22,
+# ASan+UBSan) and runs each for FUZZ_SECONDS (default 60) on a scratch copy of
+# its seed corpus in tests/fuzz/corpus. A crash fails the run and leaves the
+# input in build-fuzz/crashes/<target>/: make it a regression test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+THREECHAINS_EXTRA_PACKAGES="libclang-rt-22-dev" bash scripts/install-deps.sh
+export UCX_MEM_MMAP_HOOK_MODE=none  # as for the sanitizer build
+seconds=${FUZZ_SECONDS:-60}
+cmake --preset fuzz
+cmake --build --preset fuzz
+for target in frame container; do
+  corpus=build-fuzz/corpus/$target
+  crashes=build-fuzz/crashes/$target
+  rm -rf "$corpus" && mkdir -p "$corpus" "$crashes"
+  cp tests/fuzz/corpus/$target/* "$corpus"/
+  echo "fuzz: $target for ${seconds} s"
+  log=build-fuzz/fuzz-$target.log
+  rc=0
+  ./build-fuzz/tests/fuzz/fuzz_$target "$corpus" -max_total_time="$seconds" \
+    -artifact_prefix="$crashes/" -print_final_stats=1 > "$log" 2>&1 || rc=$?
+  grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb)|DONE|ERROR|SUMMARY" "$log" || true
+  if [ "$rc" -ne 0 ]; then
+    tail -40 "$log"
+    echo "fuzz: $target failed (exit $rc); the input is in $crashes"
+    exit 1
+  fi
+done
+echo "fuzz: no crash"
