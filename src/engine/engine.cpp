@@ -143,8 +143,7 @@ void Engine::open_outbound(Link& link, const ChannelOptions& options, int64_t my
     throw Error(errc::invalid_argument, "a channel to " + link.peer_name + " is already open");
   }
   const Context& context = worker_.context();
-  Outbound& out = link.out.emplace(MemoryRegion(context, kSlotAlignment),
-                                   MemoryRegion(context, std::size_t{options.slots} * slot_size));
+  Outbound& out = link.out.emplace(MemoryRegion(context, kSlotAlignment));
   out.timeout = options.timeout;
   out.hot.consumed_word = reinterpret_cast<uint64_t*>(out.credit.data());
   const Hello hello{kProtocolVersion, options.slots, slot_size, out.credit.address(), my_rank};
@@ -158,9 +157,11 @@ void Engine::open_outbound(Link& link, const ChannelOptions& options, int64_t my
   }
   out.in_flight.resize(std::size_t{out.hot.slots} * 2);
   out.am_headers.assign(out.hot.slots, 0);
-  out.hot.staging = out.staging.data();
   out.delivery = resolve_delivery(options.delivery, link);
-  if (out.delivery == Delivery::direct) {
+  if (out.delivery != Delivery::direct) {
+    out.staging.emplace(context, std::size_t{out.hot.slots} * out.hot.slot_size);
+    out.hot.staging = out.staging->data();
+  } else {
     out.hot.direct_ring = static_cast<std::byte*>(out.ring->direct_pointer());
     if (out.hot.direct_ring == nullptr) {
       out.state = Outbound::State::refused;

@@ -37,13 +37,14 @@ namespace threechains::detail {
 struct Outbound {
   enum class State { idle, connecting, open, refused, closed };
 
-  Outbound(MemoryRegion credit_region, MemoryRegion staging_region)
-      : credit(std::move(credit_region)), staging(std::move(staging_region)) {}
+  explicit Outbound(MemoryRegion credit_region) : credit(std::move(credit_region)) {}
 
   State state = State::connecting;
   ucs_status_t refusal = UCS_OK;  // why the target refused, once refused
   MemoryRegion credit;            // the target writes its consumed count here
-  MemoryRegion staging;           // one staging slot per requested ring slot
+  // One staging slot per granted ring slot; only for puts and Active Messages
+  // (direct delivery builds frames in the target's own slots).
+  std::optional<MemoryRegion> staging;
   std::optional<RemoteBuffer> ring;
   OutboundRing hot;  // what Channel's inline send path reads
   Delivery delivery = Delivery::put;

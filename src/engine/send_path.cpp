@@ -47,7 +47,7 @@ std::byte* staging_slot(Engine& engine, Link& link, std::size_t slot) {
     if (status != UCS_OK) [[unlikely]]
       throw Error(status, "channel to " + link.peer_name + ": an earlier frame failed");
   }
-  return out.staging.data() + slot * out.hot.slot_size;
+  return out.staging->data() + slot * out.hot.slot_size;
 }
 
 bool prepare_code(Link& link, const Ifunc& ifunc, std::size_t payload_size) {
@@ -64,7 +64,7 @@ bool prepare_code(Link& link, const Ifunc& ifunc, std::size_t payload_size) {
 
 void put_frame(Engine& engine, Link& link, std::size_t slot, std::size_t frame_bytes) {
   Outbound& out = *link.out;
-  std::byte* staging = out.staging.data() + slot * out.hot.slot_size;
+  std::byte* staging = out.staging->data() + slot * out.hot.slot_size;
   Request* requests = &out.in_flight[slot * 2];
   try {
     if (out.delivery == Delivery::active_message) {
