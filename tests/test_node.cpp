@@ -1,6 +1,7 @@
 // X-RDMA: injected code that sends code onward, across a mesh of real
 // processes, through the runtime interface (<threechains/runtime.h>).
 #include "support/mesh.hpp"
+#include "support/relay.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -8,12 +9,6 @@ using namespace threechains;
 using namespace threechains::test;
 
 namespace {
-
-struct RelayState {
-  int64_t seen;
-  int64_t finished;
-  int64_t bad_origin;
-};
 
 struct RelayReport {
   RelayState state;
@@ -34,13 +29,7 @@ TEMPLATE_TEST_CASE("a chain of 10,000 forwards travels a 3-rank mesh", "[node][x
         return RelayReport{g_relay, node.stats()};
       });
   Node& node = mesh.node();
-  const Ifunc relay = Ifunc::load(TC_RELAY);
-  struct {
-    int64_t remaining, hops;
-  } start{kForwards, 0};
-  node.send(1, relay, start);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  node.run([&] { return g_relay.finished != 0 || std::chrono::steady_clock::now() > deadline; });
+  run_relay(node, Ifunc::load(TC_RELAY), kForwards, g_relay);
   const std::vector<RelayReport> reports = mesh.finish();
 
   CHECK(g_relay.finished == kForwards);

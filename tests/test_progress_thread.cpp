@@ -3,6 +3,7 @@
 // using its handles. The thread-sanitizer build runs these ([thread]).
 #include "support/counter_target.hpp"
 #include "support/mesh.hpp"
+#include "support/relay.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -73,8 +74,9 @@ TEMPLATE_TEST_CASE("a Receiver served by its progress thread runs every frame", 
   CHECK(result.counter.code_loads == 1);
 }
 
-TEMPLATE_TEST_CASE("a Channel dropped while its Worker's progress thread runs says goodbye through it",
-                   "[thread][ucx]", Shm, Tcp) {
+TEMPLATE_TEST_CASE(
+    "a Channel dropped while its Worker's progress thread runs says goodbye through it",
+    "[thread][ucx]", Shm, Tcp) {
   auto target = counter_target(TestType::transport);  // forked before this process has UCX
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   Worker worker(Context({.transport = TestType::transport}));
@@ -86,7 +88,7 @@ TEMPLATE_TEST_CASE("a Channel dropped while its Worker's progress thread runs sa
   receiver.start();
   CHECK(refused([&] { channel.flush(); }));
   CHECK(refused([&] { (void)source.connect("127.0.0.1", target.port()); }));
-  { Channel doomed = std::move(channel); }  // the goodbye is handed to the thread
+  { Channel doomed = std::move(channel); }       // the goodbye is handed to the thread
   const CounterResult result = target.result();  // the target ends when the goodbye arrives
   receiver.stop();
   INFO(result.first_error);
@@ -97,11 +99,6 @@ TEMPLATE_TEST_CASE("a Channel dropped while its Worker's progress thread runs sa
 
 namespace {
 
-struct RelayState {
-  int64_t seen;
-  int64_t finished;
-  int64_t bad_origin;
-};
 RelayState g_thread_relay{};
 
 struct NodeThreadReport {
@@ -136,15 +133,7 @@ TEMPLATE_TEST_CASE("a Node rank served by its progress thread forwards what the 
         return report;
       });
   Node& node = mesh.node();
-  const Ifunc relay = Ifunc::load(TC_RELAY);
-  struct {
-    int64_t remaining, hops;
-  } start{kForwards, 0};
-  node.send(1, relay, start);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  node.run([&] {
-    return g_thread_relay.finished != 0 || std::chrono::steady_clock::now() > deadline;
-  });
+  run_relay(node, Ifunc::load(TC_RELAY), kForwards, g_thread_relay);
   const std::vector<NodeThreadReport> reports = mesh.finish();
   REQUIRE(reports.size() == 1);
   CHECK(g_thread_relay.finished == kForwards);

@@ -100,8 +100,6 @@ class Engine {
   void say_goodbye(const std::shared_ptr<Link>& link) noexcept;
   // Throws if the link can no longer carry frames (peer gone, closed, timed out).
   void check_sendable(const Link& link, const char* operation) const;
-  // Answers the target's cache misses (called from progress()).
-  void serve_code_requests();
   [[nodiscard]] bool closing(const Link& link) const noexcept;
 
   // ---- target role ---------------------------------------------------------
@@ -151,6 +149,7 @@ class Engine {
                                    const ucp_am_recv_param_t*);
   Link* find(const ucp_am_recv_param_t* param) const noexcept;
   void handle_control();
+  void serve_code_requests();  // the target's cache misses, answered from progress()
   void accept_connections();
   void answer_hello(Link& link);
   void accept_code(Link& link, Inbound::CodeArrival& arrival);

@@ -35,7 +35,7 @@
 namespace threechains::detail {
 
 struct Outbound {
-  enum class State { idle, connecting, open, refused, closed };
+  enum class State { connecting, open, refused, closed };
 
   explicit Outbound(MemoryRegion credit_region) : credit(std::move(credit_region)) {}
 
