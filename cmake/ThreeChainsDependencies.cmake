@@ -5,6 +5,7 @@ find_package(fmt CONFIG REQUIRED)               # fmt::fmt
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)  # code sections travel zstd-compressed
+pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)  # Ed25519 keys and signatures
 find_package(Threads REQUIRED)
 
 # LLVM is needed only to build src/jit; it never reaches a public header.

@@ -1,12 +1,21 @@
 # threechains_add_ifunc(<target> NAME <ifunc> SOURCES <src>... [CODEC bitcode|binary]
-#                       [TRIPLES <triple>...] [DEPS <soname>...] [FLAGS <clang flag>...])
+#                       [TRIPLES <triple>...] [DEPS <soname>...] [FLAGS <clang flag>...]
+#                       [SIGN_KEY <secret key file> | UNSIGNED])
 #
 # Builds an ifunc library into a ThreeChains code container (<target>.tcc in the
 # current binary dir): every source is compiled by clang-22 once per triple, into
 # LLVM bitcode (CODEC bitcode, the default) or a relocatable object (CODEC binary),
 # and the images are packed with threechains-pack into one fat container that also
 # records the ifunc's name and the shared libraries it needs on the target (DEPS).
+# The container is signed with SIGN_KEY, or by default with the key in the
+# variable THREECHAINS_SIGN_KEY if it is set (UNSIGNED: never). A Receiver runs
+# only code signed by a key it trusts (docs/security.md).
 # The target property THREECHAINS_CONTAINER holds the container's path.
+#
+# threechains_add_key(<target> SECRET <file> PUBLIC <file>)
+#
+# Generates an Ed25519 key pair at build time with threechains-key (once: an
+# existing secret key file is kept), for development and tests.
 set(THREECHAINS_DEFAULT_TRIPLES x86_64-linux-gnu aarch64-linux-gnu
     CACHE STRING "Triples an ifunc library is built for by default")
 # Where <threechains/ifunc.h> is: the source tree, or the install prefix when the
@@ -16,7 +25,24 @@ if(NOT THREECHAINS_IFUNC_INCLUDE_DIR)
 endif()
 
 function(threechains_add_ifunc target)
-  cmake_parse_arguments(ARG "" "NAME;CODEC" "SOURCES;TRIPLES;DEPS;FLAGS" ${ARGN})
+  cmake_parse_arguments(ARG "UNSIGNED" "NAME;CODEC;SIGN_KEY" "SOURCES;TRIPLES;DEPS;FLAGS" ${ARGN})
+  # A key made by a target of this build (threechains_add_key, named in
+  # THREECHAINS_SIGN_KEY_TARGET) is a target dependency, not a file one: file
+  # dependencies on another directory's custom command outputs do not carry.
+  set(key_target)
+  if(NOT ARG_SIGN_KEY AND NOT ARG_UNSIGNED AND THREECHAINS_SIGN_KEY)
+    set(ARG_SIGN_KEY ${THREECHAINS_SIGN_KEY})
+    set(key_target ${THREECHAINS_SIGN_KEY_TARGET})
+  endif()
+  set(sign_args)
+  set(key_file)
+  if(ARG_SIGN_KEY AND NOT ARG_UNSIGNED)
+    get_filename_component(ARG_SIGN_KEY ${ARG_SIGN_KEY} ABSOLUTE)
+    set(sign_args --sign-key ${ARG_SIGN_KEY})
+    if(NOT key_target)
+      set(key_file ${ARG_SIGN_KEY})
+    endif()
+  endif()
   if(NOT ARG_NAME)
     set(ARG_NAME ${target})
   endif()
@@ -86,10 +112,30 @@ function(threechains_add_ifunc target)
   endforeach()
   set(container ${CMAKE_CURRENT_BINARY_DIR}/${target}.tcc)
   add_custom_command(OUTPUT ${container}
-    COMMAND ${pack} --name ${ARG_NAME} --codec ${ARG_CODEC} ${image_args} ${dep_args} -o ${container}
-    DEPENDS ${images} ${pack}
+    COMMAND ${pack} --name ${ARG_NAME} --codec ${ARG_CODEC} ${image_args} ${dep_args} ${sign_args} -o ${container}
+    DEPENDS ${images} ${pack} ${key_file}
     COMMENT "ifunc ${ARG_NAME}: packing ${ARG_CODEC} container"
     VERBATIM)
   add_custom_target(${target} ALL DEPENDS ${container})
+  if(key_target)
+    add_dependencies(${target} ${key_target})
+  endif()
   set_target_properties(${target} PROPERTIES THREECHAINS_CONTAINER ${container})
+endfunction()
+
+function(threechains_add_key target)
+  cmake_parse_arguments(ARG "" "SECRET;PUBLIC" "" ${ARGN})
+  if(NOT ARG_SECRET OR NOT ARG_PUBLIC)
+    message(FATAL_ERROR "threechains_add_key(${target}): SECRET and PUBLIC are required")
+  endif()
+  if(TARGET ThreeChains::threechains-key)
+    set(tool $<TARGET_FILE:ThreeChains::threechains-key>)
+  else()
+    message(FATAL_ERROR "threechains_add_key needs the threechains-key tool")
+  endif()
+  add_custom_command(OUTPUT ${ARG_SECRET} ${ARG_PUBLIC}
+    COMMAND ${tool} generate --secret ${ARG_SECRET} --public ${ARG_PUBLIC}
+    COMMENT "key pair ${ARG_PUBLIC}"
+    VERBATIM)
+  add_custom_target(${target} ALL DEPENDS ${ARG_SECRET} ${ARG_PUBLIC})
 endfunction()

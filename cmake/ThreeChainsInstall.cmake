@@ -6,7 +6,7 @@ install(TARGETS threechains threechains_core EXPORT ThreeChainsTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(TARGETS threechains-pack EXPORT ThreeChainsTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS threechains-pack threechains-key EXPORT ThreeChainsTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 if(TARGET threechains-inspect)
   install(TARGETS threechains-inspect RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()

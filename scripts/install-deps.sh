@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build git pkg-config
   libucx-dev ucx-utils
   llvm-22-dev clang-22 libzstd-dev libc6-dev-arm64-cross libomp-22-dev
-  libfmt-dev libcli11-dev catch2 libxxhash-dev
+  libfmt-dev libcli11-dev catch2 libxxhash-dev libsodium-dev
   libopenmpi-dev openmpi-bin
 )
 # A caller may ask for more (e.g. the sanitizer runtime): THREECHAINS_EXTRA_PACKAGES="a b".

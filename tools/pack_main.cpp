@@ -3,6 +3,7 @@
 #include <threechains/codec.hpp>
 #include <threechains/container.hpp>
 #include <threechains/error.hpp>
+#include <threechains/trust.hpp>
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
@@ -32,12 +33,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> images;
   std::vector<std::string> deps;
   std::string output;
+  std::string sign_key;
   app.add_option("--name", name, "ifunc name; its entry point is <name>_main")->required();
   app.add_option("--codec", codec, "bitcode or binary")
       ->check(CLI::IsMember({"bitcode", "binary"}));
   app.add_option("--image", images, "TRIPLE=FILE, one per target triple")->required();
   app.add_option("--dep", deps, "shared library the ifunc needs on the target (e.g. libm.so.6)");
   app.add_option("-o,--output", output, "container to write")->required();
+  app.add_option("--sign-key", sign_key, "secret key file to sign the container with");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -50,9 +53,11 @@ int main(int argc, char** argv) {
         throw threechains::Error(threechains::errc::io, "--image wants TRIPLE=FILE: " + spec);
       library.images.push_back({spec.substr(0, eq), kind, read_file(spec.substr(eq + 1))});
     }
-    const std::vector<std::byte> container = kind == threechains::CodecId::bitcode
+    std::vector<std::byte> container = kind == threechains::CodecId::bitcode
                                                  ? threechains::BitcodeCodec::encode(library)
                                                  : threechains::BinaryCodec::encode(library);
+    if (!sign_key.empty())
+      container = threechains::sign_container(container, threechains::KeyPair::load(sign_key));
     std::ofstream out(output, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(container.data()),
               static_cast<std::streamsize>(container.size()));

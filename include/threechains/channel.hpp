@@ -13,6 +13,7 @@
 #include <threechains/error.hpp>
 #include <threechains/frame.hpp>
 #include <threechains/ifunc.hpp>
+#include <threechains/trust.hpp>
 #include <threechains/ucx/endpoint.hpp>
 #include <threechains/ucx/worker.hpp>
 
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -48,6 +50,17 @@ struct ChannelOptions {
   // the target, before they throw errc::timeout.
   std::chrono::milliseconds timeout{30000};
   Delivery delivery = Delivery::automatic;
+  // The key this source proves it holds when the Receiver asks (one whose
+  // Trust names its public key). Without it, only a Trust::anyone() Receiver
+  // accepts the connection.
+  std::optional<KeyPair> identity;
+  // If set, connect fails unless the Receiver proves it holds this key
+  // (ReceiverOptions::identity): no frame goes to an impostor.
+  std::optional<PublicKey> target_key;
+  // Ifuncs kept for resending when the target asks again (it evicted one, or
+  // restarted). Beyond this, code whose frames the target has consumed is let
+  // go; its next send carries the code again.
+  std::size_t max_code_kept = 256;
 };
 
 // What a send did. `would_block` only from try_send: the ring is full.

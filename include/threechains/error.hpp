@@ -31,6 +31,10 @@ enum class errc {
   peer_gone,               // the process at the other end went away
   timeout,                 // a bounded wait ran out
   io,                      // a file could not be read or written
+  peer_refused,            // a peer that did not prove a trusted identity
+  code_refused,            // code that is unsigned, tampered, or signed by an untrusted key
+  import_refused,          // code that imports what the target's ImportPolicy does not allow
+  limit_exceeded,          // a request beyond one of the Receiver's configured limits
 };
 
 [[nodiscard]] inline const std::error_category& threechains_category() noexcept {
@@ -76,6 +80,14 @@ enum class errc {
           return "timed out";
         case errc::io:
           return "I/O error";
+        case errc::peer_refused:
+          return "peer refused";
+        case errc::code_refused:
+          return "code refused";
+        case errc::import_refused:
+          return "import refused";
+        case errc::limit_exceeded:
+          return "limit exceeded";
       }
       return "unknown threechains error";
     }
@@ -113,6 +125,17 @@ class Error : public std::system_error {
   Error(ucs_status_t s, const std::string& what) : std::system_error(make_error_code(s), what) {}
 
   [[nodiscard]] bool is(errc e) const noexcept { return code() == make_error_code(e); }
+  // what() without the code's message at its end: the context alone, to wrap
+  // into another Error without saying the message twice.
+  [[nodiscard]] std::string context() const {
+    const std::string text = what();
+    const std::string suffix = ": " + code().message();
+    if (text.size() >= suffix.size() &&
+        text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      return text.substr(0, text.size() - suffix.size());
+    }
+    return text;
+  }
   // The UCX status this error carries, if it came from UCX.
   [[nodiscard]] std::optional<ucs_status_t> ucs_status() const noexcept {
     if (code().category() != ucs_category()) return std::nullopt;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <threechains/frame.hpp>
+#include <threechains/import_policy.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -24,6 +25,9 @@ struct JitOptions {
   // shipped bitcode is already optimised by clang -O2, so this only steers
   // instruction selection and scheduling for the host CPU.
   int codegen_level = 2;
+  // What injected code may import (symbols, dependency libraries); checked
+  // when it is linked, before any of it runs. Default: the safe set.
+  ImportPolicy imports;
 };
 
 struct LoadResult {
@@ -52,7 +56,8 @@ class JitCache {
 
   // Verifies that `code` hashes to `id`, picks the image for this host, and
   // compiles or links it. Throws Error (bad_container, no_image_for_target,
-  // code_identity_mismatch, dependency_not_found, symbol_not_found, jit_failed)
+  // code_identity_mismatch, dependency_not_found, symbol_not_found,
+  // import_refused, jit_failed)
   // and leaves the cache as it was. Loading an id already cached returns it.
   LoadResult load(CodeId id, CodecId codec, std::span<const std::byte> code);
 

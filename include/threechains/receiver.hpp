@@ -11,12 +11,14 @@
 #include <threechains/detail/spin.hpp>
 #include <threechains/error.hpp>
 #include <threechains/jit_cache.hpp>
+#include <threechains/trust.hpp>
 #include <threechains/ucx/worker.hpp>
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 
 namespace threechains {
 
@@ -25,8 +27,30 @@ class Engine;
 struct NodeCore;
 }  // namespace detail
 
+// What one Receiver lets its peers use. A request beyond a limit is refused
+// (a peer, a ring) or shrunk (a ring to the per-peer budget); the cache
+// evicts its least recently used ifunc, which comes back through the
+// cache-miss path when a frame needs it again.
+struct ReceiverLimits {
+  uint32_t max_peers = 64;  // connected, or still proving who they are
+  std::size_t max_ring_bytes_per_peer = std::size_t{8} << 20;
+  std::size_t max_ring_bytes = std::size_t{256} << 20;  // all peers together
+  std::size_t max_code_bytes = std::size_t{16} << 20;   // one container as it travels
+  std::size_t max_cached_ifuncs = 1024;
+  std::size_t max_cached_code_bytes = std::size_t{256} << 20;  // their containers
+  // A peer that has not proven its key by then is let go.
+  std::chrono::milliseconds handshake_timeout{10000};
+};
+
 struct ReceiverOptions {
   uint16_t port = 0;                    // 0: the OS picks one; see Receiver::port()
+  // Who may connect and whose code runs. The default refuses every peer: name
+  // the keys to accept, or Trust::anyone() for development (docs/security.md).
+  Trust trust;
+  // This Receiver's own key: it proves itself to sources that ask
+  // (ChannelOptions::target_key).
+  std::optional<KeyPair> identity;
+  ReceiverLimits limits;
   uint32_t max_slots = 64;              // per source
   std::size_t max_slot_size = 1 << 20;  // per slot, commit word included
   void* target_args = nullptr;          // third argument of every ifunc's main
@@ -44,6 +68,9 @@ struct ReceiverStats {
   uint64_t peers_connected = 0;
   uint64_t peers_closed = 0;  // all that left, said goodbye or not
   uint64_t peers_lost = 0;    // left without goodbye (endpoint error: crashed, cut off)
+  uint64_t peers_refused = 0;  // did not prove a trusted key, or over a limit: no ring
+  uint64_t code_refused = 0;   // loads refused: signature, imports, size
+  uint64_t evictions = 0;      // ifuncs evicted from the cache under its limits
   std::chrono::nanoseconds last_load_time{0};
   std::chrono::nanoseconds total_load_time{0};
 };

@@ -11,6 +11,8 @@
 #include <threechains/node.hpp>
 #include <threechains/payload_helpers.hpp>
 #include <threechains/receiver.hpp>
+#include <threechains/import_policy.hpp>
+#include <threechains/trust.hpp>
 #include <threechains/ucx/context.hpp>
 #include <threechains/ucx/endpoint.hpp>
 #include <threechains/ucx/listener.hpp>

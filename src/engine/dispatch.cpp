@@ -2,6 +2,8 @@
 // JIT cache, cache misses, credits back to the sources.
 #include "engine/engine.hpp"
 
+#include "trust/envelope.hpp"
+
 #include <threechains/container.hpp>
 
 #include <cstring>
@@ -80,12 +82,14 @@ bool Engine::dispatch(Link& link, std::byte* frame_bytes, std::size_t available)
   IfuncMain entry = t.cache.find(frame.code_id());
   if (entry == nullptr) [[unlikely]] {
     if (!frame.has_code()) return request_code(link, frame);
-    entry = load(frame.code_id(), frame.codec(), frame.code());
+    entry = load(link, frame.code_id(), frame.codec(), frame.code());
     if (entry == nullptr) {
       ++t.stats.frames_rejected;
       return true;  // reported by load()
     }
   }
+  if (frame.code_id() != t.last_dispatched) [[unlikely]]
+    touch(frame.code_id());
   in.stalled_on = 0;
   run_entry(entry, frame.code_id(), link.rank, frame_bytes + sizeof(FrameHeader),
             frame.header().payload_size);
@@ -134,10 +138,20 @@ void Engine::drain_backlog(Link& link) {
   }
 }
 
-IfuncMain Engine::load(CodeId id, CodecId codec, std::span<const std::byte> code) {
+IfuncMain Engine::load(Link& link, CodeId id, CodecId codec, std::span<const std::byte> code) {
   Target& t = *target_;
   try {
+    if (code.size() > t.options.limits.max_code_bytes) {
+      throw Error(errc::limit_exceeded, "code of " + std::to_string(code.size()) +
+                                            " bytes, over the " +
+                                            std::to_string(t.options.limits.max_code_bytes) +
+                                            " this Receiver accepts (ReceiverLimits::max_code_bytes)");
+    }
+    // Before anything parses it: whose code is this, and is it intact?
+    check_code_trust(t.options.trust, code);
+    make_room(code.size());
     const LoadResult result = t.cache.load(id, codec, code);
+    note_loaded(id, code.size());
     if (keep_code_) {
       // Kept for injected code that sends it onward; parsed again only if it does.
       t.code_by_name[result.name] = id;
@@ -149,16 +163,70 @@ IfuncMain Engine::load(CodeId id, CodecId codec, std::span<const std::byte> code
     t.stats.total_load_time += result.compile_time;
     return result.entry;
   } catch (const Error& error) {
-    report(error);
+    if (error.is(errc::code_refused) || error.is(errc::import_refused) ||
+        error.is(errc::limit_exceeded)) {
+      ++t.stats.code_refused;
+    }
+    report(Error(static_cast<errc>(error.code().category() == threechains_category()
+                                       ? error.code().value()
+                                       : static_cast<int>(errc::jit_failed)),
+                 "code from " + link.peer_name + ": " + error.context()));
+    send_code_refusal(link, id, error);
     return nullptr;
   }
+}
+
+void Engine::note_loaded(CodeId id, std::size_t bytes) {
+  Target& t = *target_;
+  Target::CacheUse& use = t.cache_use[id];
+  t.cached_code_bytes += bytes - use.bytes;
+  use.bytes = bytes;
+  use.last_use = ++t.use_clock;
+}
+
+void Engine::touch(CodeId id) noexcept {
+  Target& t = *target_;
+  t.last_dispatched = id;
+  const auto it = t.cache_use.find(id);
+  if (it != t.cache_use.end()) it->second.last_use = ++t.use_clock;
+}
+
+void Engine::make_room(std::size_t incoming) {
+  Target& t = *target_;
+  const ReceiverLimits& limits = t.options.limits;
+  while (!t.cache_use.empty() && (t.cache_use.size() + 1 > limits.max_cached_ifuncs ||
+                                  t.cached_code_bytes + incoming > limits.max_cached_code_bytes)) {
+    // The least recently used, never the one running now (its code is on the stack).
+    auto victim = t.cache_use.end();
+    for (auto it = t.cache_use.begin(); it != t.cache_use.end(); ++it) {
+      if (it->first == t.running.code_id && t.running.code_id != 0) continue;
+      if (victim == t.cache_use.end() || it->second.last_use < victim->second.last_use) victim = it;
+    }
+    if (victim == t.cache_use.end()) return;  // only the running one: it stays
+    forget(victim->first);
+    ++t.stats.evictions;
+  }
+}
+
+void Engine::forget(CodeId id) {
+  Target& t = *target_;
+  (void)t.cache.evict(id);
+  if (const auto it = t.cache_use.find(id); it != t.cache_use.end()) {
+    t.cached_code_bytes -= it->second.bytes;
+    t.cache_use.erase(it);
+  }
+  t.code_store.erase(id);
+  std::erase_if(t.code_by_name, [id](const auto& entry) { return entry.second == id; });
+  if (t.last_dispatched == id) t.last_dispatched = 0;
 }
 
 void Engine::install(const Ifunc& ifunc) {
   Target& t = *target_;
   if (t.cache.contains(ifunc.id()) && t.code_store.contains(ifunc.id())) return;
   if (!t.cache.contains(ifunc.id())) {
+    make_room(ifunc.code().size());
     const LoadResult result = t.cache.load(ifunc.id(), ifunc.codec(), ifunc.code());
+    note_loaded(ifunc.id(), ifunc.code().size());
     ++t.stats.code_loads;
     t.stats.last_load_time = result.compile_time;
     t.stats.total_load_time += result.compile_time;
@@ -209,8 +277,23 @@ void Engine::accept_code(Link& link, Inbound::CodeArrival& arrival) {
     return;
   }
   if (target_->cache.contains(arrival.header.code_id)) return;
-  if (load(arrival.header.code_id, static_cast<CodecId>(arrival.header.codec), arrival.code) ==
-          nullptr &&
+  if (arrival.too_large != 0) {
+    const Error error(errc::limit_exceeded,
+                      "code of " + std::to_string(arrival.too_large) + " bytes from " +
+                          link.peer_name + ", over the " +
+                          std::to_string(target_->options.limits.max_code_bytes) +
+                          " this Receiver accepts (ReceiverLimits::max_code_bytes)");
+    ++target_->stats.code_refused;
+    report(error);
+    send_code_refusal(link, arrival.header.code_id, error);
+    if (in.stalled_on != 0) {
+      ++target_->stats.frames_rejected;
+      skip_stalled(link);
+    }
+    return;
+  }
+  if (load(link, arrival.header.code_id, static_cast<CodecId>(arrival.header.codec),
+           arrival.code) == nullptr &&
       in.stalled_on != 0) {
     ++target_->stats.frames_rejected;
     skip_stalled(link);  // the code is bad; the frame waiting for it cannot run
@@ -232,6 +315,10 @@ void Engine::return_credit(Link& link) {
   if (in.credit_request.reap() == UCS_INPROGRESS) return;  // one credit in flight at a time
   in.credit_value = in.expected - 1;
   try {
+    if (in.fence_before_credit) {  // a code refusal went out first: keep it first
+      worker_.fence();
+      in.fence_before_credit = false;
+    }
     if (in.by_active_message) {
       // Where RMA is emulated (tcp) an AM back is cheaper than a put.
       in.credit_request =

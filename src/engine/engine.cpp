@@ -56,13 +56,15 @@ Engine::Engine(Worker worker) : worker_(std::move(worker)) {
   const std::pair<unsigned, Handler> handlers[] = {
       {kAmHello, &on_hello}, {kAmWelcome, &on_welcome}, {kAmNeedCode, &on_need_code},
       {kAmCode, &on_code},   {kAmCredit, &on_credit},   {kAmFrame, &on_frame},
-      {kAmBye, &on_bye}};
+      {kAmBye, &on_bye},     {kAmChallenge, &on_challenge}, {kAmProof, &on_proof},
+      {kAmCodeRefused, &on_code_refused}};
   for (const auto& [id, handler] : handlers) worker_.set_am_handler(id, handler, this);
 }
 
 Engine::~Engine() {
   stop_thread();
-  for (unsigned id : {kAmHello, kAmWelcome, kAmNeedCode, kAmCode, kAmCredit, kAmFrame, kAmBye}) {
+  for (unsigned id : {kAmHello, kAmWelcome, kAmNeedCode, kAmCode, kAmCredit, kAmFrame, kAmBye,
+                      kAmChallenge, kAmProof, kAmCodeRefused}) {
     try {
       worker_.set_am_handler(id, nullptr, nullptr);
     } catch (...) {  // a destructor never throws; UCX only refuses a bad id
@@ -146,7 +148,8 @@ void Engine::open_outbound(Link& link, const ChannelOptions& options, int64_t my
   Outbound& out = link.out.emplace(MemoryRegion(context, kSlotAlignment));
   out.timeout = options.timeout;
   out.hot.consumed_word = reinterpret_cast<uint64_t*>(out.credit.data());
-  const Hello hello{kProtocolVersion, options.slots, slot_size, out.credit.address(), my_rank};
+  out.max_code_kept = std::max<std::size_t>(options.max_code_kept, 1);
+  const Hello hello = make_hello(out, options, slot_size, my_rank);
   outbox_.send(link.endpoint, kAmHello, hello, out.credit.pack_rkey());
   wait_for_welcome(link, "connect " + link.peer_name, options, while_waiting);
 
@@ -186,7 +189,11 @@ void Engine::wait_for_welcome(Link& link, const std::string& what, const Channel
                                      std::to_string(options.connect_timeout.count()) + " ms");
     }
   }
-  if (out.state == Outbound::State::refused) throw Error(out.refusal, what + ": refused");
+  if (out.state == Outbound::State::refused) {
+    const std::string reason = out.refusal_reason.empty() ? "" : ": " + out.refusal_reason;
+    if (out.refusal == UCS_ERR_REJECTED) throw Error(errc::peer_refused, what + reason);
+    throw Error(out.refusal, what + ": refused" + reason);
+  }
 }
 
 // UCX 1.13 cannot be asked which transport carries RMA, so: a direct pointer
@@ -275,6 +282,18 @@ void Engine::check_sendable(const Link& link, const char* operation) const {
   }
 }
 
+void Engine::throw_code_refusal(Link& link, const char* operation) {
+  if (!link.out || link.out->code_refusals.empty()) return;
+  Outbound::CodeRefusal first = std::move(link.out->code_refusals.front());
+  const std::size_t more =
+      link.out->code_refusals.size() - 1 + link.out->code_refusals_dropped;
+  link.out->code_refusals.clear();
+  link.out->code_refusals_dropped = 0;
+  throw Error(first.error, "channel to " + link.peer_name + ": " + operation +
+                               ": the target refused code: " + first.message +
+                               (more != 0 ? " (and " + std::to_string(more) + " more)" : ""));
+}
+
 void Engine::serve_code_requests() {
   code_requests_pending_ = false;
   for (auto& [ep, link] : links_) {
@@ -289,10 +308,10 @@ void Engine::serve_code_requests() {
           outbox_.send(link->endpoint, kAmCode, delivery, {});
           continue;
         }
-        delivery.codec = static_cast<uint8_t>(it->second.codec());
+        delivery.codec = static_cast<uint8_t>(it->second.ifunc.codec());
         delivery.found = 1;
         // The Ifunc handle keeps the code alive until UCX is done with it.
-        auto keep = std::make_shared<Ifunc>(it->second);
+        auto keep = std::make_shared<Ifunc>(it->second.ifunc);
         const std::span<const std::byte> code = keep->code();
         outbox_.send(link->endpoint, kAmCode, delivery, code, std::move(keep));
         out.held.insert(request.code_id);
@@ -314,7 +333,9 @@ void Engine::handle_control() {
   snapshot.reserve(links_.size());
   for (const auto& [ep, link] : links_) snapshot.push_back(link);
   for (const std::shared_ptr<Link>& link : snapshot) {
+    if (link->out && link->out->challenge) answer_challenge(*link);
     if (link->in.hello) answer_hello(*link);
+    if (link->in.proof) check_proof(*link);
     for (Inbound::CodeArrival& arrival : link->in.arrivals) accept_code(*link, arrival);
     link->in.arrivals.clear();
     if (!link->in.backlog.empty()) drain_backlog(*link);
@@ -326,14 +347,24 @@ void Engine::handle_control() {
       retire(link);
     }
   }
+  expire_handshakes();
 }
 
 void Engine::accept_connections() {
   Target& t = *target_;
   for (ucp_conn_request_h request : t.pending_connections) {
+    if (links_.size() >= t.options.limits.max_peers) {
+      ++t.stats.peers_refused;
+      report(Error(errc::limit_exceeded,
+                   "a connection refused: " + std::to_string(links_.size()) +
+                       " peers already (ReceiverLimits::max_peers)"));
+      t.listener.reject(request);
+      continue;
+    }
     try {
       auto link = std::make_shared<Link>(Endpoint::accept(worker_, request));
       link->peer_name = "peer " + std::to_string(t.stats.peers_connected + 1);
+      link->accepted_at = std::chrono::steady_clock::now();
       links_.emplace(link->endpoint.handle(), std::move(link));
       ++t.stats.peers_connected;
     } catch (const Error& error) {
@@ -341,44 +372,6 @@ void Engine::accept_connections() {
     }
   }
   t.pending_connections.clear();
-}
-
-void Engine::answer_hello(Link& link) {
-  const Hello hello = *link.in.hello;
-  link.in.hello.reset();
-  Welcome welcome{kProtocolVersion, UCS_OK, 0, 0, 0, 0};
-  std::vector<std::byte> rkey;
-  Inbound& in = link.in;
-  if (!target_) {
-    welcome.status = UCS_ERR_UNREACHABLE;                     // this worker runs no Receiver
-  } else if (hello.version != kProtocolVersion || in.ring) {  // a second HELLO on one link
-    welcome.status = UCS_ERR_UNSUPPORTED;
-  } else {
-    try {
-      link.rank = hello.rank;
-      in.slots = std::min(hello.slots, target_->options.max_slots);
-      in.slot_size = std::min<std::size_t>(hello.slot_size, target_->options.max_slot_size) &
-                     ~(kSlotAlignment - 1);
-      in.credit.emplace(link.endpoint, hello.credit_address, sizeof(uint64_t), in.hello_rkey);
-      in.ring.emplace(worker_.context(), std::size_t{in.slots} * in.slot_size);
-      rkey = in.ring->pack_rkey();
-      welcome.slots = in.slots;
-      welcome.slot_size = in.slot_size;
-      welcome.ring_address = in.ring->address();
-      in.open = true;
-      refresh_inbound();
-    } catch (const Error& error) {
-      welcome.status = error.ucs_status().value_or(UCS_ERR_NO_RESOURCE);
-      in.ring.reset();
-      in.credit.reset();
-      report(error);
-    }
-  }
-  in.hello_rkey.clear();
-  try {
-    outbox_.send(link.endpoint, kAmWelcome, welcome, rkey);
-  } catch (const Error&) {  // the peer went away meanwhile: noticed as lost
-  }
 }
 
 void Engine::close_inbound(Link& link, bool lost) noexcept {
@@ -396,6 +389,8 @@ void Engine::close_inbound(Link& link, bool lost) noexcept {
   }
   link.in.backlog.clear();
   link.in.stalled_on = 0;
+  ring_bytes_granted_ -= link.in.ring_bytes;  // the memory goes with the Link; the budget now
+  link.in.ring_bytes = 0;
   refresh_inbound();
   if (target_) {
     ++target_->stats.peers_closed;
@@ -509,6 +504,7 @@ void Engine::stop_target() noexcept {
     if (!link->sending()) retire(link);
   }
   inbound_.clear();
+  ring_bytes_granted_ = 0;
   keep_code_ = false;
   runtime_hooks_ = nullptr;
   target_.reset();
@@ -550,6 +546,14 @@ ucs_status_t Engine::on_welcome(void* arg, const void* header, std::size_t heade
   if (welcome.version != kProtocolVersion || welcome.status != UCS_OK) {
     out.refusal =
         welcome.status != UCS_OK ? static_cast<ucs_status_t>(welcome.status) : UCS_ERR_UNSUPPORTED;
+    if (welcome.version != kProtocolVersion) {
+      out.refusal_reason = "the Receiver speaks protocol version " +
+                           std::to_string(welcome.version) + ", this build " +
+                           std::to_string(kProtocolVersion);
+    } else if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+      out.refusal_reason.assign(static_cast<const char*>(data),
+                                std::min(length, kMaxReasonSize));
+    }
     out.state = Outbound::State::refused;
     return UCS_OK;
   }
@@ -571,7 +575,7 @@ ucs_status_t Engine::on_need_code(void* arg, const void* header, std::size_t hea
                                   std::size_t, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<Engine*>(arg);
   Link* link = self->find(param);
-  if (link == nullptr || !link->out || header_length != sizeof(NeedCode)) return UCS_OK;
+  if (link == nullptr || !link->sending() || header_length != sizeof(NeedCode)) return UCS_OK;
   NeedCode request;
   std::memcpy(&request, header, sizeof(request));
   link->out->code_requests.push_back(request);
@@ -583,11 +587,20 @@ ucs_status_t Engine::on_code(void* arg, const void* header, std::size_t header_l
                              std::size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<Engine*>(arg);
   Link* link = self->find(param);
-  if (link == nullptr || header_length != sizeof(CodeDelivery)) return UCS_OK;
+  // Code only from a peer we granted a ring (it proved its key), and only of
+  // a size we accept: nothing else is even copied.
+  if (link == nullptr || !link->receiving() || header_length != sizeof(CodeDelivery) ||
+      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    return UCS_OK;
+  }
   Inbound::CodeArrival arrival;
   std::memcpy(&arrival.header, header, sizeof(CodeDelivery));
-  arrival.code.assign(static_cast<const std::byte*>(data),
-                      static_cast<const std::byte*>(data) + length);
+  if (self->target_ && length > self->target_->options.limits.max_code_bytes) {
+    arrival.too_large = length;
+  } else {
+    arrival.code.assign(static_cast<const std::byte*>(data),
+                        static_cast<const std::byte*>(data) + length);
+  }
   link->in.arrivals.push_back(std::move(arrival));
   self->control_pending_ = true;
   return UCS_OK;
@@ -603,6 +616,56 @@ ucs_status_t Engine::on_credit(void* arg, const void* header, std::size_t header
   std::atomic_ref<uint64_t> word(*link->out->hot.consumed_word);
   if (consumed > word.load(std::memory_order_relaxed))
     word.store(consumed, std::memory_order_release);
+  return UCS_OK;
+}
+
+ucs_status_t Engine::on_challenge(void* arg, const void* header, std::size_t header_length, void*,
+                                  std::size_t, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<Engine*>(arg);
+  Link* link = self->find(param);
+  if (link == nullptr || !link->out || link->out->state != Outbound::State::connecting ||
+      header_length != sizeof(Challenge)) {
+    return UCS_OK;
+  }
+  link->out->challenge.emplace();
+  std::memcpy(&*link->out->challenge, header, sizeof(Challenge));
+  self->control_pending_ = true;
+  return UCS_OK;
+}
+
+ucs_status_t Engine::on_proof(void* arg, const void* header, std::size_t header_length, void*,
+                              std::size_t, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<Engine*>(arg);
+  Link* link = self->find(param);
+  if (link == nullptr || header_length != sizeof(Proof)) return UCS_OK;
+  link->in.proof.emplace();
+  std::memcpy(&*link->in.proof, header, sizeof(Proof));
+  self->control_pending_ = true;
+  return UCS_OK;
+}
+
+ucs_status_t Engine::on_code_refused(void* arg, const void* header, std::size_t header_length,
+                                     void* data, std::size_t length,
+                                     const ucp_am_recv_param_t* param) {
+  Link* link = static_cast<Engine*>(arg)->find(param);
+  if (link == nullptr || !link->out || header_length != sizeof(CodeRefused)) return UCS_OK;
+  CodeRefused refused;
+  std::memcpy(&refused, header, sizeof(refused));
+  Outbound& out = *link->out;
+  out.held.erase(refused.code_id);  // not held there: a later send carries the code again
+  if (out.hot.last_held_valid && out.hot.last_held == refused.code_id) out.hot.last_held_valid = false;
+  try {
+    if (out.code_refusals.size() >= 16) {
+      ++out.code_refusals_dropped;
+    } else {
+      std::string text;
+      if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0)
+        text.assign(static_cast<const char*>(data), std::min(length, kMaxReasonSize));
+      out.code_refusals.push_back({static_cast<errc>(refused.error), std::move(text)});
+    }
+  } catch (...) {  // out of memory: the refusal is counted only
+    ++out.code_refusals_dropped;
+  }
   return UCS_OK;
 }
 

@@ -61,6 +61,17 @@ struct Target {
   std::unordered_map<CodeId, StoredCode> code_store;
   std::unordered_map<std::string, CodeId> code_by_name;  // the latest code of each name
   std::vector<ucp_conn_request_h> pending_connections;
+  // The cache under ReceiverLimits: bytes of each loaded ifunc's container and
+  // when it last ran (a clock ticked when the dispatched ifunc changes, so a
+  // run of one ifunc costs one compare), for least-recently-used eviction.
+  struct CacheUse {
+    std::size_t bytes = 0;
+    uint64_t last_use = 0;
+  };
+  std::unordered_map<CodeId, CacheUse> cache_use;
+  std::size_t cached_code_bytes = 0;
+  uint64_t use_clock = 0;
+  CodeId last_dispatched = 0;
   struct alignas(16) ScratchBlock {
     std::byte bytes[16];
   };
@@ -100,6 +111,8 @@ class Engine {
   void say_goodbye(const std::shared_ptr<Link>& link) noexcept;
   // Throws if the link can no longer carry frames (peer gone, closed, timed out).
   void check_sendable(const Link& link, const char* operation) const;
+  // Throws the first code refusal the target sent on `link` (and forgets it).
+  void throw_code_refusal(Link& link, const char* operation);
   [[nodiscard]] bool closing(const Link& link) const noexcept;
 
   // ---- target role ---------------------------------------------------------
@@ -151,7 +164,17 @@ class Engine {
   void handle_control();
   void serve_code_requests();  // the target's cache misses, answered from progress()
   void accept_connections();
+  // The handshake (handshake.cpp).
+  Hello make_hello(Outbound& out, const ChannelOptions& options, std::size_t slot_size,
+                   int64_t my_rank);
+  void answer_challenge(Link& link);
   void answer_hello(Link& link);
+  void check_proof(Link& link);
+  void grant_ring(Link& link, const Hello& hello, std::span<const std::byte> credit_rkey);
+  void send_welcome(Link& link, ucs_status_t status, const std::string& reason);
+  void refuse_peer(Link& link, const std::string& reason);
+  void expire_handshakes();
+  void send_code_refusal(Link& link, CodeId id, const Error& error);
   void accept_code(Link& link, Inbound::CodeArrival& arrival);
   void skip_stalled(Link& link);
   void close_inbound(Link& link, bool lost) noexcept;
@@ -166,7 +189,15 @@ class Engine {
   bool dispatch(Link& link, std::byte* frame, std::size_t available);
   void dispatch_delivered(Link& link, std::byte* data, std::size_t length);
   void drain_backlog(Link& link);
-  IfuncMain load(CodeId id, CodecId codec, std::span<const std::byte> code);
+  // Checks (size, signature) and loads code that arrived from `link`; a
+  // refusal is reported, and told to the source. nullptr if it cannot run.
+  IfuncMain load(Link& link, CodeId id, CodecId codec, std::span<const std::byte> code);
+  void note_loaded(CodeId id, std::size_t bytes);
+  void touch(CodeId id) noexcept;
+  // Evicts least recently used ifuncs until `incoming` more bytes (and one
+  // more ifunc) fit the cache limits.
+  void make_room(std::size_t incoming);
+  void forget(CodeId id);
   bool request_code(Link& link, const FrameView& frame);
   void return_credit(Link& link);
   std::byte* aligned_scratch(std::size_t length);
@@ -183,6 +214,12 @@ class Engine {
                                 const ucp_am_recv_param_t*);
   static ucs_status_t on_frame(void*, const void*, std::size_t, void*, std::size_t,
                                const ucp_am_recv_param_t*);
+  static ucs_status_t on_challenge(void*, const void*, std::size_t, void*, std::size_t,
+                                   const ucp_am_recv_param_t*);
+  static ucs_status_t on_proof(void*, const void*, std::size_t, void*, std::size_t,
+                               const ucp_am_recv_param_t*);
+  static ucs_status_t on_code_refused(void*, const void*, std::size_t, void*, std::size_t,
+                                      const ucp_am_recv_param_t*);
   static ucs_status_t on_bye(void*, const void*, std::size_t, void*, std::size_t,
                              const ucp_am_recv_param_t*);
 
@@ -196,6 +233,7 @@ class Engine {
   std::unordered_map<ucp_ep_h, std::shared_ptr<Link>> links_;
   std::vector<Link*> inbound_;  // links_ entries whose inbound ring is open (hot loop)
   std::vector<Closing> closing_;
+  std::size_t ring_bytes_granted_ = 0;  // rings of all inbound links (ReceiverLimits)
   bool control_pending_ = false;
   bool code_requests_pending_ = false;
   uint32_t rounds_ = 0;

@@ -24,6 +24,11 @@
 #include <threechains/ucx/endpoint.hpp>
 #include <threechains/ucx/memory.hpp>
 #include <threechains/ucx/request.hpp>
+#include <threechains/trust.hpp>
+
+#include <array>
+#include <chrono>
+#include <string>
 
 #include <cstdint>
 #include <deque>
@@ -41,6 +46,14 @@ struct Outbound {
 
   State state = State::connecting;
   ucs_status_t refusal = UCS_OK;  // why the target refused, once refused
+  std::string refusal_reason;     // the target's words, or ours (an unproven target)
+  // The handshake: our nonce (the target signs it if asked to prove itself),
+  // our key, the target's we insist on, a challenge to answer outside handlers.
+  std::array<uint8_t, kNonceSize> nonce{};
+  std::optional<KeyPair> identity;
+  std::optional<PublicKey> target_key;
+  std::optional<Challenge> challenge;
+  Hello hello{};  // as sent: the proof signs it
   MemoryRegion credit;            // the target writes its consumed count here
   // One staging slot per granted ring slot; only for puts and Active Messages
   // (direct delivery builds frames in the target's own slots).
@@ -51,9 +64,24 @@ struct Outbound {
   std::chrono::milliseconds timeout{30000};
   std::vector<Request> in_flight;          // per slot: body, commit (put) or the AM
   std::vector<uint64_t> am_headers;        // per slot: the credit piggybacked on its AM
-  std::unordered_set<CodeId> held;         // code the target holds (or will, once it reads)
-  std::unordered_map<CodeId, Ifunc> sent;  // what we can resend on a cache miss
-  std::vector<NeedCode> code_requests;     // cache misses to answer, outside handlers
+  std::unordered_set<CodeId> held;  // code the target holds (or will, once it reads)
+  // What we can resend on a cache miss, with the last sequence sent in cached
+  // form; let go (beyond max_code_kept) only once the target consumed that.
+  struct KeptCode {
+    Ifunc ifunc;
+    uint64_t last_sequence = 0;
+  };
+  std::unordered_map<CodeId, KeptCode> sent;
+  std::size_t max_code_kept = 256;
+  std::vector<NeedCode> code_requests;  // cache misses to answer, outside handlers
+  // Code the target refused to run (signature, imports, size): surfaced by the
+  // Channel's next flush() or close(). Bounded; the rest only counted.
+  struct CodeRefusal {
+    errc error;
+    std::string message;
+  };
+  std::vector<CodeRefusal> code_refusals;
+  uint64_t code_refusals_dropped = 0;
 };
 
 struct Inbound {
@@ -76,9 +104,20 @@ struct Inbound {
   std::deque<std::vector<std::byte>> backlog;
   std::optional<Hello> hello;  // a HELLO to answer outside the handler
   std::vector<std::byte> hello_rkey;
+  // A HELLO waiting for its PROOF: what it asked for and the nonce we sent.
+  struct PendingHello {
+    Hello hello;
+    std::vector<std::byte> rkey;
+    std::array<uint8_t, kNonceSize> nonce;
+  };
+  std::optional<PendingHello> pending;
+  std::optional<Proof> proof;  // a PROOF to check outside the handler
+  std::size_t ring_bytes = 0;  // what our ring for it counts against the limits
+  bool fence_before_credit = false;  // a refusal went out: the credit must not overtake it
   struct CodeArrival {
     CodeDelivery header;
     std::vector<std::byte> code;
+    std::size_t too_large = 0;  // the size of code refused unread (ReceiverLimits)
   };
   std::vector<CodeArrival> arrivals;  // code deliveries to load outside the handler
 };
@@ -94,6 +133,9 @@ struct Link {
   Endpoint endpoint;
   std::string peer_name;  // host:port for a link we opened, "peer <ep>" for one we accepted
   int64_t rank = -1;      // the peer's rank in a Node mesh, -1 if none
+  // When an accepted peer connected: it must prove its key within the limit.
+  std::chrono::steady_clock::time_point accepted_at{};
+  bool refused = false;  // we refused it: it gets nothing more from us
   std::optional<Outbound> out;
   Inbound in;
   bool removed = false;  // no longer in the engine's table (peer gone or both sides done)

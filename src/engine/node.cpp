@@ -107,7 +107,15 @@ struct NodeCore {
       Pending& next = pending.front();
       if (next.rank == rank) {
         // Local: run it here, from the loop, not from inside the sender.
-        const IfuncMain entry = engine->target().cache.find(next.ifunc.id());
+        IfuncMain entry = engine->target().cache.find(next.ifunc.id());
+        if (entry == nullptr) {  // evicted under the cache's limits since it was queued
+          try {
+            engine->install(next.ifunc);
+            entry = engine->target().cache.find(next.ifunc.id());
+          } catch (const Error& error) {
+            engine->report(error);
+          }
+        }
         if (entry != nullptr) {
           engine->run_entry(entry, next.ifunc.id(), rank, next.payload.data(), next.payload.size());
           ++stats.local_dispatches;

@@ -7,12 +7,14 @@
 #include <threechains/detail/outbound_ring.hpp>
 #include <threechains/frame.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
 namespace threechains::detail {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+// 2: authenticated handshake (HELLO, CHALLENGE, PROOF, WELCOME), code refusals.
+inline constexpr uint32_t kProtocolVersion = 2;
 
 // Source -> target
 inline constexpr unsigned kAmHello = 0x7C01;  // open a channel: credit word rkey, ring wishes
@@ -21,10 +23,18 @@ inline constexpr unsigned kAmBye = 0x7C03;    // the source is done; no frame is
 // A frame, when the channel delivers by AM. Header: none, or (both directions
 // of a Link open) the sender's consumed count of the reverse direction.
 inline constexpr unsigned kAmFrame = 0x7C04;
+inline constexpr unsigned kAmProof = 0x7C05;  // the source's signature over the challenge
 // Target -> source
 inline constexpr unsigned kAmWelcome = 0x7C11;   // the ring: address, rkey, geometry
 inline constexpr unsigned kAmNeedCode = 0x7C12;  // a cached frame arrived for code not held
 inline constexpr unsigned kAmCredit = 0x7C13;    // header: last consumed sequence (AM delivery)
+inline constexpr unsigned kAmChallenge = 0x7C14;  // prove your key (and, maybe, ours is proven)
+inline constexpr unsigned kAmCodeRefused = 0x7C15;  // code that will not run here; text follows
+
+inline constexpr std::size_t kKeySize = 32;
+inline constexpr std::size_t kNonceSize = 32;
+inline constexpr std::size_t kSignatureSize = 64;
+inline constexpr std::size_t kMaxReasonSize = 512;  // refusal texts carried as AM data
 
 struct Hello {
   uint32_t version;
@@ -32,8 +42,37 @@ struct Hello {
   uint64_t slot_size;
   uint64_t credit_address;  // the source's credit word; packed rkey follows as AM data
   int64_t rank;             // the source's rank in a Node mesh, -1 outside one
+  uint8_t nonce[kNonceSize];  // fresh: the target's proof (if asked for) signs it
+  uint8_t key[kKeySize];      // the source's public key, if it has one (flags)
+  uint32_t flags;             // kHelloHasKey
+  uint32_t reserved;
+};
+inline constexpr uint32_t kHelloHasKey = 1;
+
+// Target -> source, when the target's Trust names its peers: sign this.
+struct Challenge {
+  uint8_t nonce[kNonceSize];
+  uint8_t target_key[kKeySize];
+  uint8_t target_signature[kSignatureSize];  // over the source's nonce, if flags say so
+  uint32_t flags;                            // kChallengeSigned
+  uint32_t reserved;
+};
+inline constexpr uint32_t kChallengeSigned = 1;
+
+// Source -> target: the signature over the transcript (see engine/handshake.cpp).
+struct Proof {
+  uint8_t signature[kSignatureSize];
 };
 
+// Target -> source: the code (by identity) that was refused, and why (errc);
+// the message follows as AM data.
+struct CodeRefused {
+  CodeId code_id;
+  int32_t error;
+  uint32_t reserved;
+};
+
+// A refusal carries its reason, as text, in the AM data.
 struct Welcome {
   uint32_t version;
   int32_t status;  // UCS_OK, or why the channel was refused
@@ -56,6 +95,10 @@ struct CodeDelivery {
 };
 
 static_assert(std::is_trivially_copyable_v<Hello> && std::is_trivially_copyable_v<Welcome> &&
-              std::is_trivially_copyable_v<NeedCode> && std::is_trivially_copyable_v<CodeDelivery>);
+              std::is_trivially_copyable_v<NeedCode> && std::is_trivially_copyable_v<CodeDelivery> &&
+              std::is_trivially_copyable_v<Challenge> && std::is_trivially_copyable_v<Proof> &&
+              std::is_trivially_copyable_v<CodeRefused>);
+// Signed byte for byte: no padding may hide in what the transcript covers.
+static_assert(sizeof(Hello) == 4 + 4 + 8 + 8 + 8 + kNonceSize + kKeySize + 4 + 4);
 
 }  // namespace threechains::detail

@@ -50,12 +50,38 @@ std::byte* staging_slot(Engine& engine, Link& link, std::size_t slot) {
   return out.staging->data() + slot * out.hot.slot_size;
 }
 
+namespace {
+
+// Beyond ChannelOptions::max_code_kept: let go of code whose every frame the
+// target has consumed (it can no longer ask for it for those frames), and
+// forget that the target holds it, so its next send carries the code again.
+void let_go_of_consumed_code(Outbound& out, std::size_t keep) {
+  const uint64_t consumed = out.hot.consumed();
+  for (auto it = out.sent.begin(); it != out.sent.end() && out.sent.size() > keep;) {
+    if (it->second.last_sequence <= consumed && it->first != out.hot.last_held) {
+      out.held.erase(it->first);
+      it = out.sent.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace
+
 bool prepare_code(Link& link, const Ifunc& ifunc, std::size_t payload_size) {
   Outbound& out = *link.out;
+  // The ifunc we switch away from was last sent in the frame before this one.
+  if (out.hot.last_held_valid) {
+    const auto previous = out.sent.find(out.hot.last_held);
+    if (previous != out.sent.end()) previous->second.last_sequence = out.hot.next_sequence - 1;
+  }
   out.hot.last_held = ifunc.id();
   out.hot.last_held_valid = true;
+  if (out.sent.size() > out.max_code_kept) let_go_of_consumed_code(out, out.max_code_kept);
   if (out.held.contains(ifunc.id())) return false;
-  out.sent.emplace(ifunc.id(), ifunc);
+  if (out.sent.size() >= out.max_code_kept) let_go_of_consumed_code(out, out.max_code_kept - 1);
+  out.sent.insert_or_assign(ifunc.id(), Outbound::KeptCode{ifunc, out.hot.next_sequence});
   out.held.insert(ifunc.id());
   // Too big to travel with its code: send it cached; the target's miss fetches
   // the code by AM, and the payload still runs exactly once.
@@ -189,8 +215,9 @@ void Channel::flush(std::chrono::milliseconds limit) {
   const uint64_t last = ring_->next_sequence - 1;
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (ring_->consumed() < last) {
-    for (int spin = 0; spin < 32; ++spin)
-      if (ring_->consumed() >= last) return;
+    for (int spin = 0; spin < 32 && ring_->consumed() < last; ++spin) {
+    }
+    if (ring_->consumed() >= last) break;
     engine_->progress();
     engine_->check_sendable(*link_, "flush");
     if (std::chrono::steady_clock::now() > deadline) {
@@ -200,6 +227,9 @@ void Channel::flush(std::chrono::milliseconds limit) {
                       " frames in " + std::to_string(limit.count()) + " ms");
     }
   }
+  // Refusals travel ahead of the credits that follow them (the target fences).
+  engine_->progress();
+  engine_->throw_code_refusal(*link_, "flush");
 }
 
 void Channel::close() {

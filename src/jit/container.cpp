@@ -2,6 +2,7 @@
 #include "jit/bitcode_strip.hpp"
 #include "jit/compression.hpp"
 #include "jit/container_images.hpp"
+#include "trust/envelope.hpp"
 
 #include <threechains/container.hpp>
 #include <threechains/error.hpp>
@@ -89,7 +90,10 @@ std::vector<std::string> split_list(llvm::StringRef text) {
 
 }  // namespace
 
-std::vector<ParsedImage> parse_container(std::span<const std::byte> wire) {
+std::vector<ParsedImage> parse_container(std::span<const std::byte> signed_or_not) {
+  // A signature envelope is checked (against the Receiver's Trust) before
+  // anything reaches here; parsing looks at what it wraps.
+  const std::span<const std::byte> wire = container_body(signed_or_not);
   if (wire.empty()) throw Error(errc::bad_container, "code container is empty");
   std::vector<std::byte> inflated;
   if (is_compressed(wire)) inflated = decompress(wire);
@@ -182,7 +186,8 @@ std::vector<std::byte> pack_container(const IfuncLibrary& library) {
   return packed.size() < out.size() ? packed : out;
 }
 
-std::vector<std::byte> unpacked_container(std::span<const std::byte> container) {
+std::vector<std::byte> unpacked_container(std::span<const std::byte> signed_or_not) {
+  const std::span<const std::byte> container = container_body(signed_or_not);
   if (is_compressed(container)) return decompress(container);
   return {container.begin(), container.end()};
 }
@@ -193,6 +198,8 @@ ContainerInfo inspect_container(std::span<const std::byte> container) {
   info.name = images.front().name;
   info.codec = images.front().kind;
   info.deps = images.front().deps;
+  if (const std::optional<Envelope> envelope = read_envelope(container))
+    info.signer = envelope->signer.hex();
   for (const ParsedImage& image : images) {
     info.triples.push_back(image.triple);
     info.image_sizes.push_back(image.bytes.size());

@@ -1,17 +1,23 @@
 // JitCache: ORC LLJIT behind a pimpl. One JITDylib + ResourceTracker per ifunc.
+#include "jit/bitcode_checks.hpp"
 #include "jit/container_images.hpp"
 
 #include <threechains/error.hpp>
 #include <threechains/jit_cache.hpp>
 
 #include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
+#include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
+
+#include <dlfcn.h>
+#include <link.h>
 
 #include <mutex>
 
@@ -28,6 +34,7 @@ struct LoadFailure {
   errc code = errc::jit_failed;
   std::string message;
   bool needs_native_tls = false;
+  std::vector<std::string> refused;  // imports the ImportPolicy turned away
 
   // The one place LLVM's errors become ours: classified by their type.
   void absorb(llvm::Error error) {
@@ -85,8 +92,16 @@ void initialise_native_target_once() {
 
 }  // namespace
 
+// The loaded object (link_map) that defines `address`, or nullptr.
+const link_map* object_defining(const void* address) {
+  Dl_info info;
+  void* map = nullptr;
+  if (address == nullptr || dladdr1(address, &info, &map, RTLD_DL_LINKMAP) == 0) return nullptr;
+  return static_cast<const link_map*>(map);
+}
+
 struct JitCache::Impl {
-  explicit Impl(const JitOptions& options) {
+  explicit Impl(const JitOptions& options) : policy(options.imports) {
     initialise_native_target_once();
     auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
     if (!builder)
@@ -95,8 +110,23 @@ struct JitCache::Impl {
     builder->setCodeGenOptLevel(codegen_level(options.codegen_level));
     // One TargetMachine for the life of the cache (LLJIT's single-threaded
     // compiler owns one), built for this host's CPU name and features.
+    // Process symbols reach injected code only through the import policy.
     auto created =
-        llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*builder)).create();
+        llvm::orc::LLJITBuilder()
+            .setJITTargetMachineBuilder(std::move(*builder))
+            .setProcessSymbolsJITDylibSetup(
+                [this](llvm::orc::LLJIT& j) -> llvm::Expected<llvm::orc::JITDylibSP> {
+                  auto& jd = j.getExecutionSession().createBareJITDylib("<Process Symbols>");
+                  auto generator = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+                      j.getDataLayout().getGlobalPrefix(),
+                      [this](const llvm::orc::SymbolStringPtr& name) {
+                        return allow_process_symbol(*name);
+                      });
+                  if (!generator) return generator.takeError();
+                  jd.addGenerator(std::move(*generator));
+                  return &jd;
+                })
+            .create();
     if (!created)
       throw Error(errc::jit_failed,
                   "cannot create the ORC JIT: " + message_of(created.takeError()));
@@ -115,16 +145,55 @@ struct JitCache::Impl {
     }
   }
 
-  // A dependency library becomes a JITDylib of its own, shared by every ifunc that names it.
+  // Whether injected code may import `name` from this process: by name, or
+  // because an allowed library defines it. A refusal is remembered so the
+  // load's error names the symbol (a symbol the process lacks is just missing).
+  bool allow_process_symbol(llvm::StringRef name) {
+    const std::string symbol = name.str();
+    if (policy.allows_symbol(symbol)) return true;
+    const link_map* object = object_defining(dlsym(RTLD_DEFAULT, symbol.c_str()));
+    if (object == nullptr) return false;
+    if (policy.allows_object(object->l_name)) return true;
+    failure.refused.push_back(symbol);
+    return false;
+  }
+
+  // A dependency library becomes a JITDylib of its own, shared by every ifunc
+  // that names it. Only what the library itself defines resolves there: dlsym
+  // on a library also finds what its own dependencies (libc) define, which
+  // must go through the policy like any process symbol.
   llvm::orc::JITDylib& dependency(const std::string& library, const std::string& ifunc) {
     if (llvm::orc::JITDylib* existing = jit->getJITDylibByName(library)) return *existing;
-    auto loaded = jit->loadPlatformDynamicLibrary(library.c_str());
-    if (!loaded) {
-      throw Error(errc::dependency_not_found,
+    if (!policy.allows_dependency(library)) {
+      throw Error(errc::import_refused,
                   "ifunc '" + ifunc + "' needs library '" + library +
-                      "', which cannot be loaded: " + message_of(loaded.takeError()));
+                      "', which this target's ImportPolicy does not allow (allow_library)");
     }
-    return *loaded;
+    std::string why;
+    const auto library_handle =
+        llvm::sys::DynamicLibrary::getPermanentLibrary(library.c_str(), &why);
+    if (!library_handle.isValid()) {
+      throw Error(errc::dependency_not_found, "ifunc '" + ifunc + "' needs library '" + library +
+                                                  "', which cannot be loaded: " + why);
+    }
+    // Our own handle on the same object (kept: the library stays loaded for the
+    // life of the process anyway) tells its symbols from its dependencies'.
+    void* handle = dlopen(library.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+    const link_map* self = nullptr;
+    if (handle == nullptr || dlinfo(handle, RTLD_DI_LINKMAP, &self) != 0) {
+      throw Error(errc::dependency_not_found,
+                  "ifunc '" + ifunc + "': library '" + library + "' loaded but cannot be found");
+    }
+    auto generator = std::make_unique<llvm::orc::DynamicLibrarySearchGenerator>(
+        library_handle, jit->getDataLayout().getGlobalPrefix(),
+        [this, handle, self](const llvm::orc::SymbolStringPtr& name) {
+          const std::string symbol = (*name).str();
+          if (object_defining(dlsym(handle, symbol.c_str())) == self) return true;
+          return allow_process_symbol(symbol);
+        });
+    auto& jd = jit->getExecutionSession().createBareJITDylib(library);
+    jd.addGenerator(std::move(generator));
+    return jd;
   }
 
   // Compiling for the host CPU means dropping the generic CPU the source's clang
@@ -159,6 +228,7 @@ struct JitCache::Impl {
                                                image.triple + ": " +
                                                message_of(module.takeError()));
         }
+        check_bitcode(**module, image.name, policy);
         retarget_to_host(**module, *jit);
         if (llvm::Error e = jit->addIRModule(
                 jd, llvm::orc::ThreadSafeModule(std::move(*module), std::move(context)))) {
@@ -176,6 +246,14 @@ struct JitCache::Impl {
       auto address = jit->lookup(jd, entry_name);
       if (!address) {
         failure.absorb(address.takeError());
+        if (!failure.refused.empty()) {
+          std::string names;
+          for (const std::string& name : failure.refused) names += (names.empty() ? "'" : ", '") + name + "'";
+          throw Error(errc::import_refused,
+                      "ifunc '" + image.name + "' (" + image.triple + ") imports " + names +
+                          ", which this target's ImportPolicy does not allow "
+                          "(ImportPolicy::allow_symbol to expose a symbol)");
+        }
         std::string why = failure.message;
         if (failure.needs_native_tls) {
           why +=
@@ -204,6 +282,7 @@ struct JitCache::Impl {
     return true;
   }
 
+  ImportPolicy policy;
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::string triple;
   LoadFailure failure;  // what the session reported during the current load

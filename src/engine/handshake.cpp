@@ -1,0 +1,320 @@
+// Engine: the authenticated handshake.
+//
+//   source                                    target
+//   HELLO {ring wishes, credit word, nonce_s, key}  ──▶  Trust: is `key` a peer?
+//                  ◀──  CHALLENGE {nonce_t, target key, [target's signature]}
+//   [checks the target, if it insists on a key]
+//   PROOF {signature by `key` over the transcript} ──▶  verifies, then a ring:
+//                  ◀──  WELCOME {ring, rkey}   or   WELCOME {refused, reason}
+//
+// The transcript binds both nonces, the source's key and its HELLO byte for
+// byte (ring wishes, credit word, rank), so a proof cannot be replayed onto
+// another connection or another request. A peer that fails gets no ring and
+// no rkey, is counted and reported, and its endpoint is closed. A target
+// whose Trust is anyone() grants at once (no extra round trip).
+#include "engine/engine.hpp"
+#include "trust/sodium.hpp"
+
+#include <cstring>
+
+namespace threechains::detail {
+
+namespace {
+
+constexpr char kPeerDomain[] = "threechains-peer-v2";
+constexpr char kTargetDomain[] = "threechains-target-v2";
+
+template <std::size_t N>
+void append(std::vector<std::byte>& out, const uint8_t (&bytes)[N]) {
+  const auto* p = reinterpret_cast<const std::byte*>(bytes);
+  out.insert(out.end(), p, p + N);
+}
+
+void append(std::vector<std::byte>& out, std::span<const std::byte> bytes) {
+  out.insert(out.end(), bytes.begin(), bytes.end());
+}
+
+// What the source signs: domain, both nonces, its HELLO (which holds its key).
+std::vector<std::byte> peer_transcript(const Hello& hello, const uint8_t (&target_nonce)[kNonceSize]) {
+  std::vector<std::byte> out;
+  append(out, std::as_bytes(std::span(kPeerDomain)));
+  append(out, target_nonce);
+  append(out, std::as_bytes(std::span(&hello, 1)));
+  return out;
+}
+
+// What the target signs when it proves itself: domain, both nonces, its key.
+std::vector<std::byte> target_transcript(const uint8_t (&source_nonce)[kNonceSize],
+                                         const uint8_t (&target_nonce)[kNonceSize],
+                                         const uint8_t (&target_key)[kKeySize]) {
+  std::vector<std::byte> out;
+  append(out, std::as_bytes(std::span(kTargetDomain)));
+  append(out, source_nonce);
+  append(out, target_nonce);
+  append(out, target_key);
+  return out;
+}
+
+PublicKey key_of(const uint8_t (&bytes)[kKeySize]) {
+  PublicKey::Bytes key{};
+  std::memcpy(key.data(), bytes, kKeySize);
+  return PublicKey(key);
+}
+
+std::string short_key(const PublicKey& key) {
+  return key.hex().substr(0, 16) + "…";
+}
+
+std::span<const std::byte> reason_bytes(const std::string& reason) {
+  return std::as_bytes(std::span(reason.data(), std::min(reason.size(), kMaxReasonSize)));
+}
+
+}  // namespace
+
+// ---- source side ---------------------------------------------------------------
+
+Hello Engine::make_hello(Outbound& out, const ChannelOptions& options, std::size_t slot_size,
+                         int64_t my_rank) {
+  Hello hello{};
+  hello.version = kProtocolVersion;
+  hello.slots = options.slots;
+  hello.slot_size = slot_size;
+  hello.credit_address = out.credit.address();
+  hello.rank = my_rank;
+  random_bytes(std::as_writable_bytes(std::span(out.nonce)));
+  std::memcpy(hello.nonce, out.nonce.data(), kNonceSize);
+  out.identity = options.identity;
+  out.target_key = options.target_key;
+  if (out.identity) {
+    std::memcpy(hello.key, out.identity->public_key().bytes().data(), kKeySize);
+    hello.flags |= kHelloHasKey;
+  }
+  out.hello = hello;
+  return hello;
+}
+
+void Engine::answer_challenge(Link& link) {
+  Outbound& out = *link.out;
+  const Challenge challenge = *out.challenge;
+  out.challenge.reset();
+  if (out.state != Outbound::State::connecting) return;
+  const auto refuse = [&](std::string reason) {
+    out.refusal = UCS_ERR_REJECTED;
+    out.refusal_reason = std::move(reason);
+    out.state = Outbound::State::refused;
+  };
+  if (out.target_key) {
+    uint8_t source_nonce[kNonceSize];
+    std::memcpy(source_nonce, out.nonce.data(), kNonceSize);
+    const bool proven =
+        (challenge.flags & kChallengeSigned) != 0 &&
+        key_of(challenge.target_key) == *out.target_key &&
+        verify_signature(*out.target_key,
+                         target_transcript(source_nonce, challenge.nonce, challenge.target_key),
+                         std::as_bytes(std::span(challenge.target_signature)));
+    if (!proven) {
+      refuse("the Receiver did not prove it holds key " + short_key(*out.target_key) +
+             " (ChannelOptions::target_key): not sending to it");
+      return;
+    }
+  }
+  if (!out.identity) {
+    refuse("the Receiver accepts authenticated sources only: set ChannelOptions::identity to a "
+           "KeyPair whose public key its Trust allows");
+    return;
+  }
+  const KeyPair::Signature signature = out.identity->sign(peer_transcript(out.hello, challenge.nonce));
+  Proof proof{};
+  std::memcpy(proof.signature, signature.data(), kSignatureSize);
+  try {
+    outbox_.send(link.endpoint, kAmProof, proof, {});
+  } catch (const Error& error) {
+    refuse(std::string("sending the proof: ") + error.what());
+  }
+}
+
+// ---- target side -----------------------------------------------------------------
+
+void Engine::answer_hello(Link& link) {
+  const Hello hello = *link.in.hello;
+  link.in.hello.reset();
+  std::vector<std::byte> rkey = std::move(link.in.hello_rkey);
+  link.in.hello_rkey.clear();
+  if (link.refused) return;
+  if (!target_) {
+    send_welcome(link, UCS_ERR_UNREACHABLE, "this process runs no Receiver");
+    return;
+  }
+  if (hello.version != kProtocolVersion) {
+    refuse_peer(link, "it speaks protocol version " + std::to_string(hello.version) +
+                          ", this Receiver speaks " + std::to_string(kProtocolVersion));
+    return;
+  }
+  if (link.in.ring || link.in.pending) {
+    refuse_peer(link, "a second HELLO on one connection");
+    return;
+  }
+  const Trust& trust = target_->options.trust;
+  if (trust.any_peer()) {
+    grant_ring(link, hello, rkey);
+    return;
+  }
+  if (trust.refuses_every_peer()) {
+    refuse_peer(link,
+                "this Receiver accepts no peers yet: give ReceiverOptions::trust the public keys "
+                "of its sources (Trust().allow_peer(PublicKey::load(\"source.pub\"))), or use "
+                "Trust::anyone() for development on a closed machine");
+    return;
+  }
+  if ((hello.flags & kHelloHasKey) == 0) {
+    refuse_peer(link, "it did not name a key: this Receiver accepts authenticated sources only "
+                      "(ChannelOptions::identity)");
+    return;
+  }
+  const PublicKey key = key_of(hello.key);
+  if (!trust.accepts_peer(key)) {
+    refuse_peer(link, "its key " + short_key(key) + " is not one this Receiver trusts");
+    return;
+  }
+  Inbound::PendingHello pending{hello, std::move(rkey), {}};
+  random_bytes(std::as_writable_bytes(std::span(pending.nonce)));
+  Challenge challenge{};
+  std::memcpy(challenge.nonce, pending.nonce.data(), kNonceSize);
+  if (const std::optional<KeyPair>& identity = target_->options.identity) {
+    std::memcpy(challenge.target_key, identity->public_key().bytes().data(), kKeySize);
+    const KeyPair::Signature signature =
+        identity->sign(target_transcript(hello.nonce, challenge.nonce, challenge.target_key));
+    std::memcpy(challenge.target_signature, signature.data(), kSignatureSize);
+    challenge.flags |= kChallengeSigned;
+  }
+  link.in.pending = std::move(pending);
+  try {
+    outbox_.send(link.endpoint, kAmChallenge, challenge, {});
+  } catch (const Error&) {  // the peer went away meanwhile: noticed as lost
+  }
+}
+
+void Engine::check_proof(Link& link) {
+  const Proof proof = *link.in.proof;
+  link.in.proof.reset();
+  if (link.refused || !target_) return;
+  if (!link.in.pending) {
+    refuse_peer(link, "a PROOF nobody asked for");
+    return;
+  }
+  Inbound::PendingHello pending = std::move(*link.in.pending);
+  link.in.pending.reset();
+  uint8_t nonce[kNonceSize];
+  std::memcpy(nonce, pending.nonce.data(), kNonceSize);
+  const PublicKey key = key_of(pending.hello.key);
+  if (!verify_signature(key, peer_transcript(pending.hello, nonce),
+                        std::as_bytes(std::span(proof.signature)))) {
+    refuse_peer(link, "its proof does not verify for key " + short_key(key));
+    return;
+  }
+  grant_ring(link, pending.hello, pending.rkey);
+}
+
+void Engine::grant_ring(Link& link, const Hello& hello, std::span<const std::byte> credit_rkey) {
+  Target& t = *target_;
+  Inbound& in = link.in;
+  const ReceiverLimits& limits = t.options.limits;
+  uint32_t slots = std::min(hello.slots, t.options.max_slots);
+  const std::size_t slot_size =
+      std::min<std::size_t>(hello.slot_size, t.options.max_slot_size) & ~(kSlotAlignment - 1);
+  if (slot_size < kCommitWordSize + sizeof(FrameHeader) + 8 || slots == 0) {
+    refuse_peer(link, "it asked for a ring of " + std::to_string(hello.slots) + " slots of " +
+                          std::to_string(hello.slot_size) + " bytes");
+    return;
+  }
+  // The per-peer budget shrinks the ring; the total budget refuses it.
+  slots = static_cast<uint32_t>(
+      std::min<std::size_t>(slots, std::max<std::size_t>(limits.max_ring_bytes_per_peer / slot_size, 1)));
+  const std::size_t bytes = std::size_t{slots} * slot_size;
+  if (ring_bytes_granted_ + bytes > limits.max_ring_bytes) {
+    refuse_peer(link, "its ring of " + std::to_string(bytes) + " bytes would exceed the " +
+                          std::to_string(limits.max_ring_bytes) +
+                          " bytes all peers may have (ReceiverLimits::max_ring_bytes)");
+    return;
+  }
+  Welcome welcome{kProtocolVersion, UCS_OK, 0, 0, 0, 0};
+  std::vector<std::byte> rkey;
+  try {
+    link.rank = hello.rank;
+    in.slots = slots;
+    in.slot_size = slot_size;
+    in.credit.emplace(link.endpoint, hello.credit_address, sizeof(uint64_t), credit_rkey);
+    in.ring.emplace(worker_.context(), bytes);
+    rkey = in.ring->pack_rkey();
+    welcome.slots = in.slots;
+    welcome.slot_size = in.slot_size;
+    welcome.ring_address = in.ring->address();
+    in.ring_bytes = bytes;
+    ring_bytes_granted_ += bytes;
+    in.open = true;
+    refresh_inbound();
+  } catch (const Error& error) {
+    welcome.status = error.ucs_status().value_or(UCS_ERR_NO_RESOURCE);
+    in.ring.reset();
+    in.credit.reset();
+    report(error);
+  }
+  try {
+    outbox_.send(link.endpoint, kAmWelcome, welcome, rkey);
+  } catch (const Error&) {  // the peer went away meanwhile: noticed as lost
+  }
+}
+
+void Engine::send_welcome(Link& link, ucs_status_t status, const std::string& reason) {
+  const Welcome welcome{kProtocolVersion, status, 0, 0, 0, 0};
+  try {
+    outbox_.send(link.endpoint, kAmWelcome, welcome, reason_bytes(reason));
+  } catch (const Error&) {  // the peer went away meanwhile
+  }
+}
+
+void Engine::refuse_peer(Link& link, const std::string& reason) {
+  if (link.refused) return;
+  link.refused = true;
+  link.in.pending.reset();
+  if (target_) ++target_->stats.peers_refused;
+  report(Error(errc::peer_refused, link.peer_name + " refused: " + reason));
+  send_welcome(link, UCS_ERR_REJECTED, reason);
+  // Its endpoint closes once the refusal is out (a flushing close); the
+  // Link never had a ring.
+  const auto it = links_.find(link.endpoint.handle());
+  if (it != links_.end()) retire(it->second);
+}
+
+void Engine::expire_handshakes() {
+  if (!target_) return;
+  const auto now = std::chrono::steady_clock::now();
+  const auto limit = target_->options.limits.handshake_timeout;
+  std::vector<std::shared_ptr<Link>> late;
+  for (const auto& [ep, link] : links_) {
+    if (link->receiving() || link->sending() || link->refused || link->out) continue;
+    if (now - link->accepted_at > limit) late.push_back(link);
+  }
+  for (const std::shared_ptr<Link>& link : late) {
+    refuse_peer(*link, "it did not prove its key within " + std::to_string(limit.count()) + " ms");
+  }
+}
+
+// ---- code refusals (target -> source) ----------------------------------------------
+
+void Engine::send_code_refusal(Link& link, CodeId id, const Error& error) {
+  const CodeRefused header{id, error.code().category() == threechains_category()
+                                   ? error.code().value()
+                                   : static_cast<int32_t>(errc::jit_failed),
+                           0};
+  const std::string text = error.context();
+  try {
+    outbox_.send(link.endpoint, kAmCodeRefused, header, reason_bytes(text));
+    // A credit put must not overtake the refusal: the source reads both
+    // after a flush, and the refusal must be there when the credit is.
+    link.in.fence_before_credit = true;
+  } catch (const Error&) {  // the source went away
+  }
+}
+
+}  // namespace threechains::detail

@@ -1,0 +1,213 @@
+// Ed25519 keys through libsodium: generation, files, signing, verification.
+#include "trust/sodium.hpp"
+
+#include <threechains/error.hpp>
+#include <threechains/trust.hpp>
+
+#include <sodium.h>
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+namespace threechains {
+
+namespace {
+
+constexpr std::string_view kPublicTag = "threechains-ed25519-public";
+constexpr std::string_view kSecretTag = "threechains-ed25519-secret";
+
+template <std::size_t N>
+std::array<std::byte, N> from_hex_exactly(std::string_view hex, const char* what) {
+  std::array<std::byte, N> out{};
+  std::size_t written = 0;
+  const char* end = nullptr;
+  if (hex.size() != 2 * N ||
+      sodium_hex2bin(reinterpret_cast<unsigned char*>(out.data()), N, hex.data(), hex.size(),
+                     nullptr, &written, &end) != 0 ||
+      written != N) {
+    throw Error(errc::invalid_argument,
+                std::string(what) + ": expected " + std::to_string(2 * N) + " hex digits");
+  }
+  return out;
+}
+
+std::string to_hex(std::span<const std::byte> bytes) {
+  std::string out(bytes.size() * 2 + 1, '\0');
+  sodium_bin2hex(out.data(), out.size(), reinterpret_cast<const unsigned char*>(bytes.data()),
+                 bytes.size());
+  out.pop_back();
+  return out;
+}
+
+// "<tag> <hex>" from a key file; throws naming the file.
+std::string read_key_line(const std::string& path, std::string_view tag) {
+  std::ifstream in(path);
+  if (!in) throw Error(errc::io, "cannot read key file '" + path + "'");
+  std::string line;
+  std::getline(in, line);
+  std::istringstream words(line);
+  std::string found_tag;
+  std::string hex;
+  words >> found_tag >> hex;
+  if (found_tag != tag) {
+    throw Error(errc::invalid_argument,
+                "'" + path + "' is not a " + std::string(tag) + " key file (it starts with '" +
+                    found_tag.substr(0, 40) + "')");
+  }
+  return hex;
+}
+
+}  // namespace
+
+void ensure_sodium() {
+  static const int ready = sodium_init();
+  if (ready < 0) throw Error(errc::invalid_argument, "libsodium could not be initialised");
+}
+
+// ---- PublicKey -------------------------------------------------------------------
+
+PublicKey PublicKey::from_hex(std::string_view hex) {
+  ensure_sodium();
+  return PublicKey(from_hex_exactly<size>(hex, "public key"));
+}
+
+PublicKey PublicKey::load(const std::string& path) {
+  try {
+    return from_hex(read_key_line(path, kPublicTag));
+  } catch (const Error& e) {
+    if (e.is(errc::io)) throw;
+    throw Error(errc::invalid_argument, path + ": " + e.what());
+  }
+}
+
+void PublicKey::save(const std::string& path) const {
+  std::ofstream out(path, std::ios::trunc);
+  out << kPublicTag << ' ' << hex() << '\n';
+  if (!out) throw Error(errc::io, "cannot write public key file '" + path + "'");
+}
+
+std::string PublicKey::hex() const {
+  return to_hex(bytes_);
+}
+
+// ---- KeyPair ------------------------------------------------------------------------
+
+struct KeyPair::Secret {
+  std::array<unsigned char, crypto_sign_SECRETKEYBYTES> secret{};
+  PublicKey public_key;
+  Secret() = default;
+  Secret(const Secret&) = delete;
+  Secret& operator=(const Secret&) = delete;
+  ~Secret() { sodium_memzero(secret.data(), secret.size()); }
+};
+
+KeyPair KeyPair::generate() {
+  ensure_sodium();
+  auto secret = std::make_shared<Secret>();
+  PublicKey::Bytes pk{};
+  crypto_sign_keypair(reinterpret_cast<unsigned char*>(pk.data()), secret->secret.data());
+  secret->public_key = PublicKey(pk);
+  return KeyPair(std::move(secret));
+}
+
+KeyPair KeyPair::load(const std::string& secret_path) {
+  ensure_sodium();
+  std::array<std::byte, crypto_sign_SEEDBYTES> seed{};
+  try {
+    seed = from_hex_exactly<crypto_sign_SEEDBYTES>(read_key_line(secret_path, kSecretTag),
+                                                   "secret key");
+  } catch (const Error& e) {
+    if (e.is(errc::io)) throw;
+    throw Error(errc::invalid_argument, secret_path + ": " + e.what());
+  }
+  auto secret = std::make_shared<Secret>();
+  PublicKey::Bytes pk{};
+  crypto_sign_seed_keypair(reinterpret_cast<unsigned char*>(pk.data()), secret->secret.data(),
+                           reinterpret_cast<const unsigned char*>(seed.data()));
+  sodium_memzero(seed.data(), seed.size());
+  secret->public_key = PublicKey(pk);
+  return KeyPair(std::move(secret));
+}
+
+void KeyPair::save(const std::string& secret_path, const std::string& public_path) const {
+  // Created owner-only before the secret is written into it.
+  {
+    std::ofstream create(secret_path, std::ios::trunc);
+    if (!create) throw Error(errc::io, "cannot write secret key file '" + secret_path + "'");
+  }
+  if (::chmod(secret_path.c_str(), S_IRUSR | S_IWUSR) != 0)
+    throw Error(errc::io, "cannot make '" + secret_path + "' private");
+  std::array<unsigned char, crypto_sign_SEEDBYTES> seed{};
+  crypto_sign_ed25519_sk_to_seed(seed.data(), secret_->secret.data());
+  std::ofstream out(secret_path, std::ios::trunc);
+  out << kSecretTag << ' ' << to_hex(std::as_bytes(std::span(seed))) << '\n';
+  sodium_memzero(seed.data(), seed.size());
+  if (!out) throw Error(errc::io, "cannot write secret key file '" + secret_path + "'");
+  if (!public_path.empty()) public_key().save(public_path);
+}
+
+const PublicKey& KeyPair::public_key() const noexcept {
+  return secret_->public_key;
+}
+
+KeyPair::Signature KeyPair::sign(std::span<const std::byte> message) const {
+  Signature signature{};
+  crypto_sign_detached(reinterpret_cast<unsigned char*>(signature.data()), nullptr,
+                       reinterpret_cast<const unsigned char*>(message.data()), message.size(),
+                       secret_->secret.data());
+  return signature;
+}
+
+bool verify_signature(const PublicKey& key, std::span<const std::byte> message,
+                      std::span<const std::byte> signature) noexcept {
+  if (signature.size() != crypto_sign_BYTES) return false;
+  if (sodium_init() < 0) return false;
+  return crypto_sign_verify_detached(reinterpret_cast<const unsigned char*>(signature.data()),
+                                     reinterpret_cast<const unsigned char*>(message.data()),
+                                     message.size(),
+                                     reinterpret_cast<const unsigned char*>(key.bytes().data())) ==
+         0;
+}
+
+void random_bytes(std::span<std::byte> out) {
+  ensure_sodium();
+  randombytes_buf(out.data(), out.size());
+}
+
+// ---- Trust ------------------------------------------------------------------------------
+
+Trust Trust::anyone() {
+  Trust trust;
+  trust.any_peer_ = true;
+  trust.any_code_ = true;
+  trust.unsigned_code_ = true;
+  return trust;
+}
+
+Trust& Trust::allow_peer(const PublicKey& key) {
+  if (!accepts_peer(key)) peers_.push_back(key);
+  return *this;
+}
+
+Trust& Trust::allow_code_signer(const PublicKey& key) {
+  if (!accepts_code_signer(key)) code_signers_.push_back(key);
+  return *this;
+}
+
+Trust& Trust::allow_unsigned_code() noexcept {
+  unsigned_code_ = true;
+  return *this;
+}
+
+bool Trust::accepts_peer(const PublicKey& key) const noexcept {
+  return any_peer_ || std::find(peers_.begin(), peers_.end(), key) != peers_.end();
+}
+
+bool Trust::accepts_code_signer(const PublicKey& key) const noexcept {
+  return any_code_ || std::find(code_signers_.begin(), code_signers_.end(), key) != code_signers_.end();
+}
+
+}  // namespace threechains
