@@ -125,8 +125,14 @@ int run_target(const Options& o) {
   TargetState state;
   state.worker = worker.handle();
   const bool evict_each = o.metrics.size() == 1 && o.metrics.front() == "first";
-  tc::Receiver receiver(worker,
-                        {.max_slot_size = o.max_size + (64 << 10), .target_args = &state.ran});
+  // Secured as in deployment: the source proves the build's development key,
+  // which also signed the counter. The rings are what the run asks for.
+  const tc::PublicKey key = tc::KeyPair::load(THREECHAINS_DEV_KEY).public_key();
+  tc::Receiver receiver(worker, {.trust = tc::Trust().allow_peer(key).allow_code_signer(key),
+                                 .limits = {.max_ring_bytes_per_peer = std::size_t{1} << 40,
+                                            .max_ring_bytes = std::size_t{1} << 40},
+                                 .max_slot_size = o.max_size + (64 << 10),
+                                 .target_args = &state.ran});
   worker.set_am_handler(kAmBench, &on_bench_am, &state);
   worker.set_am_handler(kAmTotals, &on_totals, &state);
   const std::string port = std::to_string(receiver.port()) + "\n";
@@ -281,7 +287,8 @@ int run_source(const Options& o) {
   tc::Channel channel = source.connect("127.0.0.1", o.port,
                                        {.slots = o.window,
                                         .slot_size = o.max_size + code + 128,
-                                        .delivery = parse_delivery(o.delivery)});
+                                        .delivery = parse_delivery(o.delivery),
+                                        .identity = tc::KeyPair::load(THREECHAINS_DEV_KEY)});
   const std::string delivery = channel.delivery() == tc::Delivery::direct ? "direct"
                                : channel.delivery() == tc::Delivery::put  ? "put"
                                                                           : "am";

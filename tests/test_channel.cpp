@@ -4,6 +4,7 @@
 #include "engine/testing.hpp"
 #include "support/counter_target.hpp"
 #include "support/two_process.hpp"
+#include "trust/envelope.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -13,6 +14,13 @@ using namespace threechains;
 using namespace threechains::test;
 
 namespace {
+
+// The container inside a signed one's envelope: the same code, unsigned.
+std::vector<std::byte> unsigned_copy(std::span<const std::byte> container) {
+  const std::span<const std::byte> body = container_body(container);
+  REQUIRE(body.size() < container.size());
+  return {body.begin(), body.end()};
+}
 
 template <class C>
 const char* counter_container() {
@@ -166,6 +174,7 @@ TEMPLATE_TEST_CASE("bad frames are rejected and the Receiver keeps serving", "[u
   };
 
   std::string expected_error;
+  bool code_refused = false;  // the refusal also reaches the source, from close()
   SECTION("bad magic") {
     build_cached(1);
     frame[0] = std::byte{0};
@@ -181,29 +190,58 @@ TEMPLATE_TEST_CASE("bad frames are rejected and the Receiver keeps serving", "[u
     build_cached(77);
     expected_error = "sequence 77";
   }
-  SECTION("a code section that is not a container") {
-    const std::vector<std::byte> junk(64, std::byte{0x5a});
+  SECTION("a code section that is not a container (signed: it reaches the parser)") {
+    const std::vector<std::byte> junk =
+        sign_container(std::vector<std::byte>(64, std::byte{0x5a}), test_identity());
     build_with_code(code_identity(junk), junk);
     expected_error = "bad magic";
+    code_refused = true;
   }
   SECTION("a container without this host's triple") {
     const Ifunc foreign = Ifunc::load(TC_COUNTER_AARCH64_ONLY);
     build_with_code(foreign.id(), foreign.code());
     expected_error = "aarch64";
+    code_refused = true;
   }
   SECTION("code that does not match the identity it claims") {
     build_with_code(counter.id() ^ 1, counter.code());
     expected_error = "does not hash";
+    code_refused = true;
   }
   SECTION("an ifunc with an unresolved symbol") {
     const Ifunc missing = Ifunc::load(TC_NEEDS_MISSING_SYMBOL);
     build_with_code(missing.id(), missing.code());
     expected_error = "threechains_test_no_such_function";
+    code_refused = true;
+  }
+  SECTION("unsigned code") {
+    const std::vector<std::byte> body = unsigned_copy(counter.code());
+    build_with_code(code_identity(body), body);
+    expected_error = "not signed";
+    code_refused = true;
+  }
+  SECTION("code signed by a key the target does not trust") {
+    const std::vector<std::byte> stranger = sign_container(counter.code(), KeyPair::generate());
+    build_with_code(code_identity(stranger), stranger);
+    expected_error = "does not trust";
+    code_refused = true;
+  }
+  SECTION("code changed after it was signed") {
+    std::vector<std::byte> tampered(counter.code().begin(), counter.code().end());
+    tampered.back() ^= std::byte{1};
+    build_with_code(code_identity(tampered), tampered);
+    expected_error = "does not verify";
+    code_refused = true;
   }
   ChannelAccess::send_raw_frame(channel, frame);
   // Then good frames: the first carries the code, the rest are cached.
   for (int i = 0; i < 5; ++i) (void)send(channel, counter, uint64_t{1});
-  channel.close();
+  if (code_refused) {
+    CHECK_THROWS_WITH(channel.close(), Catch::Contains("refused code") &&
+                                           Catch::Contains(expected_error));
+  } else {
+    channel.close();
+  }
 
   const CounterResult result = target.result();
   INFO(result.first_error);

@@ -128,14 +128,27 @@ TEST_CASE("the JIT cache rejects what it cannot run and stays usable", "[jit]") 
                  Catch::Contains("thread-local storage") && Catch::Contains("-femulated-tls"));
     }
   }
+  SECTION("a dependency the import policy does not allow is refused, named") {
+    IfuncLibrary library{"counter", {}, {"/tmp/libm.so.6"}};
+    library.images.push_back({host_triple(), CodecId::bitcode, {}});
+    const auto container = BitcodeCodec::encode(library);
+    try {
+      (void)cache.load(code_identity(container), CodecId::bitcode, container);
+      FAIL("loaded an ifunc whose dependency the policy does not allow");
+    } catch (const Error& e) {
+      CHECK(e.is(errc::import_refused));
+      CHECK_THAT(e.what(), Catch::Contains("/tmp/libm.so.6") && Catch::Contains("allow_library"));
+    }
+  }
   SECTION("a dependency that cannot be loaded is named") {
     IfuncLibrary library{"counter", {}, {"libthreechains-no-such-library.so.9"}};
     // The dependency is loaded before the image is even parsed, so an empty
     // image is enough to show which library is missing.
     library.images.push_back({host_triple(), CodecId::bitcode, {}});
     const auto container = BitcodeCodec::encode(library);
+    JitCache allowing({.imports = ImportPolicy().allow_library("libthreechains-no-such-library.so.9")});
     try {
-      (void)cache.load(code_identity(container), CodecId::bitcode, container);
+      (void)allowing.load(code_identity(container), CodecId::bitcode, container);
       FAIL("loaded an ifunc whose dependency does not exist");
     } catch (const Error& e) {
       CHECK(e.is(errc::dependency_not_found));

@@ -23,7 +23,7 @@ TEMPLATE_TEST_CASE(
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   const ChannelOptions small = options_for<TestType>({.slots = 2, .slot_size = 4096});
   TestSource source(TestType::transport, target.port(), small);
-  Channel second = source.source.connect("127.0.0.1", target.port(), small);
+  Channel second = source.source.connect("127.0.0.1", target.port(), identified(small));
   source.channel = std::move(second);  // the first channel says goodbye here
 
   // A payload that fits a slot, but not together with the code: the frame goes

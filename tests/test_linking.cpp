@@ -59,6 +59,12 @@ const char* container(const std::string& name, CodecId codec) {
 template <class Payload>
 MatrixOutcome run_on_target(Transport transport, const Ifunc& ifunc, const Payload& payload,
                             int times) {
+  // The target's import policy: the safe set, plus what this target chose to
+  // expose (its own two symbols) and to allow (libomp, by path).
+  ReceiverOptions options;
+  options.jit.imports.allow_symbol("threechains_test_target_value")
+      .allow_symbol("threechains_test_target_add")
+      .allow_library("/usr/lib/llvm-22/lib/libomp.so.5");
   ChildTarget<MatrixOutcome> target(transport, [](ChildContext& context) {
     static matrix_result result{};
     context.receiver.set_target_args(&result);
@@ -69,7 +75,7 @@ MatrixOutcome run_on_target(Transport transport, const Ifunc& ifunc, const Paylo
     outcome.errors = context.errors.size();
     context.first_error(outcome.first_error);
     return outcome;
-  });
+  }, options);
   TestSource source(transport, target.port());
   for (int i = 0; i < times; ++i) (void)send(source.channel, ifunc, payload);
   source.channel.close();

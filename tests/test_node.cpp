@@ -46,7 +46,7 @@ TEMPLATE_TEST_CASE("a chain of 10,000 forwards travels a 3-rank mesh", "[node][x
 
 TEST_CASE("a local recursion 100,000 deep neither grows the stack nor the queue", "[node][xrdma]") {
   constexpr int64_t kDepth = 100000;
-  Node node(Worker(Context({.transport = Transport::shared_memory})), 0, 1);
+  Node node(Worker(Context({.transport = Transport::shared_memory})), 0, 1, secured(NodeOptions{}));
   int64_t calls = 0;
   node.receiver().set_target_args(&calls);
   node.send(0, Ifunc::load(TC_RECURSE), kDepth);

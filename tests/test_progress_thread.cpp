@@ -82,7 +82,7 @@ TEMPLATE_TEST_CASE(
   Worker worker(Context({.transport = TestType::transport}));
   Receiver receiver(worker);
   Source source(worker);
-  Channel channel = source.connect("127.0.0.1", target.port());
+  Channel channel = source.connect("127.0.0.1", target.port(), identified({}));
   for (int i = 0; i < 10; ++i) (void)send(channel, counter, uint64_t{1});
   channel.flush();
   receiver.start();

@@ -51,7 +51,7 @@ TEMPLATE_TEST_CASE("a target killed mid-stream and restarted on its port serves 
   // A new target on the same port listens at once (address reuse is the default).
   second->start(port);
   REQUIRE(second->port() == port);
-  source.channel = source.source.connect("127.0.0.1", port, options);
+  source.channel = source.source.connect("127.0.0.1", port, identified(options));
   Channel& reconnected = source.channel;
   CHECK(send(reconnected, counter, uint64_t{7}) == SendStatus::sent_with_code);
   for (int i = 0; i < 49; ++i)

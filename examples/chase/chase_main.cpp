@@ -162,11 +162,23 @@ void run_server(tc::Node& node, const std::function<bool()>& stop) {
   }
 }
 
+// Every rank proves the build's development key (which also signed the
+// Chaser and ReturnResult) and accepts only ranks that prove it.
+tc::NodeOptions mesh_options(void* target_args) {
+  const tc::KeyPair key = tc::KeyPair::load(THREECHAINS_DEV_KEY);
+  tc::NodeOptions options;
+  options.receiver.trust =
+      tc::Trust().allow_peer(key.public_key()).allow_code_signer(key.public_key());
+  options.receiver.target_args = target_args;
+  options.channel.identity = key;
+  return options;
+}
+
 // A server rank from construction to the end: shard, handlers, connect, serve.
 struct Server {
   Server(tc::Transport transport, int64_t rank, int64_t ranks, const std::vector<uint64_t>& table)
       : node(tc::Worker(tc::Context({.transport = transport})), rank, ranks,
-             {.receiver = {.target_args = &state}}),
+             mesh_options(&state)),
         per(table.size() / static_cast<uint64_t>(ranks - 1)),
         base(static_cast<uint64_t>(rank - 1) * per),
         // The shard lives in UCX-allocated memory, so the GET baseline can read it.
@@ -255,7 +267,7 @@ std::vector<Measurement> run_client(tc::Node& node, ClientState& client, const O
 struct Client {
   Client(tc::Transport transport, int64_t ranks)
       : node(tc::Worker(tc::Context({.transport = transport})), 0, ranks,
-             {.receiver = {.target_args = &state}}) {
+             mesh_options(&state)) {
     node.expose("chase_results", &state.results);
     node.worker().set_am_handler(kAmChaseResult, &on_am_result, &state);
     node.worker().set_am_handler(kAmShardInfo, &on_shard_info, &state);

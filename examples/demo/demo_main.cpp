@@ -30,7 +30,11 @@ double micros(Clock::duration d) {
 int run_target(tc::Transport transport, uint64_t expect, int port_fd) {
   tc::Worker worker(tc::Context({.transport = transport}));
   uint64_t counter = 0;
-  tc::Receiver receiver(worker, {.target_args = &counter});
+  // Secured: sources must prove the build's development key, which also
+  // signed the counter ifunc (docs/security.md).
+  const tc::PublicKey key = tc::KeyPair::load(THREECHAINS_DEV_KEY).public_key();
+  tc::Receiver receiver(worker, {.trust = tc::Trust().allow_peer(key).allow_code_signer(key),
+                                 .target_args = &counter});
   const std::string port = std::to_string(receiver.port()) + "\n";
   if (write(port_fd, port.data(), port.size()) != static_cast<ssize_t>(port.size())) return 3;
   close(port_fd);
@@ -49,7 +53,8 @@ int run_source(tc::Transport transport, uint16_t port, uint64_t total,
                const std::string& container) {
   tc::Worker worker(tc::Context({.transport = transport}));
   tc::Source source(worker);
-  tc::Channel channel = source.connect("127.0.0.1", port);
+  tc::Channel channel =
+      source.connect("127.0.0.1", port, {.identity = tc::KeyPair::load(THREECHAINS_DEV_KEY)});
   const tc::Ifunc counter = tc::Ifunc::load(container);
   const uint64_t one = 1;
   if (std::getenv("THREECHAINS_SHOW_LANES") != nullptr)

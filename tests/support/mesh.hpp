@@ -31,7 +31,7 @@ class Mesh {
         close(down[1]);
         int rc = 0;
         try {
-          Node node(Worker(Context({.transport = transport})), r, ranks, options);
+          Node node(Worker(Context({.transport = transport})), r, ranks, secured(options));
           const uint16_t port = node.port();
           write_all(up[1], &port, sizeof(port));
           std::vector<uint16_t> ports(static_cast<std::size_t>(ranks));
@@ -51,7 +51,7 @@ class Mesh {
       close(down[0]);
       children_.push_back({pid, up[0], down[1]});
     }
-    node_.emplace(Worker(Context({.transport = transport})), 0, ranks, options);
+    node_.emplace(Worker(Context({.transport = transport})), 0, ranks, secured(options));
     std::vector<uint16_t> ports{node_->port()};
     for (const Child& c : children_) {
       uint16_t port = 0;

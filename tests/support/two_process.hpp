@@ -2,6 +2,8 @@
 // the child) and talks to it from the test process, as a source would.
 #pragma once
 
+#include "support/trust.hpp"
+
 #include <threechains/threechains.hpp>
 
 #include <poll.h>
@@ -105,7 +107,7 @@ class ChildTarget {
         std::vector<std::string> errors;
         options.on_error = [&errors](const Error& e) { errors.emplace_back(e.what()); };
         Worker worker(Context({.transport = transport}));
-        Receiver receiver(worker, options);
+        Receiver receiver(worker, secured(options));
         const uint16_t port = receiver.port();
         write_all(to_parent[1], &port, sizeof(port));
         ChildContext context{receiver, to_child[0], acks[1], errors};
@@ -155,6 +157,12 @@ class ChildTarget {
     char ack = 0;
     if (!read_all(acks_, &ack, 1, std::chrono::seconds(60)))
       throw std::runtime_error("child did not acknowledge");
+  }
+
+  // Waits for an acknowledgement the child sent of its own accord.
+  [[nodiscard]] bool wait_for_ack(std::chrono::seconds limit) const {
+    char ack = 0;
+    return read_all(acks_, &ack, 1, limit);
   }
 
   // Waits for the child's Result and its clean exit.
@@ -255,7 +263,7 @@ struct TestSource {
   TestSource(Transport transport, uint16_t port, ChannelOptions options = {})
       : worker(Context({.transport = transport})),
         source(worker),
-        channel(source.connect("127.0.0.1", port, options)) {}
+        channel(source.connect("127.0.0.1", port, identified(options))) {}
   Worker worker;
   Source source;
   Channel channel;

@@ -14,7 +14,10 @@ int main() {
   std::atomic<bool> done{false};
   std::thread target([&] {
     tc::Worker worker(tc::Context({.transport = tc::Transport::tcp}));
-    tc::Receiver receiver(worker, {.target_args = &total});
+    // Only sources holding our key connect; only code it signed runs.
+    const tc::PublicKey key = tc::KeyPair::load(CONSUMER_KEY).public_key();
+    tc::Receiver receiver(worker, {.trust = tc::Trust().allow_peer(key).allow_code_signer(key),
+                                   .target_args = &total});
     port = receiver.port();
     receiver.run([&] { return receiver.stats().peers_closed >= 1; });
     done = true;
@@ -23,7 +26,8 @@ int main() {
 
   tc::Worker worker(tc::Context({.transport = tc::Transport::tcp}));
   tc::Source source(worker);
-  tc::Channel channel = source.connect("127.0.0.1", port);
+  tc::Channel channel =
+      source.connect("127.0.0.1", port, {.identity = tc::KeyPair::load(CONSUMER_KEY)});
   const tc::Ifunc adder = tc::Ifunc::load(ADDER_CONTAINER);
   for (int64_t i = 1; i <= 100; ++i) (void)tc::send(channel, adder, i);
   channel.close();

@@ -1,0 +1,214 @@
+// The Receiver's limits and the faults it survives, between real processes:
+// peers, ring memory, code size, the cache's LRU budget, the code a source
+// keeps, a source killed mid-stream, attackers beside an honest source.
+#include "engine/testing.hpp"
+#include "support/counter_target.hpp"
+#include "support/two_process.hpp"
+#include "trust/envelope.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+using namespace threechains;
+using namespace threechains::test;
+
+namespace {
+
+auto error_with(std::string text) {
+  return Catch::Predicate<Error>(
+      [text](const Error& e) { return std::string(e.what()).find(text) != std::string::npos; },
+      "an Error saying \"" + text + "\"");
+}
+
+}  // namespace
+
+TEST_CASE("peers beyond max_peers and rings beyond the budgets are refused or shrunk",
+          "[limits][ucx]") {
+  ReceiverOptions options;
+  options.limits.max_peers = 2;
+  options.limits.max_ring_bytes_per_peer = 4 * 4096;  // a source asking for 16 slots gets 4
+  options.limits.max_ring_bytes = 6 * 4096;           // room for one such ring, not two
+  auto target = counter_target(Transport::tcp, nullptr, options, 1);
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BINARY);
+  Worker worker(Context({.transport = Transport::tcp}));
+  Source source(worker);
+  const ChannelOptions asks = identified({.slots = 16, .slot_size = 4096});
+  Channel first = source.connect("127.0.0.1", target.port(), asks);
+  CHECK(first.slots() == 4);
+  // The second fits max_peers, but its ring would exceed the total.
+  CHECK_THROWS_MATCHES(source.connect("127.0.0.1", target.port(), asks), Error,
+                       error_with("max_ring_bytes"));
+  for (int i = 0; i < 20; ++i) (void)send(first, counter, uint64_t{1});
+  first.close();
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.counter == 20);
+  CHECK(result.errors == 1);
+}
+
+TEST_CASE("code over max_code_bytes is refused, and the source hears why", "[limits][ucx]") {
+  ReceiverOptions options;
+  options.limits.max_code_bytes = 1024;  // the binary counter fits, the fat bitcode one does not
+  auto target = counter_target(Transport::shared_memory, nullptr, options);
+  const Ifunc small = Ifunc::load(TC_COUNTER_BINARY);
+  const Ifunc big = Ifunc::load(TC_COUNTER_BITCODE);
+  REQUIRE(small.code().size() <= 1024);
+  REQUIRE(big.code().size() > 1024);
+  TestSource source(Transport::shared_memory, target.port());
+  (void)send(source.channel, big, uint64_t{1000});
+  (void)send(source.channel, small, uint64_t{1});
+  CHECK_THROWS_MATCHES(source.channel.flush(), Error, error_with("max_code_bytes"));
+  (void)send(source.channel, small, uint64_t{1});
+  source.channel.close();
+  const CounterResult result = target.result();
+  CHECK(result.counter == 2);
+  CHECK(result.rejected == 1);
+}
+
+TEMPLATE_TEST_CASE("three ifuncs through a one-ifunc cache: each payload runs exactly once",
+                   "[limits][lru][ucx]", Shm, Tcp) {
+  ReceiverOptions options;
+  options.limits.max_cached_ifuncs = 1;
+  auto target = counter_target(TestType::transport, nullptr, options);
+  // Three identities that all add to one counter: +1, +2, +1 per frame.
+  const Ifunc ifuncs[] = {Ifunc::load(TC_COUNTER_BITCODE), Ifunc::load(TC_COUNTER_BY_TWO),
+                          Ifunc::load(TC_COUNTER_BINARY)};
+  TestSource source(TestType::transport, target.port(), options_for<TestType>());
+  constexpr int kRounds = 20;
+  for (int round = 0; round < kRounds; ++round)
+    for (const Ifunc& ifunc : ifuncs) (void)send(source.channel, ifunc, uint64_t{1});
+  source.channel.close();
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.counter == kRounds * (1 + 2 + 1));
+  CHECK(result.dispatched == 3 * kRounds);
+  CHECK(result.rejected == 0);
+  CHECK(result.errors == 0);
+  // Every switch evicted the one loaded; the source's cached frames missed.
+  CHECK(result.code_loads == 3 * kRounds);
+  CHECK(result.misses >= 3 * kRounds - 3);
+}
+
+TEMPLATE_TEST_CASE("a source keeping one ifunc for resends still delivers three",
+                   "[limits][ucx]", Shm, Tcp) {
+  auto target = counter_target(TestType::transport);
+  const Ifunc ifuncs[] = {Ifunc::load(TC_COUNTER_BITCODE), Ifunc::load(TC_COUNTER_BY_TWO),
+                          Ifunc::load(TC_COUNTER_BINARY)};
+  ChannelOptions options = options_for<TestType>();
+  options.max_code_kept = 1;
+  TestSource source(TestType::transport, target.port(), options);
+  uint64_t with_code = 0;
+  for (int round = 0; round < 50; ++round) {
+    for (const Ifunc& ifunc : ifuncs)
+      with_code += send(source.channel, ifunc, uint64_t{1}) == SendStatus::sent_with_code;
+    if (round % 10 == 9) source.channel.flush();  // consumed: the source may let code go
+  }
+  source.channel.close();
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.counter == 50 * 4);
+  CHECK(result.errors == 0);
+  CHECK(with_code > 3);  // let go, then carried again
+}
+
+TEMPLATE_TEST_CASE("a source killed mid-stream: no partial frame runs, its ring comes back, "
+                   "others are served",
+                   "[faults][ucx]", Shm, Tcp) {
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BINARY);
+  ReceiverOptions options;
+  // Over tcp a killed peer is noticed, and its ring returned: the budget has
+  // room for one ring only, so the second source connects only if it was.
+  if (TestType::transport == Transport::tcp) options.limits.max_ring_bytes = 16 * 4096;
+  auto target = ChildTarget<CounterResult>(
+      TestType::transport,
+      [](ChildContext& context) {
+        context.receiver.set_target_args(&g_counter);
+        // Tell the test when the doomed source's frames are flowing.
+        context.receiver.run([&] { return context.receiver.stats().frames_dispatched >= 100; });
+        context.ack();
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        context.receiver.run([&] {
+          if (std::chrono::steady_clock::now() > deadline)
+            throw std::runtime_error("the second source never closed");
+          const ReceiverStats& stats = context.receiver.stats();
+          return stats.peers_closed - stats.peers_lost >= 1;
+        });
+        return report(context);
+      },
+      options);
+  const ChannelOptions ring = identified(options_for<TestType>({.slots = 16, .slot_size = 4096}));
+  const pid_t doomed = fork();
+  if (doomed == 0) {
+    try {
+      Worker worker(Context({.transport = TestType::transport}));
+      Source source(worker);
+      Channel channel = source.connect("127.0.0.1", target.port(), ring);
+      for (;;) (void)send(channel, counter, uint64_t{1});  // until killed, mid-frame or not
+    } catch (...) {
+      _exit(1);
+    }
+  }
+  // The target acknowledges once 100 of its frames have run; then the source dies.
+  const bool flowing = target.wait_for_ack(std::chrono::seconds(60));
+  kill(doomed, SIGKILL);
+  waitpid(doomed, nullptr, 0);
+  REQUIRE(flowing);
+
+  // Over tcp, wait (bounded) for the ring to come back: the connect retries.
+  Worker worker(Context({.transport = TestType::transport}));
+  Source source(worker);
+  std::optional<Channel> channel;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!channel) {
+    try {
+      channel.emplace(source.connect("127.0.0.1", target.port(), ring));
+    } catch (const Error& e) {
+      if (!e.is(errc::peer_refused) || std::chrono::steady_clock::now() > deadline) throw;
+    }
+  }
+  for (int i = 0; i < 5; ++i) (void)send(*channel, counter, uint64_t{1000});
+  channel->close();
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.rejected == 0);  // nothing half-written ran, nothing was thrown away
+  CHECK(result.counter >= 100 + 5000);
+  CHECK(result.counter - 5000 == result.dispatched - 5);  // each frame that ran, whole, once
+  if (TestType::transport == Transport::tcp) CHECK(result.lost == 1);
+}
+
+TEMPLATE_TEST_CASE("attackers beside an honest source: every honest frame runs",
+                   "[faults][trust][ucx]", Shm, Tcp) {
+  auto target = counter_target(TestType::transport);
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  Worker worker(Context({.transport = TestType::transport}));
+  Source source(worker);
+  Channel honest = source.connect("127.0.0.1", target.port(), identified(options_for<TestType>()));
+  // Tampered: other code (counter_by_two's) behind the counter's signature.
+  const std::span<const std::byte> signed_counter = counter.code();
+  const std::span<const std::byte> other = container_body(Ifunc::load(TC_COUNTER_BY_TWO).code());
+  std::vector<std::byte> tampered(signed_counter.begin(),
+                                  signed_counter.end() - container_body(signed_counter).size());
+  tampered.insert(tampered.end(), other.begin(), other.end());
+  const Ifunc forged = Ifunc::from_container(tampered);
+  Worker stranger_worker(Context({.transport = TestType::transport}));
+  Source stranger(stranger_worker);
+  for (int round = 0; round < 10; ++round) {
+    for (int i = 0; i < 10; ++i) (void)send(honest, counter, uint64_t{1});
+    if (round % 3 == 0) {  // an unknown peer tries
+      CHECK_THROWS_MATCHES(
+          stranger.connect("127.0.0.1", target.port(), {.identity = KeyPair::generate()}), Error,
+          error_with("not one this Receiver trusts"));
+    }
+    if (round == 5) {  // the honest connection carries tampered code once
+      (void)send(honest, forged, uint64_t{1000});
+      CHECK_THROWS_MATCHES(honest.flush(), Error, error_with("does not verify"));
+    }
+  }
+  honest.close();
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.counter == 100);
+  CHECK(result.dispatched == 100);
+  CHECK(result.rejected == 1);
+}

@@ -1,0 +1,172 @@
+// Trust between real processes: who may connect (Ed25519 handshake), whose
+// code runs (signed containers), what it may import (the allowlist). Every
+// refusal is checked on both sides: the target counts and reports it, the
+// source sees why.
+#include "support/counter_target.hpp"
+#include "support/two_process.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+using namespace threechains;
+using namespace threechains::test;
+
+namespace {
+
+auto error_with(errc code, std::string text) {
+  return Catch::Predicate<Error>(
+      [code, text](const Error& e) {
+        return e.is(code) && std::string(e.what()).find(text) != std::string::npos;
+      },
+      "an Error of the expected code, saying \"" + text + "\"");
+}
+
+// A target that counts, trusting what `options` says (the test key if nothing).
+ChildTarget<CounterResult> trusting_target(Transport transport, ReceiverOptions options,
+                                           uint64_t sources = 1) {
+  return counter_target(transport, nullptr, std::move(options), sources);
+}
+
+}  // namespace
+
+TEST_CASE("keys and signatures round-trip through their files", "[trust]") {
+  const KeyPair key = KeyPair::generate();
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("threechains-keys-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  key.save(dir + "/k.key", dir + "/k.pub");
+  CHECK((std::filesystem::status(dir + "/k.key").permissions() & std::filesystem::perms::group_read) ==
+        std::filesystem::perms::none);
+  CHECK(KeyPair::load(dir + "/k.key").public_key() == key.public_key());
+  CHECK(PublicKey::load(dir + "/k.pub") == key.public_key());
+  CHECK_THROWS_MATCHES(PublicKey::load(dir + "/k.key"), Error,
+                       error_with(errc::invalid_argument, "not a threechains-ed25519-public"));
+  const std::vector<std::byte> message{std::byte{1}, std::byte{2}};
+  const KeyPair::Signature signature = key.sign(message);
+  CHECK(verify_signature(key.public_key(), message, signature));
+  CHECK_FALSE(verify_signature(KeyPair::generate().public_key(), message, signature));
+  std::filesystem::remove_all(dir);
+
+  // A signed container names its signer; tampering is caught, unsigned is not signed.
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  REQUIRE(container_signer(counter.code()) == test_identity().public_key());
+  std::vector<std::byte> tampered(counter.code().begin(), counter.code().end());
+  tampered[tampered.size() / 2] ^= std::byte{0x40};
+  CHECK_THROWS_MATCHES(container_signer(tampered), Error,
+                       error_with(errc::code_refused, "does not verify"));
+  const std::vector<std::byte> resigned = sign_container(counter.code(), key);
+  CHECK(container_signer(resigned) == key.public_key());
+  CHECK(inspect_container(resigned).name == "counter");
+}
+
+TEST_CASE("a Receiver with no trust configured refuses every peer and says how to configure",
+          "[trust][ucx]") {
+  Worker target_worker(Context({.transport = Transport::tcp}));
+  std::vector<std::string> errors;
+  ReceiverOptions options;  // no trust: the secure default
+  Receiver receiver(target_worker, options);
+  receiver.start();
+  Worker source_worker(Context({.transport = Transport::tcp}));
+  Source source(source_worker);
+  CHECK_THROWS_MATCHES(
+      source.connect("127.0.0.1", receiver.port(), {.identity = test_identity()}), Error,
+      error_with(errc::peer_refused, "Trust::anyone()"));
+  receiver.stop();
+  CHECK(receiver.stats().peers_refused == 1);
+  CHECK(receiver.peers() == 0);
+}
+
+TEMPLATE_TEST_CASE("only sources that prove a trusted key get a ring; the others do not stop it",
+                   "[trust][ucx]", Shm, Tcp) {
+  // Three sources come: a stranger, one with no key, and ours, which sends.
+  auto target = trusting_target(TestType::transport, {}, 1);
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  Worker worker(Context({.transport = TestType::transport}));
+  Source source(worker);
+  CHECK_THROWS_MATCHES(
+      source.connect("127.0.0.1", target.port(), {.identity = KeyPair::generate()}), Error,
+      error_with(errc::peer_refused, "not one this Receiver trusts"));
+  CHECK_THROWS_MATCHES(source.connect("127.0.0.1", target.port()), Error,
+                       error_with(errc::peer_refused, "ChannelOptions::identity"));
+  Channel channel = source.connect("127.0.0.1", target.port(), identified(options_for<TestType>()));
+  for (int i = 0; i < 100; ++i) (void)send(channel, counter, uint64_t{1});
+  channel.close();
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.counter == 100);
+  CHECK(result.dispatched == 100);
+  CHECK(result.errors == 2);  // the two refusals, reported
+  CHECK_THAT(result.first_error, Catch::Contains("refused"));
+}
+
+TEST_CASE("a source that insists on the target's key sends only to that target",
+          "[trust][ucx]") {
+  ReceiverOptions options;
+  options.identity = test_identity();
+  auto target = trusting_target(Transport::tcp, options, 1);
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  Worker worker(Context({.transport = Transport::tcp}));
+  Source source(worker);
+  ChannelOptions wrong = identified({});
+  wrong.target_key = KeyPair::generate().public_key();
+  CHECK_THROWS_MATCHES(source.connect("127.0.0.1", target.port(), wrong), Error,
+                       error_with(errc::peer_refused, "did not prove"));
+  ChannelOptions right = identified({});
+  right.target_key = test_identity().public_key();
+  Channel channel = source.connect("127.0.0.1", target.port(), right);
+  (void)send(channel, counter, uint64_t{5});
+  channel.close();
+  const CounterResult result = target.result();
+  CHECK(result.counter == 5);
+}
+
+TEMPLATE_TEST_CASE("a signed ifunc that calls system() is refused at link, naming the symbol",
+                   "[trust][imports][ucx]", Shm, Tcp) {
+  for (const char* path : {TC_EVIL_SYSTEM_BITCODE, TC_EVIL_SYSTEM_BINARY}) {
+    const Ifunc evil = Ifunc::load(path);
+    const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+    REQUIRE(container_signer(evil.code()) == test_identity().public_key());
+    const std::string witness = "/tmp/threechains-evil-" + std::to_string(getpid());
+    std::filesystem::remove(witness);
+    auto target = counter_target(TestType::transport);
+    TestSource source(TestType::transport, target.port(), options_for<TestType>());
+    char command[128];
+    std::snprintf(command, sizeof(command), "touch %s", witness.c_str());
+    (void)send(source.channel, evil, command);
+    for (int i = 0; i < 10; ++i) (void)send(source.channel, counter, uint64_t{1});
+    CHECK_THROWS_MATCHES(source.channel.close(), Error,
+                         error_with(errc::import_refused, "imports 'system'"));
+    const CounterResult result = target.result();
+    INFO(path << ": " << result.first_error);
+    CHECK_THAT(result.first_error, Catch::Contains("'system'") && Catch::Contains("ImportPolicy"));
+    CHECK(result.rejected == 1);
+    CHECK(result.counter == 10);  // the target kept serving
+    CHECK_FALSE(std::filesystem::exists(witness));
+  }
+}
+
+TEST_CASE("inline assembly in bitcode is refused before it is compiled", "[trust][imports]") {
+  const Ifunc evil = Ifunc::load(TC_EVIL_ASM);
+  JitCache cache;
+  CHECK_THROWS_MATCHES(cache.load(evil.id(), evil.codec(), evil.code()), Error,
+                       error_with(errc::import_refused, "inline assembly"));
+  // Development: the unrestricted policy lets it run (a getpid system call).
+  JitCache open({.imports = ImportPolicy::unrestricted()});
+  long result = 0;
+  open.load(evil.id(), evil.codec(), evil.code()).entry(nullptr, 0, &result);
+  CHECK(result == getpid());
+}
+
+TEST_CASE("symbols come from a dependency only if that library defines them", "[trust][imports]") {
+  // libm is allowed, and libm links libc: dlsym on libm's handle would find
+  // libc's system(). The dependency resolves only what libm itself defines.
+  const Ifunc evil = Ifunc::load(TC_EVIL_SYSTEM_VIA_LIBM);
+  REQUIRE(evil.info().deps == std::vector<std::string>{"libm.so.6"});
+  JitCache cache;
+  CHECK_THROWS_MATCHES(cache.load(evil.id(), evil.codec(), evil.code()), Error,
+                       error_with(errc::import_refused, "imports 'system'"));
+}
