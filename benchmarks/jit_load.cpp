@@ -4,6 +4,7 @@
 // each container given. Prints a table and one JSON line per container.
 #include <threechains/ifunc.hpp>
 #include <threechains/jit_cache.hpp>
+#include <threechains/trust.hpp>
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
@@ -25,8 +26,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   tc::JitCache cache({.codegen_level = codegen_level});
-  fmt::print("{:<40} {:>8} {:>10} {:>10} {:>10} {:>10}\n", "container", "codec", "bytes",
-             "first ms", "median us", "min us");
+  fmt::print("{:<40} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "container", "codec", "bytes",
+             "first ms", "median us", "min us", "verify us");
   for (const std::string& path : containers) {
     const tc::Ifunc ifunc = tc::Ifunc::load(path);
     const auto first = cache.load(ifunc.id(), ifunc.codec(), ifunc.code()).compile_time;
@@ -37,19 +38,48 @@ int main(int argc, char** argv) {
                            cache.load(ifunc.id(), ifunc.codec(), ifunc.code()).compile_time)
                            .count());
     }
+    // What a Receiver adds before a first load: the signature check (BLAKE2b
+    // of the container, one Ed25519 verification), side by side with the load.
+    std::vector<double> checks;
+    for (int i = 0; i < repeats; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      (void)tc::container_signer(ifunc.code());
+      checks.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count());
+    }
+    std::sort(checks.begin(), checks.end());
+    const double check_us = checks.empty() ? 0 : checks[checks.size() / 2];
     std::sort(rounds.begin(), rounds.end());
     const double median = rounds.empty() ? 0 : rounds[rounds.size() / 2];
     const double best = rounds.empty() ? 0 : rounds.front();
     const double first_ms = std::chrono::duration<double, std::milli>(first).count();
-    fmt::print("{:<40} {:>8} {:>10} {:>10.3f} {:>10.1f} {:>10.1f}\n",
+    fmt::print("{:<40} {:>8} {:>10} {:>10.3f} {:>10.1f} {:>10.1f} {:>10.1f}\n",
                ifunc.name() + " (" + path.substr(path.rfind('/') + 1) + ")",
-               tc::to_string(ifunc.codec()), ifunc.code().size(), first_ms, median, best);
+               tc::to_string(ifunc.codec()), ifunc.code().size(), first_ms, median, best, check_us);
     fmt::print(stderr,
                "{{\"bench\":\"jit_load\",\"container\":\"{}\",\"codec\":\"{}\",\"bytes\":{},"
                "\"first_ms\":{:.3f},"
-               "\"median_us\":{:.1f},\"min_us\":{:.1f},\"codegen_level\":{}}}\n",
+               "\"median_us\":{:.1f},\"min_us\":{:.1f},\"verify_us\":{:.1f},\"codegen_level\":{}}}\n",
                path, tc::to_string(ifunc.codec()), ifunc.code().size(), first_ms, median, best,
-               codegen_level);
+               check_us, codegen_level);
   }
+  // The handshake's cryptography, per connection: the source signs the
+  // transcript (about 200 bytes), the target verifies it.
+  const tc::KeyPair key = tc::KeyPair::generate();
+  const std::vector<std::byte> transcript(200, std::byte{0x5a});
+  std::vector<double> handshake;
+  for (int i = 0; i < std::max(repeats, 1); ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    const tc::KeyPair::Signature signature = key.sign(transcript);
+    const bool ok = tc::verify_signature(key.public_key(), transcript, signature);
+    handshake.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    if (!ok) return 1;
+  }
+  std::sort(handshake.begin(), handshake.end());
+  fmt::print("handshake crypto (sign + verify): median {:.1f} us\n", handshake[handshake.size() / 2]);
+  fmt::print(stderr, "{{\"bench\":\"handshake_crypto\",\"median_us\":{:.1f}}}\n",
+             handshake[handshake.size() / 2]);
   return 0;
 }

@@ -10,7 +10,7 @@ export UCX_MEM_MMAP_HOOK_MODE=none  # as for the sanitizer build
 seconds=${FUZZ_SECONDS:-60}
 cmake --preset fuzz
 cmake --build --preset fuzz
-for target in frame container; do
+for target in frame container receive control; do
   corpus=build-fuzz/corpus/$target
   crashes=build-fuzz/crashes/$target
   rm -rf "$corpus" && mkdir -p "$corpus" "$crashes"
@@ -18,7 +18,12 @@ for target in frame container; do
   echo "fuzz: $target for ${seconds} s"
   log=build-fuzz/fuzz-$target.log
   rc=0
-  ./build-fuzz/tests/fuzz/fuzz_$target "$corpus" -max_total_time="$seconds" \
+  # The live-link fuzzers keep one UCX connection across inputs (and
+  # reconnect): UCX's state made during an input outlives it by design, which
+  # libFuzzer's per-input leak check would call a leak. ASan+UBSan still run.
+  leaks=()
+  case $target in receive|control) leaks=(-detect_leaks=0) ;; esac
+  ./build-fuzz/tests/fuzz/fuzz_$target "$corpus" -max_total_time="$seconds" "${leaks[@]}" \
     -artifact_prefix="$crashes/" -print_final_stats=1 > "$log" 2>&1 || rc=$?
   grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb)|DONE|ERROR|SUMMARY" "$log" || true
   if [ "$rc" -ne 0 ]; then

@@ -53,8 +53,10 @@ int run_source(tc::Transport transport, uint16_t port, uint64_t total,
                const std::string& container) {
   tc::Worker worker(tc::Context({.transport = transport}));
   tc::Source source(worker);
-  tc::Channel channel =
-      source.connect("127.0.0.1", port, {.identity = tc::KeyPair::load(THREECHAINS_DEV_KEY)});
+  const tc::KeyPair identity = tc::KeyPair::load(THREECHAINS_DEV_KEY);
+  const auto connecting = Clock::now();
+  tc::Channel channel = source.connect("127.0.0.1", port, {.identity = identity});
+  const double connect_us = micros(Clock::now() - connecting);
   const tc::Ifunc counter = tc::Ifunc::load(container);
   const uint64_t one = 1;
   if (std::getenv("THREECHAINS_SHOW_LANES") != nullptr)
@@ -87,6 +89,7 @@ int run_source(tc::Transport transport, uint16_t port, uint64_t total,
   const double rate =
       streamed ? double(streamed) / std::chrono::duration<double>(Clock::now() - start).count() : 0;
 
+  fmt::print("  source: connect {:.1f} us (UCX wire-up and the Ed25519 handshake)\n", connect_us);
   fmt::print(
       "  source: first call {:.1f} us round trip (code {} B sent, JIT on the target inside)\n",
       first_rtt, counter.code().size());

@@ -1,0 +1,38 @@
+// libFuzzer target: every control message of the protocol, as a peer could
+// send it. Each input is an Active Message — its id chosen among the
+// protocol's (HELLO, PROOF, CODE, BYE, FRAME, WELCOME, CHALLENGE, NEED_CODE,
+// CREDIT, CODE_REFUSED), its header and data from the input — sent on an
+// authenticated connection to a real Receiver, which then polls. Whatever the
+// input does (a second HELLO, a forged PROOF, a goodbye), the harness
+// reconnects and the next input finds a Receiver that still serves.
+#include "engine/protocol.hpp"
+#include "live_link.hpp"
+
+#include <array>
+#include <cstring>
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+  using namespace threechains::detail;
+  static threechains::fuzz::LiveLink link;
+  static constexpr std::array kIds = {kAmHello, kAmProof,     kAmCode,      kAmBye,
+                                      kAmFrame, kAmWelcome,   kAmChallenge, kAmNeedCode,
+                                      kAmCredit, kAmCodeRefused};
+  if (size < 2) return 0;
+  const unsigned id = kIds[data[0] % kIds.size()];
+  const std::size_t header_length = std::min<std::size_t>(data[1], size - 2);
+  const uint8_t* header = data + 2;
+  const uint8_t* body = header + header_length;
+  const std::size_t body_length = size - 2 - header_length;
+  try {
+    threechains::Request request = link.channel().endpoint().am_send(
+        id, header, header_length, body, body_length);
+    for (int round = 0; round < 100000 && request.reap() == UCS_INPROGRESS; ++round) {
+      link.source_worker().progress();
+      link.receiver().poll();
+    }
+  } catch (const threechains::Error&) {  // the endpoint is gone: a new one
+  }
+  link.settle();
+  link.ensure_connected();
+  return 0;
+}

@@ -1,0 +1,84 @@
+// For the fuzzers that go through a real connection: a Receiver and a Source
+// in this process, each on its own UCX worker over shared memory, connected
+// with a real handshake (a key generated per run; the Receiver trusts it for
+// peers and code). Built once; reconnected when an input ends the connection.
+#pragma once
+
+#include "engine/testing.hpp"
+
+#include <threechains/threechains.hpp>
+
+#include <optional>
+
+namespace threechains::fuzz {
+
+class LiveLink {
+ public:
+  LiveLink()
+      : key_(KeyPair::generate()),
+        target_worker_(Context({.transport = Transport::shared_memory})),
+        receiver_(target_worker_, options(key_)),
+        source_worker_(Context({.transport = Transport::shared_memory})),
+        source_(source_worker_) {
+    reconnect();
+  }
+
+  Receiver& receiver() { return receiver_; }
+  Channel& channel() { return *channel_; }
+  const Worker& source_worker() const { return source_worker_; }
+
+  // Progresses both ends until the source has nothing in flight (bounded):
+  // whatever an input started is finished before the next one.
+  void settle() {
+    for (int round = 0; round < 256; ++round) {
+      receiver_.poll();
+      source_worker_.progress();
+      if (channel_ && channel_->frames_in_flight() == 0 && round > 4) return;
+    }
+  }
+
+  // A new connection if the last input ended this one (a goodbye, a refusal).
+  void ensure_connected() {
+    if (receiver_.peers() == 1 && channel_) {
+      try {
+        channel_->flush(std::chrono::milliseconds(200));
+        return;
+      } catch (const Error&) {  // refused code reported, or the link is gone
+        if (receiver_.peers() == 1) return;
+      }
+    }
+    reconnect();
+  }
+
+ private:
+  static ReceiverOptions options(const KeyPair& key) {
+    ReceiverOptions options;
+    options.trust = Trust().allow_peer(key.public_key()).allow_code_signer(key.public_key());
+    options.on_error = [](const Error&) {};  // rejections are the point; stay quiet
+    options.limits.handshake_timeout = std::chrono::milliseconds(200);
+    return options;
+  }
+
+  void reconnect() {
+    channel_.reset();
+    // The Receiver answers the handshake from its own thread meanwhile.
+    receiver_.start();
+    try {
+      channel_.emplace(source_.connect("127.0.0.1", receiver_.port(),
+                                       {.slots = 4, .slot_size = 8192, .identity = key_}));
+    } catch (...) {
+      receiver_.stop();
+      throw;
+    }
+    receiver_.stop();
+  }
+
+  KeyPair key_;
+  Worker target_worker_;
+  Receiver receiver_;
+  Worker source_worker_;
+  Source source_;
+  std::optional<Channel> channel_;
+};
+
+}  // namespace threechains::fuzz
