@@ -230,10 +230,11 @@ class JsonOut {
 // like the ring's credits.
 class AmBaseline {
  public:
-  AmBaseline(tc::Worker worker, uint16_t port, bool eager)
-      : worker_(std::move(worker)),
-        ep_(tc::Endpoint::connect(worker_, "127.0.0.1", port)),
-        o_eager_(eager) {
+  // On the channel's own endpoint: the target accepts only endpoints that
+  // authenticate (one that never says HELLO is dropped after the handshake
+  // timeout), and one connection carries both, as a user's own AMs would.
+  AmBaseline(tc::Worker worker, const tc::Endpoint& ep, bool eager)
+      : worker_(std::move(worker)), ep_(ep), o_eager_(eager) {
     worker_.set_am_handler(kAmAck, &on_ack, this);
     // The target learns our endpoint from the first message (REPLY flag).
   }
@@ -260,7 +261,7 @@ class AmBaseline {
   [[nodiscard]] uint64_t sent() const { return sent_; }
   [[nodiscard]] uint64_t acked() const { return acked_; }
   void progress() { worker_.progress(); }
-  tc::Endpoint& endpoint() { return ep_; }
+  const tc::Endpoint& endpoint() const { return ep_; }
 
  private:
   static ucs_status_t on_ack(void* arg, const void* header, std::size_t length, void*, std::size_t,
@@ -270,7 +271,7 @@ class AmBaseline {
     return UCS_OK;
   }
   tc::Worker worker_;
-  tc::Endpoint ep_;
+  const tc::Endpoint& ep_;  // the Channel's, which outlives this baseline
   uint64_t sent_ = 0;
   uint64_t acked_ = 0;
   bool o_eager_;
@@ -293,7 +294,7 @@ int run_source(const Options& o) {
                                : channel.delivery() == tc::Delivery::put  ? "put"
                                                                           : "am";
   // The AM baseline shares the worker; the target's ack handler finds it by endpoint.
-  AmBaseline am(worker, o.port, o.am_protocol == "eager");
+  AmBaseline am(worker, channel.endpoint(), o.am_protocol == "eager");
   // The counter adds the payload's first 8 bytes (little-endian): make that 1.
   std::vector<std::byte> payload(std::max<std::size_t>(o.max_size, 8), std::byte{0});
   payload[0] = std::byte{1};
@@ -414,7 +415,6 @@ int run_source(const Options& o) {
       ucp_am_send_nbx(am.endpoint().handle(), kAmTotals, totals, sizeof(totals), nullptr, 0, &p),
       "ucp_am_send_nbx(totals)");
   tc::check(request.wait(worker, std::chrono::seconds(10)), "ucp_am_send_nbx(totals)");
-  am.endpoint().close();
   channel.close();
   return 0;
 }

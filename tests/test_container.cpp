@@ -52,7 +52,7 @@ TEST_CASE("containers ship compressed and stripped", "[container]") {
   CHECK(counter.code().size() < raw.size());  // the zstd frame is smaller
   // Fat x86_64 + aarch64 counter: at most 2.5 KiB, plus the signature's
   // fixed 104-byte envelope (magic, key, signature) when it is signed.
-  const std::size_t envelope = counter.info().signer.empty() ? 0 : 104;
+  const std::size_t envelope = counter.info().claimed_signer.empty() ? 0 : 104;
   CHECK(counter.code().size() - envelope <= 2560);
   CHECK(Ifunc::load(TC_COUNTER_BINARY).code().size() <= 1024);
   // The unpacked form parses to the same ifunc.

@@ -47,6 +47,25 @@ TEST_CASE("peers beyond max_peers and rings beyond the budgets are refused or sh
   CHECK(result.errors == 1);
 }
 
+TEST_CASE("a peer beyond max_peers is turned away at the door", "[limits][ucx]") {
+  ReceiverOptions options;
+  options.limits.max_peers = 1;
+  auto target = counter_target(Transport::tcp, nullptr, options, 1);
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BINARY);
+  Worker worker(Context({.transport = Transport::tcp}));
+  Source source(worker);
+  Channel first = source.connect("127.0.0.1", target.port(), identified({}));
+  ChannelOptions quick = identified({});
+  quick.connect_timeout = std::chrono::milliseconds(3000);
+  CHECK_THROWS_AS(source.connect("127.0.0.1", target.port(), quick), Error);
+  for (int i = 0; i < 10; ++i) (void)send(first, counter, uint64_t{1});
+  first.close();
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.counter == 10);
+  CHECK_THAT(result.first_error, Catch::Contains("max_peers"));
+}
+
 TEST_CASE("code over max_code_bytes is refused, and the source hears why", "[limits][ucx]") {
   ReceiverOptions options;
   options.limits.max_code_bytes = 1024;  // the binary counter fits, the fat bitcode one does not

@@ -2,6 +2,7 @@
 // code runs (signed containers), what it may import (the allowlist). Every
 // refusal is checked on both sides: the target counts and reports it, the
 // source sees why.
+#include "engine/testing.hpp"
 #include "support/counter_target.hpp"
 #include "support/two_process.hpp"
 
@@ -169,4 +170,40 @@ TEST_CASE("symbols come from a dependency only if that library defines them", "[
   JitCache cache;
   CHECK_THROWS_MATCHES(cache.load(evil.id(), evil.codec(), evil.code()), Error,
                        error_with(errc::import_refused, "imports 'system'"));
+}
+
+TEST_CASE("a peer that names a trusted key but cannot sign for it gets no ring", "[trust][ucx]") {
+  auto target = trusting_target(Transport::tcp, {}, 1);
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  Worker worker(Context({.transport = Transport::tcp}));
+  Source source(worker);
+  HandshakeAccess::forge_proofs(true);
+  CHECK_THROWS_MATCHES(source.connect("127.0.0.1", target.port(), identified({})), Error,
+                       error_with(errc::peer_refused, "does not verify"));
+  HandshakeAccess::forge_proofs(false);
+  Channel channel = source.connect("127.0.0.1", target.port(), identified({}));
+  (void)send(channel, counter, uint64_t{3});
+  channel.close();
+  const CounterResult result = target.result();
+  CHECK(result.counter == 3);
+  CHECK(result.errors == 1);
+  CHECK_THAT(result.first_error, Catch::Contains("does not verify"));
+}
+
+TEST_CASE("a source that pins the target's key refuses a target that never proves it",
+          "[trust][ucx]") {
+  // Trust::anyone() grants without a challenge: nothing proves the key. (The
+  // source that refuses the ring leaves: two sources close in all.)
+  auto target = trusting_target(Transport::shared_memory, {.trust = Trust::anyone()}, 2);
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  Worker worker(Context({.transport = Transport::shared_memory}));
+  Source source(worker);
+  ChannelOptions pinned = identified({});
+  pinned.target_key = test_identity().public_key();
+  CHECK_THROWS_MATCHES(source.connect("127.0.0.1", target.port(), pinned), Error,
+                       error_with(errc::peer_refused, "did not prove"));
+  Channel channel = source.connect("127.0.0.1", target.port(), identified({}));
+  (void)send(channel, counter, uint64_t{4});
+  channel.close();
+  CHECK(target.result().counter == 4);
 }

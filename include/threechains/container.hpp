@@ -36,9 +36,9 @@ struct ContainerInfo {
   std::vector<std::string> triples;
   std::vector<std::string> deps;
   std::vector<std::size_t> image_sizes;
-  // Hex public key of the key that signed the container, empty if unsigned.
-  // Read, not verified: a Receiver verifies (container_signer, trust.hpp).
-  std::string signer;
+  // Hex public key the container says signed it, empty if unsigned. Read,
+  // not verified: a Receiver verifies (container_signer, trust.hpp).
+  std::string claimed_signer;
 };
 
 // Packs a library into a container. Every image must be of the same kind.

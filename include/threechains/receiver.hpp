@@ -33,13 +33,15 @@ struct NodeCore;
 // cache-miss path when a frame needs it again.
 struct ReceiverLimits {
   uint32_t max_peers = 64;  // connected, or still proving who they are
+  uint32_t max_pending_handshakes = 8;  // connected, not yet proven: the rest wait outside
   std::size_t max_ring_bytes_per_peer = std::size_t{8} << 20;
   std::size_t max_ring_bytes = std::size_t{256} << 20;  // all peers together
   std::size_t max_code_bytes = std::size_t{16} << 20;   // one container as it travels
   std::size_t max_cached_ifuncs = 1024;
   std::size_t max_cached_code_bytes = std::size_t{256} << 20;  // their containers
-  // A peer that has not proven its key by then is let go.
-  std::chrono::milliseconds handshake_timeout{10000};
+  // A peer that has not proven its key by then is let go (an endpoint that
+  // never says HELLO too: send your own Active Messages on a Channel's).
+  std::chrono::milliseconds handshake_timeout{5000};
 };
 
 struct ReceiverOptions {
@@ -48,7 +50,9 @@ struct ReceiverOptions {
   // the keys to accept, or Trust::anyone() for development (docs/security.md).
   Trust trust;
   // This Receiver's own key: it proves itself to sources that ask
-  // (ChannelOptions::target_key).
+  // (ChannelOptions::target_key), and sources' proofs name it, so a proof
+  // cannot be relayed to another Receiver. Without one, a Receiver makes a
+  // key of its own when it starts (sources cannot pin that one).
   std::optional<KeyPair> identity;
   ReceiverLimits limits;
   uint32_t max_slots = 64;              // per source

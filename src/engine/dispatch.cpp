@@ -110,6 +110,13 @@ std::byte* Engine::aligned_scratch(std::size_t length) {
 void Engine::dispatch_delivered(Link& link, std::byte* data, std::size_t length) {
   Inbound& in = link.in;
   if (!in.backlog.empty()) [[unlikely]] {
+    // More frames than the ring it was granted: the source ignored its
+    // credits. Nothing more from it is kept; the control round refuses it.
+    if (in.backlog.size() >= in.slots) {
+      link.flooded = true;
+      control_pending_ = true;
+      return;
+    }
     in.backlog.emplace_back(data, data + length);
     return;
   }
@@ -149,9 +156,9 @@ IfuncMain Engine::load(Link& link, CodeId id, CodecId codec, std::span<const std
     }
     // Before anything parses it: whose code is this, and is it intact?
     check_code_trust(t.options.trust, code);
-    make_room(code.size());
     const LoadResult result = t.cache.load(id, codec, code);
     note_loaded(id, code.size());
+    trim_cache(id);  // after a load that worked: bad code never costs good code its place
     if (keep_code_) {
       // Kept for injected code that sends it onward; parsed again only if it does.
       t.code_by_name[result.name] = id;
@@ -191,18 +198,19 @@ void Engine::touch(CodeId id) noexcept {
   if (it != t.cache_use.end()) it->second.last_use = ++t.use_clock;
 }
 
-void Engine::make_room(std::size_t incoming) {
+void Engine::trim_cache(CodeId keep) {
   Target& t = *target_;
   const ReceiverLimits& limits = t.options.limits;
-  while (!t.cache_use.empty() && (t.cache_use.size() + 1 > limits.max_cached_ifuncs ||
-                                  t.cached_code_bytes + incoming > limits.max_cached_code_bytes)) {
-    // The least recently used, never the one running now (its code is on the stack).
+  while (t.cache_use.size() > limits.max_cached_ifuncs ||
+         t.cached_code_bytes > limits.max_cached_code_bytes) {
+    // The least recently used; never the one just loaded, nor the one running
+    // now (its code is on the stack).
     auto victim = t.cache_use.end();
     for (auto it = t.cache_use.begin(); it != t.cache_use.end(); ++it) {
-      if (it->first == t.running.code_id && t.running.code_id != 0) continue;
+      if (it->first == keep || (it->first == t.running.code_id && t.running.code_id != 0)) continue;
       if (victim == t.cache_use.end() || it->second.last_use < victim->second.last_use) victim = it;
     }
-    if (victim == t.cache_use.end()) return;  // only the running one: it stays
+    if (victim == t.cache_use.end()) return;  // only those two: they stay
     forget(victim->first);
     ++t.stats.evictions;
   }
@@ -210,7 +218,11 @@ void Engine::make_room(std::size_t incoming) {
 
 void Engine::forget(CodeId id) {
   Target& t = *target_;
-  (void)t.cache.evict(id);
+  try {
+    (void)t.cache.evict(id);
+  } catch (const Error& error) {  // LLVM could not free it: forgotten all the same
+    report(error);
+  }
   if (const auto it = t.cache_use.find(id); it != t.cache_use.end()) {
     t.cached_code_bytes -= it->second.bytes;
     t.cache_use.erase(it);
@@ -224,9 +236,9 @@ void Engine::install(const Ifunc& ifunc) {
   Target& t = *target_;
   if (t.cache.contains(ifunc.id()) && t.code_store.contains(ifunc.id())) return;
   if (!t.cache.contains(ifunc.id())) {
-    make_room(ifunc.code().size());
     const LoadResult result = t.cache.load(ifunc.id(), ifunc.codec(), ifunc.code());
     note_loaded(ifunc.id(), ifunc.code().size());
+    trim_cache(ifunc.id());
     ++t.stats.code_loads;
     t.stats.last_load_time = result.compile_time;
     t.stats.total_load_time += result.compile_time;
@@ -293,8 +305,13 @@ void Engine::accept_code(Link& link, Inbound::CodeArrival& arrival) {
     return;
   }
   if (load(link, arrival.header.code_id, static_cast<CodecId>(arrival.header.codec),
-           arrival.code) == nullptr &&
-      in.stalled_on != 0) {
+           arrival.code) != nullptr) {
+    // Loaded: if the stalled frame misses again (another link's code evicted
+    // this meanwhile), it asks again instead of waiting for an answer given.
+    in.stalled_on = 0;
+    return;
+  }
+  if (in.stalled_on != 0) {
     ++target_->stats.frames_rejected;
     skip_stalled(link);  // the code is bad; the frame waiting for it cannot run
   }
@@ -339,7 +356,8 @@ ucs_status_t Engine::on_frame(void* arg, const void* header, std::size_t header_
                               std::size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<Engine*>(arg);
   Link* link = self->find(param);
-  if (link == nullptr || !link->receiving() || length < kCommitWordSize) [[unlikely]]
+  if (link == nullptr || !link->receiving() || length < kCommitWordSize ||
+      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) [[unlikely]]
     return UCS_OK;
   link->in.by_active_message = true;
   // Both directions open: the frame carries what the peer consumed of ours.

@@ -45,6 +45,9 @@ Target::Target(const Worker& worker, ReceiverOptions receiver_options,
     : options(std::move(receiver_options)),
       cache(options.jit),
       listener(worker, options.port, std::move(on_connect)) {
+  // A key of its own even if none was given: the handshake binds each proof
+  // to the Receiver that asked for it (src/engine/handshake.cpp).
+  if (!options.identity && !options.trust.any_peer()) options.identity = KeyPair::generate();
   if (!options.on_error) {
     options.on_error = [](const Error& e) {
       std::fprintf(stderr, "threechains receiver: %s\n", e.what());
@@ -336,8 +339,17 @@ void Engine::handle_control() {
     if (link->out && link->out->challenge) answer_challenge(*link);
     if (link->in.hello) answer_hello(*link);
     if (link->in.proof) check_proof(*link);
+    if (link->flooded && !link->refused) {
+      if (target_) target_->stats.frames_rejected += 1;
+      refuse_peer(*link, "it sent more frames than its ring holds, ignoring its credits");
+      continue;
+    }
+    const bool code_came = !link->in.arrivals.empty();
     for (Inbound::CodeArrival& arrival : link->in.arrivals) accept_code(*link, arrival);
     link->in.arrivals.clear();
+    // The frame that waited for it runs now, before another link's code can
+    // push it out of a small cache.
+    if (code_came && link->receiving() && !link->in.by_active_message) drain(*link);
     if (!link->in.backlog.empty()) drain_backlog(*link);
     const bool lost = link->endpoint.failed();
     if (link->receiving() && (lost || link->in.bye)) close_inbound(*link, lost && !link->in.bye);
@@ -353,6 +365,17 @@ void Engine::handle_control() {
 void Engine::accept_connections() {
   Target& t = *target_;
   for (ucp_conn_request_h request : t.pending_connections) {
+    std::size_t proving = 0;  // accepted, not yet granted a ring nor refused
+    for (const auto& [ep, link] : links_)
+      proving += !link->receiving() && !link->out && !link->refused ? 1 : 0;
+    if (proving >= t.options.limits.max_pending_handshakes) {
+      ++t.stats.peers_refused;
+      report(Error(errc::limit_exceeded,
+                   "a connection refused: " + std::to_string(proving) +
+                       " peers are still proving their keys (ReceiverLimits::max_pending_handshakes)"));
+      t.listener.reject(request);
+      continue;
+    }
     if (links_.size() >= t.options.limits.max_peers) {
       ++t.stats.peers_refused;
       report(Error(errc::limit_exceeded,
@@ -524,7 +547,12 @@ ucs_status_t Engine::on_hello(void* arg, const void* header, std::size_t header_
                               std::size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<Engine*>(arg);
   Link* link = self->find(param);
-  if (link == nullptr || header_length != sizeof(Hello)) return UCS_OK;
+  // Eager only (a rendezvous "data" is a descriptor, not bytes), one HELLO at
+  // a time, an rkey of sane size: before authentication nothing else is kept.
+  if (link == nullptr || header_length != sizeof(Hello) || link->refused || link->in.hello ||
+      length > kMaxRkeySize || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    return UCS_OK;
+  }
   link->in.hello.emplace();
   std::memcpy(&*link->in.hello, header, sizeof(Hello));
   link->in.hello_rkey.assign(static_cast<const std::byte*>(data),
@@ -554,6 +582,14 @@ ucs_status_t Engine::on_welcome(void* arg, const void* header, std::size_t heade
       out.refusal_reason.assign(static_cast<const char*>(data),
                                 std::min(length, kMaxReasonSize));
     }
+    out.state = Outbound::State::refused;
+    return UCS_OK;
+  }
+  if (out.target_key && !out.target_proven) {
+    // A ring from a Receiver that never proved the key we insist on (no
+    // CHALLENGE, or a WELCOME ahead of it): not one frame goes there.
+    out.refusal = UCS_ERR_REJECTED;
+    out.refusal_reason = "the Receiver did not prove it holds the key in ChannelOptions::target_key";
     out.state = Outbound::State::refused;
     return UCS_OK;
   }
@@ -590,7 +626,8 @@ ucs_status_t Engine::on_code(void* arg, const void* header, std::size_t header_l
   // Code only from a peer we granted a ring (it proved its key), and only of
   // a size we accept: nothing else is even copied.
   if (link == nullptr || !link->receiving() || header_length != sizeof(CodeDelivery) ||
-      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 ||
+      link->in.arrivals.size() >= kMaxCodeArrivals) {
     return UCS_OK;
   }
   Inbound::CodeArrival arrival;
@@ -637,7 +674,8 @@ ucs_status_t Engine::on_proof(void* arg, const void* header, std::size_t header_
                               std::size_t, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<Engine*>(arg);
   Link* link = self->find(param);
-  if (link == nullptr || header_length != sizeof(Proof)) return UCS_OK;
+  if (link == nullptr || header_length != sizeof(Proof) || link->refused || !link->in.pending)
+    return UCS_OK;
   link->in.proof.emplace();
   std::memcpy(&*link->in.proof, header, sizeof(Proof));
   self->control_pending_ = true;

@@ -194,9 +194,8 @@ class Engine {
   IfuncMain load(Link& link, CodeId id, CodecId codec, std::span<const std::byte> code);
   void note_loaded(CodeId id, std::size_t bytes);
   void touch(CodeId id) noexcept;
-  // Evicts least recently used ifuncs until `incoming` more bytes (and one
-  // more ifunc) fit the cache limits.
-  void make_room(std::size_t incoming);
+  // Evicts least recently used ifuncs (never `keep`) until the cache fits its limits.
+  void trim_cache(CodeId keep);
   void forget(CodeId id);
   bool request_code(Link& link, const FrameView& frame);
   void return_credit(Link& link);

@@ -13,8 +13,10 @@
 // no rkey, is counted and reported, and its endpoint is closed. A target
 // whose Trust is anyone() grants at once (no extra round trip).
 #include "engine/engine.hpp"
+#include "engine/testing.hpp"
 #include "trust/sodium.hpp"
 
+#include <atomic>
 #include <cstring>
 
 namespace threechains::detail {
@@ -22,6 +24,7 @@ namespace threechains::detail {
 namespace {
 
 constexpr char kPeerDomain[] = "threechains-peer-v2";
+std::atomic<bool> forging_proofs{false};  // HandshakeAccess (tests only)
 constexpr char kTargetDomain[] = "threechains-target-v2";
 
 template <std::size_t N>
@@ -34,11 +37,15 @@ void append(std::vector<std::byte>& out, std::span<const std::byte> bytes) {
   out.insert(out.end(), bytes.begin(), bytes.end());
 }
 
-// What the source signs: domain, both nonces, its HELLO (which holds its key).
-std::vector<std::byte> peer_transcript(const Hello& hello, const uint8_t (&target_nonce)[kNonceSize]) {
+// What the source signs: domain, the target's nonce and key, its HELLO
+// (which holds its own nonce and key). The target's key binds the proof to
+// the Receiver that asked: relayed to another Receiver, it does not verify.
+std::vector<std::byte> peer_transcript(const Hello& hello, const uint8_t (&target_nonce)[kNonceSize],
+                                       const uint8_t (&target_key)[kKeySize]) {
   std::vector<std::byte> out;
   append(out, std::as_bytes(std::span(kPeerDomain)));
   append(out, target_nonce);
+  append(out, target_key);
   append(out, std::as_bytes(std::span(&hello, 1)));
   return out;
 }
@@ -117,15 +124,19 @@ void Engine::answer_challenge(Link& link) {
              " (ChannelOptions::target_key): not sending to it");
       return;
     }
+    out.target_proven = true;
   }
   if (!out.identity) {
     refuse("the Receiver accepts authenticated sources only: set ChannelOptions::identity to a "
            "KeyPair whose public key its Trust allows");
     return;
   }
-  const KeyPair::Signature signature = out.identity->sign(peer_transcript(out.hello, challenge.nonce));
+  const KeyPair::Signature signature =
+      out.identity->sign(peer_transcript(out.hello, challenge.nonce, challenge.target_key));
   Proof proof{};
   std::memcpy(proof.signature, signature.data(), kSignatureSize);
+  if (forging_proofs.load(std::memory_order_relaxed)) [[unlikely]]
+    proof.signature[0] ^= 1;
   try {
     outbox_.send(link.endpoint, kAmProof, proof, {});
   } catch (const Error& error) {
@@ -180,13 +191,14 @@ void Engine::answer_hello(Link& link) {
   random_bytes(std::as_writable_bytes(std::span(pending.nonce)));
   Challenge challenge{};
   std::memcpy(challenge.nonce, pending.nonce.data(), kNonceSize);
-  if (const std::optional<KeyPair>& identity = target_->options.identity) {
-    std::memcpy(challenge.target_key, identity->public_key().bytes().data(), kKeySize);
-    const KeyPair::Signature signature =
-        identity->sign(target_transcript(hello.nonce, challenge.nonce, challenge.target_key));
-    std::memcpy(challenge.target_signature, signature.data(), kSignatureSize);
-    challenge.flags |= kChallengeSigned;
-  }
+  // Every Receiver has a key (its own, or one made when it started): the
+  // proof names it, so it cannot be relayed to another Receiver.
+  const KeyPair& identity = *target_->options.identity;
+  std::memcpy(challenge.target_key, identity.public_key().bytes().data(), kKeySize);
+  const KeyPair::Signature signature =
+      identity.sign(target_transcript(hello.nonce, challenge.nonce, challenge.target_key));
+  std::memcpy(challenge.target_signature, signature.data(), kSignatureSize);
+  challenge.flags |= kChallengeSigned;
   link.in.pending = std::move(pending);
   try {
     outbox_.send(link.endpoint, kAmChallenge, challenge, {});
@@ -207,7 +219,9 @@ void Engine::check_proof(Link& link) {
   uint8_t nonce[kNonceSize];
   std::memcpy(nonce, pending.nonce.data(), kNonceSize);
   const PublicKey key = key_of(pending.hello.key);
-  if (!verify_signature(key, peer_transcript(pending.hello, nonce),
+  uint8_t own_key[kKeySize];
+  std::memcpy(own_key, target_->options.identity->public_key().bytes().data(), kKeySize);
+  if (!verify_signature(key, peer_transcript(pending.hello, nonce, own_key),
                         std::as_bytes(std::span(proof.signature)))) {
     refuse_peer(link, "its proof does not verify for key " + short_key(key));
     return;
@@ -228,6 +242,12 @@ void Engine::grant_ring(Link& link, const Hello& hello, std::span<const std::byt
     return;
   }
   // The per-peer budget shrinks the ring; the total budget refuses it.
+  if (slot_size > limits.max_ring_bytes_per_peer) {
+    refuse_peer(link, "one slot of " + std::to_string(slot_size) + " bytes is over the " +
+                          std::to_string(limits.max_ring_bytes_per_peer) +
+                          " bytes a peer may have (ReceiverLimits::max_ring_bytes_per_peer)");
+    return;
+  }
   slots = static_cast<uint32_t>(
       std::min<std::size_t>(slots, std::max<std::size_t>(limits.max_ring_bytes_per_peer / slot_size, 1)));
   const std::size_t bytes = std::size_t{slots} * slot_size;
@@ -254,10 +274,11 @@ void Engine::grant_ring(Link& link, const Hello& hello, std::span<const std::byt
     in.open = true;
     refresh_inbound();
   } catch (const Error& error) {
-    welcome.status = error.ucs_status().value_or(UCS_ERR_NO_RESOURCE);
     in.ring.reset();
     in.credit.reset();
-    report(error);
+    // No ring: refused like any peer we cannot serve, and let go.
+    refuse_peer(link, "no ring could be made for it: " + error.context());
+    return;
   }
   try {
     outbox_.send(link.endpoint, kAmWelcome, welcome, rkey);
@@ -318,3 +339,7 @@ void Engine::send_code_refusal(Link& link, CodeId id, const Error& error) {
 }
 
 }  // namespace threechains::detail
+
+void threechains::HandshakeAccess::forge_proofs(bool forge) noexcept {
+  detail::forging_proofs.store(forge, std::memory_order_relaxed);
+}

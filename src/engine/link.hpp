@@ -53,6 +53,7 @@ struct Outbound {
   std::optional<KeyPair> identity;
   std::optional<PublicKey> target_key;
   std::optional<Challenge> challenge;
+  bool target_proven = false;  // the target proved `target_key` (a WELCOME before it is refused)
   Hello hello{};  // as sent: the proof signs it
   MemoryRegion credit;            // the target writes its consumed count here
   // One staging slot per granted ring slot; only for puts and Active Messages
@@ -73,6 +74,7 @@ struct Outbound {
   };
   std::unordered_map<CodeId, KeptCode> sent;
   std::size_t max_code_kept = 256;
+  CodeId current_code = 0;  // the ifunc of the latest frames (its last_sequence is not final)
   std::vector<NeedCode> code_requests;  // cache misses to answer, outside handlers
   // Code the target refused to run (signature, imports, size): surfaced by the
   // Channel's next flush() or close(). Bounded; the rest only counted.
@@ -136,6 +138,7 @@ struct Link {
   // When an accepted peer connected: it must prove its key within the limit.
   std::chrono::steady_clock::time_point accepted_at{};
   bool refused = false;  // we refused it: it gets nothing more from us
+  bool flooded = false;  // it sent more frames than its ring holds (AM delivery)
   std::optional<Outbound> out;
   Inbound in;
   bool removed = false;  // no longer in the engine's table (peer gone or both sides done)

@@ -35,6 +35,8 @@ inline constexpr std::size_t kKeySize = 32;
 inline constexpr std::size_t kNonceSize = 32;
 inline constexpr std::size_t kSignatureSize = 64;
 inline constexpr std::size_t kMaxReasonSize = 512;  // refusal texts carried as AM data
+inline constexpr std::size_t kMaxRkeySize = 4096;   // a packed rkey (HELLO data); UCX's are far smaller
+inline constexpr std::size_t kMaxCodeArrivals = 8;  // CODE messages waiting for a control round, per link
 
 struct Hello {
   uint32_t version;

@@ -58,7 +58,7 @@ namespace {
 void let_go_of_consumed_code(Outbound& out, std::size_t keep) {
   const uint64_t consumed = out.hot.consumed();
   for (auto it = out.sent.begin(); it != out.sent.end() && out.sent.size() > keep;) {
-    if (it->second.last_sequence <= consumed && it->first != out.hot.last_held) {
+    if (it->second.last_sequence <= consumed && it->first != out.current_code) {
       out.held.erase(it->first);
       it = out.sent.erase(it);
     } else {
@@ -71,11 +71,13 @@ void let_go_of_consumed_code(Outbound& out, std::size_t keep) {
 
 bool prepare_code(Link& link, const Ifunc& ifunc, std::size_t payload_size) {
   Outbound& out = *link.out;
-  // The ifunc we switch away from was last sent in the frame before this one.
-  if (out.hot.last_held_valid) {
-    const auto previous = out.sent.find(out.hot.last_held);
+  // The ifunc we switch away from was last sent in the frame before this one
+  // (tracked apart from last_held, which a refusal or forget_held_code clears).
+  if (out.current_code != 0) {
+    const auto previous = out.sent.find(out.current_code);
     if (previous != out.sent.end()) previous->second.last_sequence = out.hot.next_sequence - 1;
   }
+  out.current_code = ifunc.id();
   out.hot.last_held = ifunc.id();
   out.hot.last_held_valid = true;
   if (out.sent.size() > out.max_code_kept) let_go_of_consumed_code(out, out.max_code_kept);
@@ -310,7 +312,7 @@ void ChannelAccess::send_raw_frame(Channel& channel, std::span<const std::byte> 
   std::byte* at = ring.direct_ring != nullptr
                       ? ring.direct_ring + slot * ring.slot_size
                       : detail::staging_slot(*channel.engine_, *channel.link_, slot);
-  std::memcpy(at + detail::kCommitWordSize, frame.data(), frame.size());
+  if (!frame.empty()) std::memcpy(at + detail::kCommitWordSize, frame.data(), frame.size());
   channel.commit(at, slot, frame.size());
 }
 

@@ -199,7 +199,7 @@ ContainerInfo inspect_container(std::span<const std::byte> container) {
   info.codec = images.front().kind;
   info.deps = images.front().deps;
   if (const std::optional<Envelope> envelope = read_envelope(container))
-    info.signer = envelope->signer.hex();
+    info.claimed_signer = envelope->signer.hex();
   for (const ParsedImage& image : images) {
     info.triples.push_back(image.triple);
     info.image_sizes.push_back(image.bytes.size());

@@ -19,6 +19,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <algorithm>
 #include <mutex>
 
 namespace threechains {
@@ -34,20 +35,22 @@ struct LoadFailure {
   errc code = errc::jit_failed;
   std::string message;
   bool needs_native_tls = false;
-  std::vector<std::string> refused;  // imports the ImportPolicy turned away
+  std::vector<std::string> refused;  // imports the ImportPolicy turned away somewhere
+  std::vector<std::string> missing;  // what the link could not resolve in the end
 
   // The one place LLVM's errors become ours: classified by their type.
   void absorb(llvm::Error error) {
     llvm::handleAllErrors(
         std::move(error),
-        [this](const llvm::orc::SymbolsNotFound& missing) {
+        [this](const llvm::orc::SymbolsNotFound& not_found) {
           code = errc::symbol_not_found;
-          for (const llvm::orc::SymbolStringPtr& name : missing.getSymbols()) {
+          for (const llvm::orc::SymbolStringPtr& name : not_found.getSymbols()) {
             // Native TLS resolves through the ORC runtime's TLS entry points.
             const llvm::StringRef symbol = *name;
+            missing.push_back(symbol.str());
             if (symbol.contains("_TLS") || symbol == "__tls_get_addr") needs_native_tls = true;
           }
-          append(missing.message());
+          append(not_found.message());
         },
         [this](const llvm::ErrorInfoBase& other) {
           // JITLink refuses native TLS relocations (R_X86_64_TLSGD, ...) by name.
@@ -92,6 +95,7 @@ void initialise_native_target_once() {
 
 }  // namespace
 
+namespace {
 // The loaded object (link_map) that defines `address`, or nullptr.
 const link_map* object_defining(const void* address) {
   Dl_info info;
@@ -99,6 +103,8 @@ const link_map* object_defining(const void* address) {
   if (address == nullptr || dladdr1(address, &info, &map, RTLD_DL_LINKMAP) == 0) return nullptr;
   return static_cast<const link_map*>(map);
 }
+
+}  // namespace
 
 struct JitCache::Impl {
   explicit Impl(const JitOptions& options) : policy(options.imports) {
@@ -143,18 +149,26 @@ struct JitCache::Impl {
       if (llvm::Error e = jit->getExecutionSession().removeJITDylib(*dylib))
         llvm::consumeError(std::move(e));
     }
+    // Before the members its error reporter and generators write to (failure, policy).
+    jit.reset();
   }
 
   // Whether injected code may import `name` from this process: by name, or
   // because an allowed library defines it. A refusal is remembered so the
   // load's error names the symbol (a symbol the process lacks is just missing).
   bool allow_process_symbol(llvm::StringRef name) {
-    const std::string symbol = name.str();
+    return allow_binding(name.str(), dlsym(RTLD_DEFAULT, name.str().c_str()));
+  }
+
+  // Whether `symbol` may be bound to `address` (what the generator at hand
+  // would bind): allowed by name, or defined by an allowed object.
+  bool allow_binding(const std::string& symbol, const void* address) {
     if (policy.allows_symbol(symbol)) return true;
-    const link_map* object = object_defining(dlsym(RTLD_DEFAULT, symbol.c_str()));
-    if (object == nullptr) return false;
+    const link_map* object = object_defining(address);
+    if (object == nullptr) return false;  // not there at all: missing, not refused
     if (policy.allows_object(object->l_name)) return true;
-    failure.refused.push_back(symbol);
+    if (std::find(failure.refused.begin(), failure.refused.end(), symbol) == failure.refused.end())
+      failure.refused.push_back(symbol);
     return false;
   }
 
@@ -163,12 +177,15 @@ struct JitCache::Impl {
   // on a library also finds what its own dependencies (libc) define, which
   // must go through the policy like any process symbol.
   llvm::orc::JITDylib& dependency(const std::string& library, const std::string& ifunc) {
-    if (llvm::orc::JITDylib* existing = jit->getJITDylibByName(library)) return *existing;
+    // The policy first, and our own table: a container must not name another
+    // JITDylib of this session (another ifunc's, the platform's) as a "library".
     if (!policy.allows_dependency(library)) {
       throw Error(errc::import_refused,
                   "ifunc '" + ifunc + "' needs library '" + library +
                       "', which this target's ImportPolicy does not allow (allow_library)");
     }
+    if (const auto known = dependencies.find(library); known != dependencies.end())
+      return *known->second;
     std::string why;
     const auto library_handle =
         llvm::sys::DynamicLibrary::getPermanentLibrary(library.c_str(), &why);
@@ -188,11 +205,13 @@ struct JitCache::Impl {
         library_handle, jit->getDataLayout().getGlobalPrefix(),
         [this, handle, self](const llvm::orc::SymbolStringPtr& name) {
           const std::string symbol = (*name).str();
-          if (object_defining(dlsym(handle, symbol.c_str())) == self) return true;
-          return allow_process_symbol(symbol);
+          const void* address = dlsym(handle, symbol.c_str());
+          if (object_defining(address) == self) return true;
+          return allow_binding(symbol, address);  // what this generator would bind
         });
-    auto& jd = jit->getExecutionSession().createBareJITDylib(library);
+    auto& jd = jit->getExecutionSession().createBareJITDylib("dependency:" + library);
     jd.addGenerator(std::move(generator));
+    dependencies.emplace(library, &jd);
     return jd;
   }
 
@@ -246,9 +265,14 @@ struct JitCache::Impl {
       auto address = jit->lookup(jd, entry_name);
       if (!address) {
         failure.absorb(address.takeError());
-        if (!failure.refused.empty()) {
-          std::string names;
-          for (const std::string& name : failure.refused) names += (names.empty() ? "'" : ", '") + name + "'";
+        // Refused in one place and resolved in another (a dependency defines
+        // it) is no refusal: name only what stayed unresolved for that reason.
+        std::string names;
+        for (const std::string& name : failure.refused) {
+          if (std::find(failure.missing.begin(), failure.missing.end(), name) != failure.missing.end())
+            names += (names.empty() ? "'" : ", '") + name + "'";
+        }
+        if (!names.empty()) {
           throw Error(errc::import_refused,
                       "ifunc '" + image.name + "' (" + image.triple + ") imports " + names +
                           ", which this target's ImportPolicy does not allow "
@@ -287,6 +311,7 @@ struct JitCache::Impl {
   std::string triple;
   LoadFailure failure;  // what the session reported during the current load
   std::unordered_map<CodeId, llvm::orc::JITDylib*> dylibs;
+  std::unordered_map<std::string, llvm::orc::JITDylib*> dependencies;  // live as long as the JIT
 };
 
 JitCache::JitCache(const JitOptions& options) : impl_(std::make_unique<Impl>(options)) {}

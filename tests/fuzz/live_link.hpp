@@ -8,6 +8,8 @@
 
 #include <threechains/threechains.hpp>
 
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 
 namespace threechains::fuzz {
@@ -29,21 +31,31 @@ class LiveLink {
 
   // Progresses both ends until the source has nothing in flight (bounded):
   // whatever an input started is finished before the next one.
+  // (The source's engine, not just its worker: it answers the target's cache
+  // misses from its progress.)
   void settle() {
     for (int round = 0; round < 256; ++round) {
       receiver_.poll();
-      source_worker_.progress();
-      if (channel_ && channel_->frames_in_flight() == 0 && round > 4) return;
+      if (channel_) {
+        try {
+          channel_->progress();
+        } catch (const Error&) {  // the link is gone: ensure_connected() sees to it
+          return;
+        }
+        if (channel_->frames_in_flight() == 0 && round > 4) return;
+      }
     }
   }
 
-  // A new connection if the last input ended this one (a goodbye, a refusal).
+  // A new connection if the last input ended this one (a goodbye, a refusal,
+  // a frame that can never be consumed); code refusals the source heard are
+  // taken (flush throws them) so they do not pile up.
   void ensure_connected() {
-    if (receiver_.peers() == 1 && channel_) {
+    if (receiver_.peers() == 1 && channel_ && channel_->frames_in_flight() == 0) {
       try {
-        channel_->flush(std::chrono::milliseconds(200));
+        channel_->flush(std::chrono::milliseconds(0));
         return;
-      } catch (const Error&) {  // refused code reported, or the link is gone
+      } catch (const Error&) {  // a refusal (taken), or the link is gone
         if (receiver_.peers() == 1) return;
       }
     }
@@ -60,6 +72,9 @@ class LiveLink {
   }
 
   void reconnect() {
+    if (std::getenv("THREECHAINS_FUZZ_TRACE") != nullptr)
+      std::fprintf(stderr, "live link: reconnect (peers %zu, in flight %llu)\n", receiver_.peers(),
+                   channel_ ? static_cast<unsigned long long>(channel_->frames_in_flight()) : 0ull);
     channel_.reset();
     // The Receiver answers the handshake from its own thread meanwhile.
     receiver_.start();
