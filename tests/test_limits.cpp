@@ -205,7 +205,8 @@ TEMPLATE_TEST_CASE("attackers beside an honest source: every honest frame runs",
   Channel honest = source.connect("127.0.0.1", target.port(), identified(options_for<TestType>()));
   // Tampered: other code (counter_by_two's) behind the counter's signature.
   const std::span<const std::byte> signed_counter = counter.code();
-  const std::span<const std::byte> other = container_body(Ifunc::load(TC_COUNTER_BY_TWO).code());
+  const Ifunc by_two = Ifunc::load(TC_COUNTER_BY_TWO);
+  const std::span<const std::byte> other = container_body(by_two.code());
   std::vector<std::byte> tampered(signed_counter.begin(),
                                   signed_counter.end() - container_body(signed_counter).size());
   tampered.insert(tampered.end(), other.begin(), other.end());
