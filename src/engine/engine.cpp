@@ -317,6 +317,7 @@ void Engine::serve_code_requests() {
         auto keep = std::make_shared<Ifunc>(it->second.ifunc);
         const std::span<const std::byte> code = keep->code();
         outbox_.send(link->endpoint, kAmCode, delivery, code, std::move(keep));
+        out.code_unconfirmed = true;
         out.held.insert(request.code_id);
         ++out.hot.stats.code_requests_served;
       } catch (const Error&) {  // the peer went away; it will be noticed as lost

@@ -83,6 +83,9 @@ struct Outbound {
     std::string message;
   };
   std::vector<CodeRefusal> code_refusals;
+  // Code went out since the last flush: a refusal of it may be on its way, so
+  // flush() progresses once more after the credits (cached sends never pay).
+  bool code_unconfirmed = false;
   uint64_t code_refusals_dropped = 0;
 };
 

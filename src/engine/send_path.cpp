@@ -85,6 +85,7 @@ bool prepare_code(Link& link, const Ifunc& ifunc, std::size_t payload_size) {
   if (out.sent.size() >= out.max_code_kept) let_go_of_consumed_code(out, out.max_code_kept - 1);
   out.sent.insert_or_assign(ifunc.id(), Outbound::KeptCode{ifunc, out.hot.next_sequence});
   out.held.insert(ifunc.id());
+  out.code_unconfirmed = true;
   // Too big to travel with its code: send it cached; the target's miss fetches
   // the code by AM, and the payload still runs exactly once.
   return frame_size(payload_size, ifunc.code().size()) <= out.hot.capacity();
@@ -229,8 +230,13 @@ void Channel::flush(std::chrono::milliseconds limit) {
                       " frames in " + std::to_string(limit.count()) + " ms");
     }
   }
-  // Refusals travel ahead of the credits that follow them (the target fences).
-  engine_->progress();
+  // A refusal travels ahead of the credit that follows it (the target fences
+  // a credit put after it; AM credits share its lane): once the credit is
+  // seen, one round of progress has the refusal. Only code can be refused.
+  if (link_->out->code_unconfirmed) {
+    engine_->progress();
+    link_->out->code_unconfirmed = false;
+  }
   engine_->throw_code_refusal(*link_, "flush");
 }
 
