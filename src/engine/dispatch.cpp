@@ -266,6 +266,7 @@ bool Engine::request_code(Link& link, const FrameView& frame) {
   Inbound& in = link.in;
   if (in.stalled_on == in.expected) return false;
   in.stalled_on = in.expected;
+  in.stalled_code = frame.code_id();
   ++target_->stats.cache_misses;
   try {
     outbox_.send(link.endpoint, kAmNeedCode, NeedCode{in.expected, frame.code_id()}, {});
@@ -277,9 +278,12 @@ bool Engine::request_code(Link& link, const FrameView& frame) {
 void Engine::accept_code(Link& link, Inbound::CodeArrival& arrival) {
   if (!target_) return;
   Inbound& in = link.in;
+  // An answer about other code (a late one, or one nobody asked for) leaves
+  // the stalled frame alone.
+  const bool settles_stall = in.stalled_on != 0 && arrival.header.code_id == in.stalled_code;
   if (arrival.header.found == 0) {
     // The source cannot supply the code: the stalled frame can never run.
-    if (in.stalled_on != 0) {
+    if (settles_stall) {
       ++target_->stats.frames_rejected;
       report(Error(errc::unknown_code,
                    "frame " + std::to_string(in.stalled_on) + " from " + link.peer_name +
@@ -298,7 +302,7 @@ void Engine::accept_code(Link& link, Inbound::CodeArrival& arrival) {
     ++target_->stats.code_refused;
     report(error);
     send_code_refusal(link, arrival.header.code_id, error);
-    if (in.stalled_on != 0) {
+    if (settles_stall) {
       ++target_->stats.frames_rejected;
       skip_stalled(link);
     }
@@ -308,10 +312,10 @@ void Engine::accept_code(Link& link, Inbound::CodeArrival& arrival) {
            arrival.code) != nullptr) {
     // Loaded: if the stalled frame misses again (another link's code evicted
     // this meanwhile), it asks again instead of waiting for an answer given.
-    in.stalled_on = 0;
+    if (settles_stall) in.stalled_on = 0;
     return;
   }
-  if (in.stalled_on != 0) {
+  if (settles_stall) {
     ++target_->stats.frames_rejected;
     skip_stalled(link);  // the code is bad; the frame waiting for it cannot run
   }

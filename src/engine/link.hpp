@@ -102,6 +102,7 @@ struct Inbound {
   uint64_t credit_value = 0;  // buffer of the credit in flight
   Request credit_request;
   uint64_t stalled_on = 0;         // sequence waiting for its code (cache miss), 0 if none
+  CodeId stalled_code = 0;         // the code it waits for: only an answer about it settles it
   bool by_active_message = false;  // the source delivers frames by AM, not into the ring
   bool bye = false;                // the source said goodbye
   // AM delivery: frames that arrived while an earlier one waits for its code,
