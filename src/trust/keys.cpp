@@ -79,7 +79,7 @@ PublicKey PublicKey::load(const std::string& path) {
     return from_hex(read_key_line(path, kPublicTag));
   } catch (const Error& e) {
     if (e.is(errc::io)) throw;
-    throw Error(errc::invalid_argument, path + ": " + e.what());
+    throw Error(errc::invalid_argument, path + ": " + e.context());
   }
 }
 
@@ -121,7 +121,7 @@ KeyPair KeyPair::load(const std::string& secret_path) {
                                                    "secret key");
   } catch (const Error& e) {
     if (e.is(errc::io)) throw;
-    throw Error(errc::invalid_argument, secret_path + ": " + e.what());
+    throw Error(errc::invalid_argument, secret_path + ": " + e.context());
   }
   auto secret = std::make_shared<Secret>();
   PublicKey::Bytes pk{};

@@ -1,0 +1,115 @@
+// C API: the Receiver, and the option translation the Node shares.
+#include "capi/handles.hpp"
+
+#include <cstdio>
+
+using threechains::capi::all_given;
+using threechains::capi::fail;
+using threechains::capi::guarded;
+
+namespace threechains::capi {
+
+threechains_receiver_options default_receiver_options() noexcept {
+  const ReceiverOptions defaults;
+  threechains_receiver_options options{};
+  options.size = sizeof(options);
+  options.port = defaults.port;
+  options.max_slots = defaults.max_slots;
+  options.max_slot_size = defaults.max_slot_size;
+  return options;
+}
+
+ReceiverOptions receiver_options(const threechains_receiver_options& given) {
+  ReceiverOptions options;
+  options.port = given.port;
+  if (given.trust != nullptr) options.trust = given.trust->trust;
+  if (given.identity != nullptr) options.identity = given.identity->key;
+  options.target_args = given.target_args;
+  options.max_slots = given.max_slots;
+  options.max_slot_size = given.max_slot_size;
+  if (given.unrestricted_imports != 0) options.jit.imports = ImportPolicy::unrestricted();
+  if (given.on_error != nullptr) {
+    options.on_error = [callback = given.on_error, user = given.on_error_user](const Error& e) {
+      callback(user, status_of(e), e.what());
+    };
+  }
+  return options;
+}
+
+}  // namespace threechains::capi
+
+extern "C" {
+
+void threechains_receiver_options_init(threechains_receiver_options* options) {
+  if (options != nullptr) *options = threechains::capi::default_receiver_options();
+}
+
+threechains_status threechains_receiver_create(threechains_worker* worker,
+                                               const threechains_receiver_options* options,
+                                               threechains_receiver** out) {
+  if (!all_given(worker, out)) return fail(THREECHAINS_INVALID_ARGUMENT, "worker or out is NULL");
+  return guarded("threechains_receiver_create", [&] {
+    const threechains_receiver_options given = threechains::capi::read_options(
+        options, threechains::capi::default_receiver_options());
+    *out = new threechains_receiver{threechains::Receiver(
+        worker->worker, threechains::capi::receiver_options(given))};
+  });
+}
+void threechains_receiver_destroy(threechains_receiver* receiver) { delete receiver; }
+
+uint16_t threechains_receiver_port(const threechains_receiver* receiver) {
+  return receiver != nullptr ? receiver->receiver.port() : 0;
+}
+
+threechains_status threechains_receiver_poll(threechains_receiver* receiver, unsigned* dispatched) {
+  if (!all_given(receiver)) return fail(THREECHAINS_INVALID_ARGUMENT, "receiver is NULL");
+  unsigned ran = 0;
+  const threechains_status status =
+      guarded("threechains_receiver_poll", [&] { ran = receiver->receiver.poll(); });
+  if (dispatched != nullptr) *dispatched = ran;
+  return status;
+}
+
+threechains_status threechains_receiver_start(threechains_receiver* receiver) {
+  if (!all_given(receiver)) return fail(THREECHAINS_INVALID_ARGUMENT, "receiver is NULL");
+  return guarded("threechains_receiver_start", [&] { receiver->receiver.start(); });
+}
+void threechains_receiver_stop(threechains_receiver* receiver) {
+  if (receiver != nullptr) receiver->receiver.stop();
+}
+
+threechains_status threechains_receiver_set_target_args(threechains_receiver* receiver,
+                                                        void* target_args) {
+  if (!all_given(receiver)) return fail(THREECHAINS_INVALID_ARGUMENT, "receiver is NULL");
+  return guarded("threechains_receiver_set_target_args",
+                 [&] { receiver->receiver.set_target_args(target_args); });
+}
+
+threechains_status threechains_receiver_stats_get(const threechains_receiver* receiver,
+                                                  threechains_receiver_stats* stats) {
+  if (!all_given(receiver, stats)) {
+    return fail(THREECHAINS_INVALID_ARGUMENT, "receiver or stats is NULL");
+  }
+  const threechains::ReceiverStats& s = receiver->receiver.stats();
+  threechains_receiver_stats all{};
+  all.size = stats->size;
+  all.frames_dispatched = s.frames_dispatched;
+  all.frames_rejected = s.frames_rejected;
+  all.code_loads = s.code_loads;
+  all.cache_misses = s.cache_misses;
+  all.peers_connected = s.peers_connected;
+  all.peers_closed = s.peers_closed;
+  all.peers_lost = s.peers_lost;
+  all.peers_refused = s.peers_refused;
+  all.code_refused = s.code_refused;
+  all.evictions = s.evictions;
+  all.last_load_ns = static_cast<uint64_t>(s.last_load_time.count());
+  std::memcpy(static_cast<void*>(stats), &all, std::min(stats->size, sizeof(all)));
+  return THREECHAINS_OK;
+}
+
+std::size_t threechains_receiver_peers(const threechains_receiver* receiver) {
+  return receiver != nullptr ? receiver->receiver.peers() : 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,219 @@
+/* The counter ifunc driven through the C API (<threechains/threechains.h>).
+ *
+ *   c_counter pair   TRANSPORT CONTAINER KEY PUBKEY FRAMES   (forks: target + source)
+ *   c_counter target TRANSPORT PUBKEY FRAMES PORTFILE        (serves until FRAMES ran)
+ *   c_counter source TRANSPORT CONTAINER KEY FRAMES PORT     (sends increments 1..FRAMES)
+ *
+ * The target trusts PUBKEY for peers and code; the source proves KEY. The
+ * target checks the counter is 1 + 2 + ... + FRAMES, each frame run once. */
+#include <threechains/threechains.h>
+
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHECK(call)                                                                        \
+  do {                                                                                     \
+    threechains_status status_ = (call);                                                   \
+    if (status_ != THREECHAINS_OK) {                                                       \
+      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,                  \
+              threechains_status_string(status_), threechains_last_error());               \
+      exit(1);                                                                             \
+    }                                                                                      \
+  } while (0)
+
+static double seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static uint64_t errors_seen = 0;
+static void on_error(void* user, threechains_status status, const char* message) {
+  (void)user;
+  ++errors_seen;
+  fprintf(stderr, "target error (%s): %s\n", threechains_status_string(status), message);
+}
+
+/* Serves until `frames` frames ran and the source left; writes the port to
+ * `port_fd` (a pipe) or `port_file`. Returns the exit code. */
+static int run_target(const char* transport, const char* public_key, uint64_t frames,
+                      int port_fd, const char* port_file) {
+  threechains_context* context = NULL;
+  threechains_worker* worker = NULL;
+  threechains_public_key* key = NULL;
+  threechains_trust* trust = NULL;
+  threechains_receiver* receiver = NULL;
+  CHECK(threechains_context_create(transport, &context));
+  CHECK(threechains_worker_create(context, &worker));
+  CHECK(threechains_public_key_load(public_key, &key));
+  CHECK(threechains_trust_create(&trust));
+  CHECK(threechains_trust_allow_peer(trust, key));
+  CHECK(threechains_trust_allow_code_signer(trust, key));
+
+  volatile uint64_t counter = 0;
+  threechains_receiver_options options;
+  threechains_receiver_options_init(&options);
+  options.trust = trust;
+  options.target_args = (void*)&counter;
+  options.on_error = on_error;
+  CHECK(threechains_receiver_create(worker, &options, &receiver));
+
+  const uint16_t port = threechains_receiver_port(receiver);
+  if (port_fd >= 0) {
+    if (write(port_fd, &port, sizeof(port)) != (ssize_t)sizeof(port)) return 1;
+    close(port_fd);
+  } else {
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", port_file);
+    FILE* f = fopen(tmp, "w");
+    if (f == NULL) return 1;
+    fprintf(f, "%u\n", (unsigned)port);
+    fclose(f);
+    rename(tmp, port_file); /* appears whole */
+  }
+
+  threechains_receiver_stats stats;
+  memset(&stats, 0, sizeof(stats));
+  stats.size = sizeof(stats);
+  const double deadline = seconds() + 60.0;
+  do {
+    CHECK(threechains_receiver_poll(receiver, NULL));
+    CHECK(threechains_receiver_stats_get(receiver, &stats));
+  } while ((stats.frames_dispatched < frames || stats.peers_closed < 1) && seconds() < deadline);
+
+  const uint64_t expected = frames * (frames + 1) / 2;
+  printf("c target: counter %" PRIu64 " (expected %" PRIu64 "), %" PRIu64
+         " frames run, %" PRIu64 " rejected, %" PRIu64 " code load(s), %" PRIu64 " error(s)\n",
+         (uint64_t)counter, expected, stats.frames_dispatched, stats.frames_rejected,
+         stats.code_loads, errors_seen);
+  const int ok = counter == expected && stats.frames_dispatched == frames &&
+                 stats.frames_rejected == 0 && stats.code_loads == 1 && errors_seen == 0;
+
+  /* A stats struct from an older header (only the first two counters) gets
+   * only those written: nothing past its size. */
+  struct {
+    threechains_receiver_stats head;
+    uint64_t guard;
+  } older;
+  memset(&older, 0xAB, sizeof(older));
+  older.head.size = offsetof(threechains_receiver_stats, frames_rejected);
+  CHECK(threechains_receiver_stats_get(receiver, &older.head));
+  const int sized = older.head.frames_dispatched == frames &&
+                    older.head.frames_rejected == UINT64_C(0xABABABABABABABAB);
+  if (!sized) fprintf(stderr, "c target: a short stats struct was written past its size\n");
+
+  threechains_receiver_destroy(receiver);
+  threechains_trust_destroy(trust);
+  threechains_public_key_destroy(key);
+  threechains_worker_destroy(worker);
+  threechains_context_destroy(context);
+  return ok && sized ? 0 : 1;
+}
+
+static int run_source(const char* transport, const char* container, const char* secret_key,
+                      uint16_t port, uint64_t frames) {
+  threechains_context* context = NULL;
+  threechains_worker* worker = NULL;
+  threechains_keypair* key = NULL;
+  threechains_source* source = NULL;
+  threechains_channel* channel = NULL;
+  threechains_ifunc* ifunc = NULL;
+
+  /* Bad input is a status and a message, never a crash. */
+  if (threechains_ifunc_load("/nonexistent/counter.tcc", &ifunc) != THREECHAINS_IO ||
+      strstr(threechains_last_error(), "/nonexistent/counter.tcc") == NULL) {
+    fprintf(stderr, "c source: a missing container was not reported: %s\n",
+            threechains_last_error());
+    return 1;
+  }
+  if (threechains_context_create("carrier-pigeon", &context) != THREECHAINS_INVALID_ARGUMENT) {
+    fprintf(stderr, "c source: an unknown transport was accepted\n");
+    return 1;
+  }
+
+  CHECK(threechains_context_create(transport, &context));
+  CHECK(threechains_worker_create(context, &worker));
+  CHECK(threechains_keypair_load(secret_key, &key));
+  CHECK(threechains_source_create(worker, &source));
+  CHECK(threechains_ifunc_load(container, &ifunc));
+
+  threechains_channel_options options;
+  threechains_channel_options_init(&options);
+  options.identity = key;
+  options.slots = 8;
+  CHECK(threechains_source_connect(source, "127.0.0.1", port, &options, &channel));
+
+  /* Half blocking sends, half non-blocking ones that wait on a full ring. */
+  for (uint64_t i = 1; i <= frames; ++i) {
+    if (i % 2 == 0) {
+      CHECK(threechains_channel_send(channel, ifunc, &i, sizeof(i)));
+      continue;
+    }
+    threechains_status status;
+    while ((status = threechains_channel_try_send(channel, ifunc, &i, sizeof(i))) ==
+           THREECHAINS_WOULD_BLOCK) {
+      threechains_channel_progress(channel);
+    }
+    CHECK(status);
+  }
+  CHECK(threechains_channel_flush(channel));
+  const uint64_t sent = threechains_channel_frames_sent(channel);
+  CHECK(threechains_channel_close(channel));
+  printf("c source: %" PRIu64 " frames of '%s' sent\n", sent, threechains_ifunc_name(ifunc));
+
+  /* Handles go in any order: each holds what it needs. */
+  threechains_context_destroy(context);
+  threechains_worker_destroy(worker);
+  threechains_channel_destroy(channel);
+  threechains_source_destroy(source);
+  threechains_ifunc_destroy(ifunc);
+  threechains_keypair_destroy(key);
+  return sent == frames ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  if (argc == 7 && strcmp(argv[1], "pair") == 0) {
+    const uint64_t frames = strtoull(argv[6], NULL, 10);
+    int fds[2];
+    if (pipe(fds) != 0) return 1;
+    /* Fork before any UCX state exists: each process makes its own. */
+    const pid_t child = fork();
+    if (child == 0) {
+      close(fds[0]);
+      const int rc = run_target(argv[2], argv[5], frames, fds[1], NULL);
+      fflush(stdout);
+      _exit(rc);
+    }
+    close(fds[1]);
+    uint16_t port = 0;
+    if (read(fds[0], &port, sizeof(port)) != (ssize_t)sizeof(port)) {
+      fprintf(stderr, "c_counter: the target did not start\n");
+      return 1;
+    }
+    const int source_rc = run_source(argv[2], argv[3], argv[4], port, frames);
+    int status = 0;
+    waitpid(child, &status, 0);
+    const int target_rc = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    printf("c_counter pair over %s: source %s, target %s\n", argv[2], source_rc ? "FAILED" : "ok",
+           target_rc ? "FAILED" : "ok");
+    return source_rc || target_rc;
+  }
+  if (argc == 6 && strcmp(argv[1], "target") == 0) {
+    return run_target(argv[2], argv[3], strtoull(argv[4], NULL, 10), -1, argv[5]);
+  }
+  if (argc == 7 && strcmp(argv[1], "source") == 0) {
+    return run_source(argv[2], argv[3], argv[4], (uint16_t)atoi(argv[6]),
+                      strtoull(argv[5], NULL, 10));
+  }
+  fprintf(stderr,
+          "usage: c_counter pair TRANSPORT CONTAINER KEY PUBKEY FRAMES\n"
+          "       c_counter target TRANSPORT PUBKEY FRAMES PORTFILE\n"
+          "       c_counter source TRANSPORT CONTAINER KEY FRAMES PORT\n");
+  return 2;
+}

@@ -1,0 +1,80 @@
+// The counter ifunc through the C++ API, as the other side of the Python tests.
+//   cxx_counter target TRANSPORT PUBKEY FRAMES PORTFILE
+//   cxx_counter source TRANSPORT CONTAINER KEY FRAMES PORT
+#include <threechains/threechains.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+namespace tc = threechains;
+
+namespace {
+
+int target(const std::string& transport, const std::string& public_key, uint64_t frames,
+           const std::string& port_file) {
+  uint64_t counter = 0;
+  tc::ReceiverOptions options;
+  const tc::PublicKey key = tc::PublicKey::load(public_key);
+  options.trust.allow_peer(key).allow_code_signer(key);
+  options.target_args = &counter;
+  uint64_t errors = 0;
+  options.on_error = [&](const tc::Error& e) {
+    ++errors;
+    std::fprintf(stderr, "c++ target error: %s\n", e.what());
+  };
+  tc::Receiver receiver(tc::Worker(tc::Context({.transport = tc::parse_transport(transport)})),
+                        std::move(options));
+  std::ofstream(port_file + ".tmp") << receiver.port() << "\n";
+  std::rename((port_file + ".tmp").c_str(), port_file.c_str());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  receiver.run([&] {
+    const tc::ReceiverStats& s = receiver.stats();
+    return (s.frames_dispatched >= frames && s.peers_closed >= 1) ||
+           std::chrono::steady_clock::now() > deadline;
+  });
+  const tc::ReceiverStats& s = receiver.stats();
+  const uint64_t expected = frames * (frames + 1) / 2;
+  std::printf("c++ target: counter %llu (expected %llu), %llu frames run, %llu load(s)\n",
+              static_cast<unsigned long long>(counter), static_cast<unsigned long long>(expected),
+              static_cast<unsigned long long>(s.frames_dispatched),
+              static_cast<unsigned long long>(s.code_loads));
+  return counter == expected && s.frames_dispatched == frames && s.code_loads == 1 && errors == 0
+             ? 0
+             : 1;
+}
+
+int source(const std::string& transport, const std::string& container, const std::string& key,
+           uint64_t frames, uint16_t port) {
+  tc::Source source(tc::Worker(tc::Context({.transport = tc::parse_transport(transport)})));
+  tc::ChannelOptions options;
+  options.identity = tc::KeyPair::load(key);
+  tc::Channel channel = source.connect("127.0.0.1", port, options);
+  const tc::Ifunc ifunc = tc::Ifunc::load(container);
+  for (uint64_t i = 1; i <= frames; ++i) (void)tc::send(channel, ifunc, i);
+  channel.close();
+  std::printf("c++ source: %llu frames sent\n", static_cast<unsigned long long>(frames));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "target" && argc == 6) {
+    return target(argv[2], argv[3], std::strtoull(argv[4], nullptr, 10), argv[5]);
+  }
+  if (mode == "source" && argc == 7) {
+    return source(argv[2], argv[3], argv[4], std::strtoull(argv[5], nullptr, 10),
+                  static_cast<uint16_t>(std::atoi(argv[6])));
+  }
+  std::fprintf(stderr,
+               "usage: cxx_counter target TRANSPORT PUBKEY FRAMES PORTFILE\n"
+               "       cxx_counter source TRANSPORT CONTAINER KEY FRAMES PORT\n");
+  return 2;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "cxx_counter: %s\n", e.what());
+  return 1;
+}

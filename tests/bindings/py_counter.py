@@ -1,0 +1,86 @@
+"""The counter ifunc from Python (the threechains package over the C API).
+
+  py_counter.py target TRANSPORT PUBKEY FRAMES PORTFILE   serves until FRAMES ran
+  py_counter.py source TRANSPORT CONTAINER KEY FRAMES PORT  sends increments 1..FRAMES
+
+Payloads go as struct-packed bytes, a bytearray, and a NumPy array where NumPy
+is installed (said on stdout if it is not). The target checks the counter is
+1 + 2 + ... + FRAMES, every frame run once."""
+import ctypes
+import os
+import struct
+import sys
+import time
+
+import threechains as tc
+
+try:
+    import numpy
+except ImportError:
+    numpy = None
+
+
+def target(transport, public_key, frames, port_file):
+    worker = tc.Worker(transport)
+    counter = ctypes.c_uint64(0)
+    errors = []
+    receiver = tc.Receiver(worker, trust=tc.Trust(peers=[public_key], code_signers=[public_key]),
+                           target_args=counter, on_error=errors.append)
+    with open(port_file + ".tmp", "w") as f:
+        f.write(f"{receiver.port}\n")
+    os.rename(port_file + ".tmp", port_file)  # appears whole
+    deadline = time.monotonic() + 60
+    stats = receiver.stats
+    while (stats["frames_dispatched"] < frames or stats["peers_closed"] < 1) \
+            and time.monotonic() < deadline:
+        receiver.poll()
+        stats = receiver.stats
+    expected = frames * (frames + 1) // 2
+    print(f"python target: counter {counter.value} (expected {expected}), "
+          f"{stats['frames_dispatched']} frames run, {stats['code_loads']} code load(s), "
+          f"{len(errors)} error(s) {[str(e) for e in errors]}")
+    receiver.close()
+    ok = (counter.value == expected and stats["frames_dispatched"] == frames
+          and stats["frames_rejected"] == 0 and stats["code_loads"] == 1 and not errors)
+    return 0 if ok else 1
+
+
+def source(transport, container, key, frames, port):
+    # A failing call raises with the library's message and its status.
+    try:
+        tc.Ifunc.load("/nonexistent/counter.tcc")
+        print("python source: a missing container was not reported", file=sys.stderr)
+        return 1
+    except tc.Error as error:
+        assert error.status == tc.Status.IO and "/nonexistent/counter.tcc" in str(error), error
+
+    worker = tc.Worker(transport)
+    ifunc = tc.Ifunc.load(container)
+    channel = tc.Source(worker).connect("127.0.0.1", port, identity=tc.KeyPair.load(key), slots=8)
+    if numpy is None:
+        print("python source: NumPy is not installed: struct and bytearray payloads only")
+    kinds = 3 if numpy is not None else 2
+    for i in range(1, frames + 1):
+        kind = i % kinds
+        if kind == 0:
+            channel.send(ifunc, struct.pack("<Q", i))
+        elif kind == 1:
+            while not channel.try_send(ifunc, bytearray(struct.pack("<Q", i))):
+                channel.progress()
+        else:
+            channel.send(ifunc, numpy.array([i], dtype=numpy.uint64))
+    sent = channel.frames_sent
+    channel.close()
+    print(f"python source: {sent} frames of '{ifunc.name}' sent"
+          f"{' (a third as NumPy arrays)' if numpy is not None else ''}")
+    return 0 if sent == frames else 1
+
+
+if __name__ == "__main__":
+    mode, args = sys.argv[1], sys.argv[2:]
+    if mode == "target" and len(args) == 4:
+        sys.exit(target(args[0], args[1], int(args[2]), args[3]))
+    if mode == "source" and len(args) == 5:
+        sys.exit(source(args[0], args[1], args[2], int(args[3]), int(args[4])))
+    print(__doc__, file=sys.stderr)
+    sys.exit(2)
