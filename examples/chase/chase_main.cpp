@@ -16,9 +16,7 @@
 
 #include <threechains/threechains.hpp>
 
-#ifdef THREECHAINS_WITH_MPI
-#include <mpi.h>
-#endif
+#include <threechains/launch.hpp>
 
 #include <fmt/core.h>
 #include <poll.h>
@@ -140,25 +138,22 @@ void send_am(const tc::Worker& worker, ucp_ep_h ep, unsigned id, const void* hea
 }
 
 // Serves chases until `stop()` (asked every 256 rounds) says so.
-void run_server(tc::Node& node, const std::function<bool()>& stop) {
-  auto* state = static_cast<ServerState*>(node.receiver().target_args());
-  unsigned idle = 0;
-  for (uint64_t round = 0;; ++round) {
-    const bool worked = node.poll() != 0 || !state->forwards.empty();
-    for (Forward& f : state->forwards) {
-      send_am(node.worker(), node.channel(f.rank).endpoint().handle(), f.id, f.bytes.data(),
-              f.size);
-    }
-    state->forwards.clear();
-    // More ranks than cores: a server with nothing to do gives its core away
-    // quickly, or the rank that holds the chase waits for a time slice.
-    if (worked) {
-      idle = 0;
-    } else if (++idle >= 16) {
-      idle = 0;
-      sched_yield();
-    }
-    if ((round & 0xff) == 0 && stop()) return;
+// One round of a server: frames and AMs in, the AM mode's forwards out.
+// `idle` counts empty rounds: more ranks than cores, and a server with nothing
+// to do gives its core away quickly, or the rank that holds the chase waits
+// for a time slice.
+void server_round(tc::Node& node, ServerState& state, unsigned& idle) {
+  const bool worked = node.poll() != 0 || !state.forwards.empty();
+  for (Forward& f : state.forwards) {
+    send_am(node.worker(), node.channel(f.rank).endpoint().handle(), f.id, f.bytes.data(),
+            f.size);
+  }
+  state.forwards.clear();
+  if (worked) {
+    idle = 0;
+  } else if (++idle >= 16) {
+    idle = 0;
+    sched_yield();
   }
 }
 
@@ -174,31 +169,52 @@ tc::NodeOptions mesh_options(void* target_args) {
   return options;
 }
 
-// A server rank from construction to the end: shard, handlers, connect, serve.
+// How a rank gets its Node: made here and connected by hand (the forked
+// mesh), or bootstrapped from the launcher that started the job (mpirun).
+// `prepare` must run on the Node before it connects.
+using MakeNode =
+    std::function<tc::Node(tc::NodeOptions, const std::function<void(tc::Node&)>& prepare)>;
+
+// A node made here, not yet connected.
+MakeNode unconnected_node(tc::Worker worker, int64_t rank, int64_t ranks) {
+  return [=](tc::NodeOptions options, const std::function<void(tc::Node&)>& prepare) {
+    tc::Node node(worker, rank, ranks, std::move(options));
+    prepare(node);
+    return node;
+  };
+}
+
+// A server rank from construction to the end: shard, handlers, serve.
 struct Server {
-  Server(tc::Transport transport, int64_t rank, int64_t ranks, const std::vector<uint64_t>& table)
-      : node(tc::Worker(tc::Context({.transport = transport})), rank, ranks,
-             mesh_options(&state)),
-        per(table.size() / static_cast<uint64_t>(ranks - 1)),
+  Server(const tc::Worker& worker, int64_t rank, int64_t ranks,
+         const std::vector<uint64_t>& table, const MakeNode& make_node)
+      : per(table.size() / static_cast<uint64_t>(ranks - 1)),
         base(static_cast<uint64_t>(rank - 1) * per),
         // The shard lives in UCX-allocated memory, so the GET baseline can read it.
-        shard(node.worker().context(), per * sizeof(uint64_t)) {
-    std::memcpy(shard.data(), table.data() + base, per * sizeof(uint64_t));
-    state.forwards.reserve(64);
-    state.shard = {reinterpret_cast<const uint64_t*>(shard.data()), base, per, ranks - 1};
-    // Frames may arrive as soon as we connect: everything is in place before.
-    node.expose("chase_shard", &state.shard);
-    node.worker().set_am_handler(kAmChase, &on_am_chase, &state);
-    node.worker().set_am_handler(kAmShardQuery, &on_shard_query, &state);
-  }
+        shard(worker.context(), per * sizeof(uint64_t)),
+        node(make_node(mesh_options(&state), [this, &table](tc::Node& fresh) {
+          // Frames may arrive as soon as we connect: everything is in place before.
+          std::memcpy(shard.data(), table.data() + base, per * sizeof(uint64_t));
+          state.forwards.reserve(64);
+          state.shard = {reinterpret_cast<const uint64_t*>(shard.data()), base, per,
+                         fresh.ranks() - 1};
+          fresh.expose("chase_shard", &state.shard);
+          fresh.worker().set_am_handler(kAmChase, &on_am_chase, &state);
+          fresh.worker().set_am_handler(kAmShardQuery, &on_shard_query, &state);
+        })) {}
 
-  void serve(const std::vector<tc::NodeAddress>& addresses, const std::function<bool()>& stop);
+  // Answers the GET baseline's question once it is asked (by the client).
+  void answer_shard_query();
+  // Serves a connected mesh until `stop()`, then closes.
+  void serve(const std::function<bool()>& stop);
+  void round() { server_round(node, state, idle); }
 
+  unsigned idle = 0;
   ServerState state;
-  tc::Node node;
   uint64_t per;
   uint64_t base;
   tc::MemoryRegion shard;
+  tc::Node node;
 };
 
 // ---- the client --------------------------------------------------------------
@@ -246,16 +262,20 @@ struct Measurement {
   bool correct;
 };
 
-void Server::serve(const std::vector<tc::NodeAddress>& addresses,
-                   const std::function<bool()>& stop) {
-  node.connect(addresses);
-  // Answer the GET baseline's question once it is asked, then serve.
+void Server::answer_shard_query() {
   const ClientState::ShardInfo info{shard.address(), base, per};
   const std::vector<std::byte> rkey = shard.pack_rkey();
   while (state.query_ep == nullptr) node.poll();
   send_am(node.worker(), state.query_ep, kAmShardInfo, &info, sizeof(info), rkey.data(),
           rkey.size());
-  run_server(node, stop);
+}
+
+void Server::serve(const std::function<bool()>& stop) {
+  answer_shard_query();
+  for (uint64_t rounds = 0;; ++rounds) {
+    round();
+    if ((rounds & 0xff) == 0 && stop()) break;
+  }
   node.close();
 }
 
@@ -265,13 +285,12 @@ std::vector<Measurement> run_client(tc::Node& node, ClientState& client, const O
 
 // The client rank, ready to connect.
 struct Client {
-  Client(tc::Transport transport, int64_t ranks)
-      : node(tc::Worker(tc::Context({.transport = transport})), 0, ranks,
-             mesh_options(&state)) {
-    node.expose("chase_results", &state.results);
-    node.worker().set_am_handler(kAmChaseResult, &on_am_result, &state);
-    node.worker().set_am_handler(kAmShardInfo, &on_shard_info, &state);
-  }
+  explicit Client(const MakeNode& make_node)
+      : node(make_node(mesh_options(&state), [this](tc::Node& fresh) {
+          fresh.expose("chase_results", &state.results);
+          fresh.worker().set_am_handler(kAmChaseResult, &on_am_result, &state);
+          fresh.worker().set_am_handler(kAmShardInfo, &on_shard_info, &state);
+        })) {}
   ClientState state;
   tc::Node node;
 };
@@ -297,7 +316,8 @@ std::vector<Measurement> run_mesh(const Options& o, const std::string& transport
       close(down[1]);
       int rc = 0;
       try {
-        Server server(transport, r, ranks, table);
+        const tc::Worker worker(tc::Context({.transport = transport}));
+        Server server(worker, r, ranks, table, unconnected_node(worker, r, ranks));
         const uint16_t port = server.node.port();
         if (write(up[1], &port, sizeof(port)) != sizeof(port)) throw std::runtime_error("pipe");
         std::vector<uint16_t> ports(static_cast<std::size_t>(ranks));
@@ -308,7 +328,8 @@ std::vector<Measurement> run_mesh(const Options& o, const std::string& transport
         std::vector<tc::NodeAddress> addresses;
         for (uint16_t p : ports) addresses.push_back({"127.0.0.1", p});
         const int commands = down[0];
-        server.serve(addresses, [commands] {
+        server.node.connect(addresses);
+        server.serve([commands] {
           pollfd p{commands, POLLIN, 0};
           return ::poll(&p, 1, 0) == 1;
         });
@@ -323,7 +344,7 @@ std::vector<Measurement> run_mesh(const Options& o, const std::string& transport
     children.push_back({pid, up[0], down[1]});
   }
 
-  Client client(transport, ranks);
+  Client client(unconnected_node(tc::Worker(tc::Context({.transport = transport})), 0, ranks));
   tc::Node& node = client.node;
   std::vector<uint16_t> ports{node.port()};
   for (const Child& c : children) {
@@ -444,85 +465,63 @@ std::vector<Measurement> run_client(tc::Node& node, ClientState& client, const O
   return out;
 }
 
-#ifdef THREECHAINS_WITH_MPI
-// Started by the site's launcher (mpirun): ranks and addresses come from MPI;
-// rank 0 is the client, the others serve. UCX still carries every chase.
-int run_under_mpi(const Options& o) {
-  MPI_Init(nullptr, nullptr);
-  int rank = 0;
-  int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+// Started by the site's launcher (mpirun, srun --mpi=pmix): rank, size and
+// every rank's address come from it through the library (threechains::Launch,
+// PMIx or MPI); rank 0 is the client, the others serve. UCX carries every chase.
+int run_launched(const Options& o, tc::Launcher launcher) {
   int rc = 0;
+  int64_t rank = -1;
   try {
-    if (size < 2)
-      throw std::runtime_error("under MPI, run at least 2 ranks (a client and a server)");
+    tc::Launch launch = tc::Launch::join(launcher);
+    rank = launch.rank();
+    const int64_t size = launch.ranks();
+    if (size < 2) throw std::runtime_error("run at least 2 ranks (a client and a server)");
     const tc::Transport transport = tc::parse_transport(o.transports.front());
     const std::vector<uint64_t> table = make_table(o.log_entries, o.seed);
+    const tc::Worker worker(tc::Context({.transport = transport}));
+    const MakeNode bootstrapped = [&](tc::NodeOptions options,
+                                      const std::function<void(tc::Node&)>& prepare) {
+      return tc::bootstrap(worker, launch, std::move(options), prepare);
+    };
     std::unique_ptr<Client> client;
     std::unique_ptr<Server> server;
     tc::Node* node = nullptr;
     if (rank == 0) {
-      client = std::make_unique<Client>(transport, size);
+      client = std::make_unique<Client>(bootstrapped);
       node = &client->node;
     } else {
-      server = std::make_unique<Server>(transport, rank, size, table);
+      server = std::make_unique<Server>(worker, rank, size, table, bootstrapped);
       node = &server->node;
     }
-    // Every rank's host and listening port, to every rank.
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    std::vector<char> hosts(static_cast<std::size_t>(size) * sizeof(host));
-    MPI_Allgather(host, sizeof(host), MPI_CHAR, hosts.data(), sizeof(host), MPI_CHAR,
-                  MPI_COMM_WORLD);
-    const int port = node->port();
-    std::vector<int> ports(static_cast<std::size_t>(size));
-    MPI_Allgather(&port, 1, MPI_INT, ports.data(), 1, MPI_INT, MPI_COMM_WORLD);
-    std::vector<tc::NodeAddress> addresses;
-    for (int r = 0; r < size; ++r) {
-      const std::string h(hosts.data() + static_cast<std::size_t>(r) * sizeof(host));
-      // One machine: loopback, which needs no name resolution.
-      addresses.push_back(
-          {h == host ? "127.0.0.1" : h, static_cast<uint16_t>(ports[static_cast<std::size_t>(r)])});
-    }
-    // The end of the run is a barrier everyone enters while still serving.
-    MPI_Request done = MPI_REQUEST_NULL;
-    const auto finished = [&] {
-      int flag = 0;
-      MPI_Test(&done, &flag, MPI_STATUS_IGNORE);
-      return flag != 0;
-    };
     if (rank == 0) {
-      node->connect(addresses);
       const std::vector<Measurement> ms =
           run_client(*node, client->state, o, table, o.transports.front());
       bool correct = true;
       for (const Measurement& m : ms) {
-        fmt::print("  mpi {:<14} {:>6} {:>12.1f} us  {}\n", m.mode, m.depth, m.us_per_chase,
+        fmt::print("  launched {:<14} {:>6} {:>12.1f} us  {}\n", m.mode, m.depth, m.us_per_chase,
                    m.correct ? "correct" : "WRONG");
         correct &= m.correct;
       }
-      fmt::print("chase under MPI ({} ranks): {}\n", size,
+      fmt::print("chase launched through {} ({} ranks): {}\n",
+                 launch.launcher() == tc::Launcher::pmix ? "PMIx" : "MPI", size,
                  correct ? "every result correct" : "WRONG results");
       rc = correct ? 0 : 1;
-      MPI_Ibarrier(MPI_COMM_WORLD, &done);
-      while (!finished()) node->poll();
+      tc::barrier(launch, *node);  // the servers serve until the client is done
       node->close();
     } else {
-      MPI_Ibarrier(MPI_COMM_WORLD, &done);
-      server->serve(addresses, finished);
+      // The client enters the barrier when it is done; until then, serve.
+      server->answer_shard_query();
+      launch.barrier([](void* s) { static_cast<Server*>(s)->round(); }, server.get());
+      node->close();
     }
-    // Keep progressing until every rank has closed its channels.
-    MPI_Ibarrier(MPI_COMM_WORLD, &done);
-    while (!finished()) node->worker().progress();
+    // Everyone serves until every rank has closed its channels.
+    tc::barrier(launch, *node);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "threechains-chase (MPI rank {}): {}\n", rank, e.what());
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    fmt::print(stderr, "threechains-chase (launched rank {}): {}\n", rank, e.what());
+    rc = 1;
   }
-  MPI_Finalize();
   return rc;
 }
-#endif
 
 }  // namespace
 
@@ -539,18 +538,16 @@ int main(int argc, char** argv) {
   app.add_option("--chases", o.chases, "chases per measurement (one at a time)");
   app.add_option("--seed", o.seed);
   app.add_option("--json", o.json, "append one JSON line per measurement");
-  bool mpi = false;
-  app.add_flag("--mpi", mpi,
-               "started by mpirun: ranks and addresses come from MPI (first transport only)");
+  std::string launcher;
+  app.add_option("--launched", launcher,
+                 "started by mpirun or srun: rank, size and addresses from the launcher "
+                 "(pmix, mpi, auto; first transport only)")
+      ->check(CLI::IsMember({"pmix", "mpi", "auto"}));
   CLI11_PARSE(app, argc, argv);
-  if (mpi) {
-#ifdef THREECHAINS_WITH_MPI
-    return run_under_mpi(o);
-#else
-    fmt::print(stderr,
-               "threechains-chase: built without MPI (install libopenmpi-dev and reconfigure)\n");
-    return 2;
-#endif
+  if (!launcher.empty()) {
+    return run_launched(o, launcher == "pmix"  ? tc::Launcher::pmix
+                           : launcher == "mpi" ? tc::Launcher::mpi
+                                               : tc::Launcher::automatic);
   }
 
   try {

@@ -12,6 +12,7 @@
 #include <threechains/node.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,10 +62,13 @@ class Launch {
 };
 
 // A Node for this rank of `launch`'s job, connected to every other rank.
-// Each rank advertises `advertised_host` (empty: its host name; ranks on the
-// same host reach each other over loopback) and its Receiver's port.
-// Collective: every rank calls it.
+// `prepare(node)` runs before this rank connects: expose what injected code
+// looks up there, since frames from other ranks can run as soon as the
+// connections are being made (inside bootstrap). Each rank advertises
+// `advertised_host` (empty: its host name; ranks on the same host reach each
+// other over loopback) and its Receiver's port. Collective: every rank calls it.
 [[nodiscard]] Node bootstrap(Worker worker, Launch& launch, NodeOptions options = {},
+                             const std::function<void(Node&)>& prepare = {},
                              const std::string& advertised_host = {});
 
 // Serves `node` until every rank of `launch` has entered the barrier.

@@ -249,6 +249,12 @@ typedef struct threechains_node_options {
   size_t size;                                 /* sizeof(threechains_node_options) */
   threechains_receiver_options receiver;       /* this rank's receiver (its own size set) */
   threechains_channel_options channel;         /* the channels to other ranks */
+  /* Objects injected code finds with threechains_lookup(name), exposed before
+   * the node connects (frames can run while it connects): exposed_count
+   * names, each with its object. */
+  const char* const* exposed_names;
+  void* const* exposed_objects;
+  size_t exposed_count;
 } threechains_node_options;
 
 THREECHAINS_C_API void threechains_node_options_init(threechains_node_options* options);

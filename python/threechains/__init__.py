@@ -395,10 +395,19 @@ class Node(_Handle):
 
     @classmethod
     def bootstrap(cls, worker, launcher="auto", trust=None, identity=None, target_args=None,
-                  on_error=None):
+                  on_error=None, exposed=None):
+        """exposed: {name: object} that injected code finds with
+        threechains_lookup(name), exposed before the node connects."""
         options = _capi.NodeOptions()
         lib.threechains_node_options_init(ctypes.byref(options))
         keep = []
+        if exposed:
+            names = (ctypes.c_char_p * len(exposed))(*[name.encode() for name in exposed])
+            objects = (ctypes.c_void_p * len(exposed))(*[_address(o) for o in exposed.values()])
+            options.exposed_names = names
+            options.exposed_objects = objects
+            options.exposed_count = len(exposed)
+            keep.extend([names, objects, list(exposed.values())])
         _receiver_options(options.receiver, 0, trust, identity, target_args, on_error, False, keep)
         _channel_options(options.channel, None, None, None, identity, None)
         node = cls(_make(lib.threechains_node_bootstrap, worker.handle, launcher.encode(),

@@ -9,10 +9,29 @@ using threechains::capi::guarded;
 
 namespace {
 
-threechains::NodeOptions node_options(const threechains_node_options* given) {
+threechains_node_options all_options(const threechains_node_options* given) {
   threechains_node_options defaults{};
   threechains_node_options_init(&defaults);
-  const threechains_node_options all = threechains::capi::read_options(given, defaults);
+  return threechains::capi::read_options(given, defaults);
+}
+
+// Exposes the options' objects on `node`.
+void expose_all(const threechains_node_options& options, threechains::Node& node) {
+  if (options.exposed_count != 0 &&
+      (options.exposed_names == nullptr || options.exposed_objects == nullptr)) {
+    throw threechains::Error(threechains::errc::invalid_argument,
+                             "exposed_count is set but exposed_names or exposed_objects is NULL");
+  }
+  for (std::size_t i = 0; i < options.exposed_count; ++i) {
+    if (options.exposed_names[i] == nullptr) {
+      throw threechains::Error(threechains::errc::invalid_argument,
+                               "exposed_names[" + std::to_string(i) + "] is NULL");
+    }
+    node.expose(options.exposed_names[i], options.exposed_objects[i]);
+  }
+}
+
+threechains::NodeOptions node_options(const threechains_node_options& all) {
   threechains::NodeOptions options;
   // The nested structs carry their own sizes (a caller may have set them from
   // an older header): read each over its defaults.
@@ -49,8 +68,10 @@ threechains_status threechains_node_create(threechains_worker* worker, int64_t r
                                            threechains_node** out) {
   if (!all_given(worker, out)) return fail(THREECHAINS_INVALID_ARGUMENT, "worker or out is NULL");
   return guarded("threechains_node_create", [&] {
-    *out = new threechains_node{std::nullopt,
-                                threechains::Node(worker->worker, rank, ranks, node_options(options))};
+    const threechains_node_options all = all_options(options);
+    threechains::Node node(worker->worker, rank, ranks, node_options(all));
+    expose_all(all, node);
+    *out = new threechains_node{std::nullopt, std::move(node)};
   });
 }
 
@@ -60,7 +81,10 @@ threechains_status threechains_node_bootstrap(threechains_worker* worker, const 
   if (!all_given(worker, out)) return fail(THREECHAINS_INVALID_ARGUMENT, "worker or out is NULL");
   return guarded("threechains_node_bootstrap", [&] {
     threechains::Launch launch = threechains::Launch::join(parse_launcher(launcher));
-    threechains::Node node = threechains::bootstrap(worker->worker, launch, node_options(options));
+    const threechains_node_options all = all_options(options);
+    threechains::Node node = threechains::bootstrap(
+        worker->worker, launch, node_options(all),
+        [&](threechains::Node& fresh) { expose_all(all, fresh); });
     *out = new threechains_node{std::move(launch), std::move(node)};
   });
 }

@@ -124,8 +124,10 @@ std::vector<std::string> Launch::all_gather(const std::string& mine) {
 void Launch::barrier(void (*serve)(void*), void* context) { system_->barrier(serve, context); }
 
 Node bootstrap(Worker worker, Launch& launch, NodeOptions options,
-               const std::string& advertised_host) {
+               const std::function<void(Node&)>& prepare, const std::string& advertised_host) {
   Node node(std::move(worker), launch.rank(), launch.ranks(), std::move(options));
+  // Before any address goes out: no other rank can reach this one yet.
+  if (prepare) prepare(node);
   // Hosts go round by name, so ranks compare them; the address to dial is the
   // advertised one, or loopback between ranks on one host.
   const std::string advertised = advertised_host.empty() ? launch.host() : advertised_host;
