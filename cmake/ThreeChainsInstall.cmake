@@ -1,7 +1,7 @@
 include(CMakePackageConfigHelpers)
 set(THREECHAINS_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/ThreeChains)
 
-install(TARGETS threechains threechains_core EXPORT ThreeChainsTargets
+install(TARGETS threechains threechains_core threechains_ucp_ifunc EXPORT ThreeChainsTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}

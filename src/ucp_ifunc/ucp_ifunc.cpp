@@ -1,0 +1,400 @@
+// The research prototype's ifunc API (<threechains/ucp_ifunc.h>) on ThreeChains
+// frames, containers and the JIT cache.
+//
+// In the program's buffer (and in a message, after a 64-byte prefix):
+//
+//   | commit mark (24 B) | frame header (24 B) | payload | code (first send to an endpoint) |
+//
+// The mark holds a magic word, the frame's length and a hash over the frame as
+// it must land; ucp_poll_ifunc runs nothing until the hash matches. A message's
+// prefix keeps the mark and header of its cached form (no code), so a later
+// send puts those and the payload, and nothing of the message is rewritten
+// while an earlier put of it may still be reading.
+#include "trust/envelope.hpp"
+
+#include <threechains/container.hpp>
+#include <threechains/ifunc.h>
+#include <threechains/ifunc.hpp>
+#include <threechains/jit_cache.hpp>
+#include <threechains/trust.hpp>
+#include <threechains/ucp_ifunc.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace tc = threechains;
+
+struct ucp_ifunc;
+
+namespace {
+
+struct CommitMark {
+  uint64_t magic;
+  uint64_t checksum;     // frame_checksum() of the frame_bytes that follow
+  uint64_t frame_bytes;  // header + payload + code
+};
+static_assert(sizeof(CommitMark) == 24);
+constexpr uint64_t kMarkMagic = 0x636e7566692d4354;  // "TC-ifunc"
+constexpr std::size_t kPrefix = 64;                   // cached mark + cached header + padding
+constexpr std::size_t kFrameStart = sizeof(CommitMark);
+constexpr std::size_t kPayloadStart = kFrameStart + sizeof(tc::FrameHeader);
+static_assert(kPrefix % 16 == 0 && kPayloadStart % 16 == 0, "payloads stay 16-byte aligned");
+
+// The header and the rest hashed apart, so the cached form (a header of its
+// own followed by the message's payload) needs no contiguous copy.
+uint64_t frame_checksum(const std::byte* header, const std::byte* body, std::size_t body_bytes) {
+  const uint64_t h = tc::code_identity({header, sizeof(tc::FrameHeader)});
+  const uint64_t b = tc::code_identity({body, body_bytes});
+  return h ^ (b * 0x9E3779B97F4A7C15ULL);
+}
+
+void warn(const std::string& message) {
+  std::fprintf(stderr, "threechains ucp_ifunc: %s\n", message.c_str());
+}
+
+// A name that cannot reach outside the library directory.
+bool valid_name(const char* name) {
+  if (name == nullptr || *name == '\0' || std::strlen(name) > 200) return false;
+  for (const char* c = name; *c != '\0'; ++c) {
+    const bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                    (*c >= '0' && *c <= '9') || *c == '_' || *c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// One UCX context's ifunc state: its libraries, the code that runs here, and
+// whose signatures it accepts. Used from one thread at a time (as the
+// prototype's context state; the program's worker is single-threaded too).
+struct ContextState {
+  ContextState() {
+    if (const char* keys = std::getenv("THREECHAINS_IFUNC_TRUSTED_KEYS")) {
+      std::string list = keys;
+      std::size_t start = 0;
+      while (start <= list.size()) {
+        const std::size_t end = std::min(list.find(':', start), list.size());
+        if (end > start) trust.allow_code_signer(tc::PublicKey::load(list.substr(start, end - start)));
+        start = end + 1;
+      }
+    }
+  }
+
+  std::string lib_dir;
+  tc::JitCache cache;
+  tc::Trust trust;  // code signers accepted beyond this context's own libraries
+  std::unordered_map<std::string, ucp_ifunc*> by_name;
+  std::unordered_map<tc::CodeId, ucp_ifunc*> by_id;
+};
+
+// Every context's state, owned here for the life of the process (UCX gives no
+// hook on ucp_cleanup), so a pointer to one never dangles.
+ContextState& state_of(ucp_context_h context) {
+  thread_local ucp_context_h last_context = nullptr;
+  thread_local ContextState* last_state = nullptr;
+  if (context == last_context) [[likely]]
+    return *last_state;
+  static std::mutex mutex;
+  static auto* states = new std::unordered_map<ucp_context_h, std::unique_ptr<ContextState>>;
+  std::lock_guard lock(mutex);
+  std::unique_ptr<ContextState>& state = (*states)[context];
+  if (!state) state = std::make_unique<ContextState>();
+  last_context = context;
+  last_state = state.get();
+  return *state;
+}
+
+ucs_status_t failed(const std::string& message, ucs_status_t status) {
+  warn(message);
+  return status;
+}
+
+}  // namespace
+
+struct ucp_ifunc {
+  std::string name;
+  tc::Ifunc ifunc;
+  threechains_payload_get_max_size_fn payload_get_max_size = nullptr;
+  threechains_payload_init_fn payload_init = nullptr;
+  std::unordered_set<ucp_ep_h> sent_to;  // endpoints that were sent its code
+  int registrations = 1;
+};
+
+namespace {
+
+// Loads and registers <dir>/<name>.tcc (the name is valid). Throws Error.
+ucp_ifunc* register_library(ContextState& state, const std::string& name) {
+  std::string dir = state.lib_dir;
+  if (dir.empty()) {
+    const char* env = std::getenv("UCX_IFUNC_LIB_DIR");
+    if (env == nullptr || *env == '\0') {
+      throw tc::Error(tc::errc::invalid_argument,
+                      "no ifunc library directory: set UCX_IFUNC_LIB_DIR or call "
+                      "ucp_ifunc_set_lib_dir");
+    }
+    dir = env;
+  }
+  const std::string path = dir + "/" + name + ".tcc";
+  tc::Ifunc ifunc = tc::Ifunc::load(path);
+  if (ifunc.name() != name) {
+    throw tc::Error(tc::errc::bad_container,
+                    path + " holds ifunc '" + ifunc.name() + "', not '" + name + "'");
+  }
+  // Our own library: trusted because it is ours. Compiled here too, for its
+  // payload functions (and for frames of it that arrive here).
+  (void)state.cache.load(ifunc.id(), ifunc.codec(), ifunc.code());
+  auto handle = std::make_unique<ucp_ifunc>(ucp_ifunc{name, ifunc});
+  handle->payload_get_max_size = reinterpret_cast<threechains_payload_get_max_size_fn>(
+      state.cache.lookup(ifunc.id(), name + "_payload_get_max_size"));
+  handle->payload_init = reinterpret_cast<threechains_payload_init_fn>(
+      state.cache.lookup(ifunc.id(), name + "_payload_init"));
+  state.by_name[name] = handle.get();
+  state.by_id[ifunc.id()] = handle.get();
+  return handle.release();
+}
+
+// Code that arrived in a frame, compiled if it may run here: it is the code
+// of our own library of that name (registered now if it was not), or it is
+// signed by a trusted key. Throws Error.
+tc::IfuncMain admit(ContextState& state, const tc::FrameView& view) {
+  if (!view.has_code()) {
+    throw tc::Error(tc::errc::unknown_code,
+                    "a cached frame of code this target does not hold (the source sends code "
+                    "with its first message to an endpoint: did the target restart?)");
+  }
+  const tc::Ifunc arrived =
+      tc::Ifunc::from_container(std::vector<std::byte>(view.code().begin(), view.code().end()));
+  const std::string& name = arrived.name();
+  if (valid_name(name.c_str()) && !state.by_name.contains(name)) {
+    try {
+      ucp_ifunc* local = register_library(state, name);
+      if (local->ifunc.id() != view.code_id()) {
+        // Not our code after all: keep the library only if it was asked for.
+        state.by_name.erase(name);
+        state.by_id.erase(local->ifunc.id());
+        (void)state.cache.evict(local->ifunc.id());
+        delete local;
+      }
+    } catch (const tc::Error& e) {
+      if (!e.is(tc::errc::io) && !e.is(tc::errc::invalid_argument)) throw;  // none of ours
+    }
+  }
+  if (!state.by_id.contains(view.code_id())) {
+    try {
+      tc::check_code_trust(state.trust, view.code());
+    } catch (const tc::Error& e) {
+      throw tc::Error(tc::errc::code_refused,
+                      "code of ifunc '" + name + "' that is not this target's own library '" +
+                          name + ".tcc' and is not signed by a key in "
+                          "THREECHAINS_IFUNC_TRUSTED_KEYS (" + e.context() + ")");
+    }
+    (void)state.cache.load(view.code_id(), view.codec(), view.code());
+  }
+  return state.cache.find(view.code_id());
+}
+
+}  // namespace
+
+extern "C" {
+
+ucs_status_t ucp_ifunc_set_lib_dir(ucp_context_h context, const char* directory) {
+  if (context == nullptr || directory == nullptr) return UCS_ERR_INVALID_PARAM;
+  try {
+    state_of(context).lib_dir = directory;
+    return UCS_OK;
+  } catch (const std::exception& e) {
+    return failed(e.what(), UCS_ERR_NO_MEMORY);
+  }
+}
+
+ucs_status_t ucp_register_ifunc(ucp_context_h context, const char* ifunc_name,
+                                ucp_ifunc_h* ifunc_p) {
+  if (context == nullptr || ifunc_p == nullptr) return UCS_ERR_INVALID_PARAM;
+  *ifunc_p = nullptr;
+  if (!valid_name(ifunc_name)) {
+    return failed(std::string("ifunc name '") + (ifunc_name ? ifunc_name : "(null)") +
+                      "' refused: letters, digits, '_' and '-' only",
+                  UCS_ERR_INVALID_PARAM);
+  }
+  try {
+    ContextState& state = state_of(context);
+    if (auto it = state.by_name.find(ifunc_name); it != state.by_name.end()) {
+      ++it->second->registrations;
+      *ifunc_p = it->second;
+      return UCS_OK;
+    }
+    *ifunc_p = register_library(state, ifunc_name);
+    return UCS_OK;
+  } catch (const tc::Error& e) {
+    return failed(std::string("register '") + ifunc_name + "': " + e.what(),
+                  e.is(tc::errc::io) ? UCS_ERR_IO_ERROR : UCS_ERR_INVALID_PARAM);
+  } catch (const std::exception& e) {
+    return failed(std::string("register '") + ifunc_name + "': " + e.what(), UCS_ERR_NO_MEMORY);
+  }
+}
+
+void ucp_deregister_ifunc(ucp_context_h context, ucp_ifunc_h ifunc_h) {
+  if (context == nullptr || ifunc_h == nullptr) return;
+  ContextState& state = state_of(context);
+  const auto it = state.by_name.find(ifunc_h->name);
+  if (it == state.by_name.end() || it->second != ifunc_h) {
+    warn("deregistering an ifunc this context does not hold");
+    return;
+  }
+  if (--ifunc_h->registrations > 0) return;
+  state.by_name.erase(it);
+  state.by_id.erase(ifunc_h->ifunc.id());
+  (void)state.cache.evict(ifunc_h->ifunc.id());
+  delete ifunc_h;
+}
+
+ucs_status_t ucp_ifunc_msg_create(ucp_ifunc_h ifunc_h, void* source_args,
+                                  size_t source_args_size, ucp_ifunc_msg_t* msg_p) {
+  if (ifunc_h == nullptr || msg_p == nullptr || (source_args == nullptr && source_args_size != 0)) {
+    return UCS_ERR_INVALID_PARAM;
+  }
+  const std::size_t max_payload = ifunc_h->payload_get_max_size != nullptr
+                                      ? ifunc_h->payload_get_max_size(source_args, source_args_size)
+                                      : source_args_size;
+  const std::span<const std::byte> code = ifunc_h->ifunc.code();
+  const std::size_t bytes = kPrefix + kPayloadStart + max_payload + code.size();
+  auto* block = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{16}, std::nothrow));
+  if (block == nullptr) return UCS_ERR_NO_MEMORY;
+  std::memset(block, 0, kPrefix + kPayloadStart);
+  std::byte* frame = block + kPrefix;
+  std::byte* payload = frame + kPayloadStart;
+  std::size_t payload_size = max_payload;
+  if (ifunc_h->payload_init != nullptr) {
+    if (ifunc_h->payload_init(source_args, source_args_size, payload, &payload_size) != 0 ||
+        payload_size > max_payload) {
+      ::operator delete(block, std::align_val_t{16});
+      return failed("'" + ifunc_h->name + "_payload_init' failed", UCS_ERR_CANCELED);
+    }
+  } else if (source_args_size != 0) {
+    std::memcpy(payload, source_args, source_args_size);
+  }
+  tc::FrameBuilder full({frame + kFrameStart, sizeof(tc::FrameHeader) + payload_size + code.size()});
+  (void)full.begin(ifunc_h->ifunc.codec(), ifunc_h->ifunc.id(), 0, payload_size, code.size());
+  full.write_code(code);
+  // The cached form's header: the same, without code.
+  tc::FrameHeader header{};
+  std::memcpy(&header, frame + kFrameStart, sizeof(header));
+  header.code_size = 0;
+  std::memcpy(block + sizeof(CommitMark), &header, sizeof(header));
+  *msg_p = {ifunc_h, frame, kPayloadStart + payload_size + code.size()};
+  return UCS_OK;
+}
+
+ucs_status_t ucp_ifunc_msg_get_payload_ptr(ucp_ifunc_msg_t* msg, void** payload,
+                                           size_t* payload_size) {
+  if (msg == nullptr || msg->frame == nullptr || payload == nullptr) return UCS_ERR_INVALID_PARAM;
+  auto* frame = static_cast<std::byte*>(msg->frame);
+  tc::FrameHeader header{};
+  std::memcpy(&header, frame + kFrameStart, sizeof(header));
+  *payload = frame + kPayloadStart;
+  if (payload_size != nullptr) *payload_size = header.payload_size;
+  return UCS_OK;
+}
+
+void ucp_ifunc_msg_free(ucp_ifunc_msg_t msg) {
+  if (msg.frame != nullptr) {
+    ::operator delete(static_cast<std::byte*>(msg.frame) - kPrefix, std::align_val_t{16});
+  }
+}
+
+ucs_status_t ucp_ifunc_send_nbix(ucp_ep_h ep, ucp_ifunc_msg_t msg, uint64_t remote_addr,
+                                 ucp_rkey_h rkey) {
+  if (ep == nullptr || msg.ifunc_h == nullptr || msg.frame == nullptr) return UCS_ERR_INVALID_PARAM;
+  auto* frame = static_cast<std::byte*>(msg.frame);
+  std::byte* block = frame - kPrefix;
+  std::byte* header = frame + kFrameStart;
+  std::byte* payload = frame + kPayloadStart;
+  tc::FrameHeader h{};
+  std::memcpy(&h, header, sizeof(h));
+  bool first = false;
+  try {
+    first = msg.ifunc_h->sent_to.insert(ep).second;
+  } catch (const std::bad_alloc&) {
+    return UCS_ERR_NO_MEMORY;
+  }
+  if (first) {
+    // The whole frame, code included, in one put.
+    const std::size_t body = h.payload_size + h.code_size;
+    const CommitMark mark{kMarkMagic, frame_checksum(header, payload, body),
+                          sizeof(tc::FrameHeader) + body};
+    std::memcpy(frame, &mark, sizeof(mark));
+    const ucs_status_t status = ucp_put_nbi(ep, frame, msg.frame_size, remote_addr, rkey);
+    if (UCS_STATUS_IS_ERR(status)) msg.ifunc_h->sent_to.erase(ep);  // its code is still to go
+    return status;
+  }
+  // Cached: the prefix's mark and header, then the payload; the code stays home.
+  std::byte* cached_header = block + sizeof(CommitMark);
+  const CommitMark mark{kMarkMagic, frame_checksum(cached_header, payload, h.payload_size),
+                        sizeof(tc::FrameHeader) + h.payload_size};
+  std::memcpy(block, &mark, sizeof(mark));
+  ucs_status_t status = ucp_put_nbi(ep, block, kPayloadStart, remote_addr, rkey);
+  if (UCS_STATUS_IS_ERR(status) || h.payload_size == 0) return status;
+  const ucs_status_t second =
+      ucp_put_nbi(ep, payload, h.payload_size, remote_addr + kPayloadStart, rkey);
+  return UCS_STATUS_IS_ERR(second) || second == UCS_INPROGRESS ? second : status;
+}
+
+ucs_status_t ucp_poll_ifunc(ucp_context_h context, void* buffer, size_t buffer_size,
+                            void* target_args, ucp_worker_h worker) {
+  if (context == nullptr || buffer == nullptr) return UCS_ERR_INVALID_PARAM;
+  if (worker != nullptr) (void)ucp_worker_progress(worker);
+  auto* bytes = static_cast<std::byte*>(buffer);
+  if (buffer_size < kPayloadStart) return UCS_ERR_INVALID_PARAM;
+  auto& magic = *reinterpret_cast<uint64_t*>(bytes);
+  if (std::atomic_ref<uint64_t>(magic).load(std::memory_order_acquire) != kMarkMagic) {
+    return UCS_ERR_NO_MESSAGE;
+  }
+  CommitMark mark{};
+  std::memcpy(&mark, bytes, sizeof(mark));
+  const auto clear = [&] {
+    std::memset(bytes + sizeof(uint64_t), 0, sizeof(CommitMark) - sizeof(uint64_t));
+    std::atomic_ref<uint64_t>(magic).store(0, std::memory_order_release);
+  };
+  if (mark.frame_bytes > buffer_size - kFrameStart) {
+    clear();
+    return failed("frame rejected: " + std::to_string(mark.frame_bytes) +
+                      " bytes do not fit the " + std::to_string(buffer_size) + "-byte buffer",
+                  UCS_ERR_CANCELED);
+  }
+  if (mark.frame_bytes < sizeof(tc::FrameHeader)) return UCS_ERR_NO_MESSAGE;  // still landing
+  std::byte* header = bytes + kFrameStart;
+  if (frame_checksum(header, header + sizeof(tc::FrameHeader),
+                     mark.frame_bytes - sizeof(tc::FrameHeader)) != mark.checksum) {
+    return UCS_ERR_NO_MESSAGE;  // not all of it has landed yet
+  }
+  tc::FrameView view;
+  if (const tc::errc e = tc::FrameView::parse({header, mark.frame_bytes}, view);
+      e != tc::errc::ok || view.size() != mark.frame_bytes) {
+    clear();
+    return failed(e != tc::errc::ok ? tc::FrameView::describe(e, {header, mark.frame_bytes})
+                                    : "frame rejected: its header and its mark disagree on length",
+                  UCS_ERR_CANCELED);
+  }
+  ContextState& state = state_of(context);
+  tc::IfuncMain entry = state.cache.find(view.code_id());
+  if (entry == nullptr) [[unlikely]] {
+    try {
+      entry = admit(state, view);
+    } catch (const std::exception& e) {
+      clear();
+      return failed(std::string("frame rejected: ") + e.what(), UCS_ERR_CANCELED);
+    }
+  }
+  entry(bytes + kPayloadStart, view.payload().size(), target_args);
+  clear();
+  return UCS_OK;
+}
+
+}  // extern "C"
