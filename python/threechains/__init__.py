@@ -438,10 +438,15 @@ class Node(_Handle):
         _check(lib.threechains_node_barrier(self.handle))
 
     def close(self):
-        if not self._handle:
-            return
-        try:
+        """Finishes queued sends and says goodbye to every rank. The node stays
+        usable for barrier() (close, then a barrier, then let it go); it is
+        freed when collected, or at the end of a `with` block."""
+        if self._handle:
             _check(lib.threechains_node_close(self._handle))
+
+    def __exit__(self, *exc):
+        try:
+            self.close()
         finally:
             self._release()
             self._keep = []

@@ -4,6 +4,7 @@
 
 #include <threechains/error.hpp>
 #include <threechains/jit_cache.hpp>
+#include <threechains/runtime.h>
 
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
@@ -106,6 +107,25 @@ const link_map* object_defining(const void* address) {
 
 }  // namespace
 
+namespace {
+// <threechains/runtime.h>, as absolute symbols of this process.
+std::unique_ptr<llvm::orc::AbsoluteSymbolsMaterializationUnit> runtime_symbols(
+    llvm::orc::LLJIT& jit) {
+  const auto callable = llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable;
+  const auto entry = [&](auto* function) {
+    return llvm::orc::ExecutorSymbolDef(llvm::orc::ExecutorAddr::fromPtr(function), callable);
+  };
+  llvm::orc::SymbolMap symbols;
+  symbols[jit.mangleAndIntern("threechains_rank")] = entry(&threechains_rank);
+  symbols[jit.mangleAndIntern("threechains_ranks")] = entry(&threechains_ranks);
+  symbols[jit.mangleAndIntern("threechains_origin")] = entry(&threechains_origin);
+  symbols[jit.mangleAndIntern("threechains_send_self")] = entry(&threechains_send_self);
+  symbols[jit.mangleAndIntern("threechains_send_named")] = entry(&threechains_send_named);
+  symbols[jit.mangleAndIntern("threechains_lookup")] = entry(&threechains_lookup);
+  return llvm::orc::absoluteSymbols(std::move(symbols));
+}
+}  // namespace
+
 struct JitCache::Impl {
   explicit Impl(const JitOptions& options) : policy(options.imports) {
     initialise_native_target_once();
@@ -130,6 +150,11 @@ struct JitCache::Impl {
                       });
                   if (!generator) return generator.takeError();
                   jd.addGenerator(std::move(*generator));
+                  // The runtime for injected code is ours: defined by address,
+                  // so it resolves however this library was loaded (a dlopen
+                  // with RTLD_LOCAL, as Python's ctypes does, hides it from a
+                  // search of the process).
+                  if (auto error = jd.define(runtime_symbols(j))) return std::move(error);
                   return &jd;
                 })
             .create();
