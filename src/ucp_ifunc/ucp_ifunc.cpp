@@ -1,15 +1,9 @@
 // The research prototype's ifunc API (<threechains/ucp_ifunc.h>) on ThreeChains
-// frames, containers and the JIT cache.
-//
-// In the program's buffer (and in a message, after a 64-byte prefix):
-//
-//   | commit mark (24 B) | frame header (24 B) | payload | code (first send to an endpoint) |
-//
-// The mark holds a magic word, the frame's length and a hash over the frame as
-// it must land; ucp_poll_ifunc runs nothing until the hash matches. A message's
-// prefix keeps the mark and header of its cached form (no code), so a later
-// send puts those and the payload, and nothing of the message is rewritten
-// while an earlier put of it may still be reading.
+// frames, containers and the JIT cache. The buffer layout is in wire.hpp; a
+// message keeps, in a 64-byte prefix, the mark and header of its cached form
+// (no code), so a later send puts those and the payload, and nothing of the
+// message is rewritten while an earlier put of it may still be reading.
+#include "ucp_ifunc/wire.hpp"
 #include "trust/envelope.hpp"
 
 #include <threechains/container.hpp>
@@ -36,25 +30,13 @@ struct ucp_ifunc;
 
 namespace {
 
-struct CommitMark {
-  uint64_t magic;
-  uint64_t checksum;     // frame_checksum() of the frame_bytes that follow
-  uint64_t frame_bytes;  // header + payload + code
-};
-static_assert(sizeof(CommitMark) == 24);
-constexpr uint64_t kMarkMagic = 0x636e7566692d4354;  // "TC-ifunc"
-constexpr std::size_t kPrefix = 64;                   // cached mark + cached header + padding
-constexpr std::size_t kFrameStart = sizeof(CommitMark);
-constexpr std::size_t kPayloadStart = kFrameStart + sizeof(tc::FrameHeader);
+using tc::ucp_ifunc_wire::CommitMark;
+using tc::ucp_ifunc_wire::frame_checksum;
+using tc::ucp_ifunc_wire::kFrameStart;
+using tc::ucp_ifunc_wire::kMarkMagic;
+using tc::ucp_ifunc_wire::kPayloadStart;
+constexpr std::size_t kPrefix = 64;  // cached mark + cached header + padding
 static_assert(kPrefix % 16 == 0 && kPayloadStart % 16 == 0, "payloads stay 16-byte aligned");
-
-// The header and the rest hashed apart, so the cached form (a header of its
-// own followed by the message's payload) needs no contiguous copy.
-uint64_t frame_checksum(const std::byte* header, const std::byte* body, std::size_t body_bytes) {
-  const uint64_t h = tc::code_identity({header, sizeof(tc::FrameHeader)});
-  const uint64_t b = tc::code_identity({body, body_bytes});
-  return h ^ (b * 0x9E3779B97F4A7C15ULL);
-}
 
 void warn(const std::string& message) {
   std::fprintf(stderr, "threechains ucp_ifunc: %s\n", message.c_str());
