@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 namespace threechains::detail {
 namespace {
@@ -100,8 +101,15 @@ class PmixLaunch final : public LaunchSystem {
           d->done.store(true, std::memory_order_release);
         },
         &done);
+    if (status == PMIX_OPERATION_SUCCEEDED) return;  // done at once: no callback comes
     if (status != PMIX_SUCCESS) throw Error(errc::protocol, pmix_error("PMIx_Fence_nb", status));
-    while (!done.done.load(std::memory_order_acquire)) serve(context);
+    try {
+      while (!done.done.load(std::memory_order_acquire)) serve(context);
+    } catch (...) {
+      // PMIx's thread still writes `done`: it must outlive the callback.
+      while (!done.done.load(std::memory_order_acquire)) std::this_thread::yield();
+      throw;
+    }
     if (done.status != PMIX_SUCCESS) {
       throw Error(errc::protocol, pmix_error("PMIx_Fence_nb", done.status));
     }

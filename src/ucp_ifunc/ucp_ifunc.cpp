@@ -168,16 +168,22 @@ tc::IfuncMain admit(ContextState& state, const tc::FrameView& view) {
       if (!e.is(tc::errc::io) && !e.is(tc::errc::invalid_argument)) throw;  // none of ours
     }
   }
-  if (!state.by_id.contains(view.code_id())) {
+  // Everything below reads `arrived`, our private copy: the peer can still
+  // write the buffer, so bytes checked there could be changed before use.
+  if (arrived.id() != view.code_id()) {
+    throw tc::Error(tc::errc::code_identity_mismatch,
+                    "the frame's code does not hash to the identity its header names");
+  }
+  if (!state.by_id.contains(arrived.id())) {
     try {
-      tc::check_code_trust(state.trust, view.code());
+      tc::check_code_trust(state.trust, arrived.code());
     } catch (const tc::Error& e) {
       throw tc::Error(tc::errc::code_refused,
                       "code of ifunc '" + name + "' that is not this target's own library '" +
                           name + ".tcc' and is not signed by a key in "
                           "THREECHAINS_IFUNC_TRUSTED_KEYS (" + e.context() + ")");
     }
-    (void)state.cache.load(view.code_id(), view.codec(), view.code());
+    (void)state.cache.load(arrived.id(), arrived.codec(), arrived.code());
   }
   return state.cache.find(view.code_id());
 }
