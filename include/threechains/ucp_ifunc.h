@@ -4,7 +4,7 @@
  * linking ThreeChains::ucp_ifunc: the same names, arguments and flow —
  * register an ifunc library by name, create a message whose payload the
  * library's <name>_payload_get_max_size / <name>_payload_init build from
- * source arguments, put it with one call to a remote address and rkey the
+ * source arguments, send it with one call to a remote address and rkey the
  * program manages, and poll a buffer of its own to run what arrived there.
  * The UCX context, worker, endpoints, memory and rkeys stay the program's.
  *

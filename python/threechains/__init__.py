@@ -127,16 +127,22 @@ def _payload(data):
     return ctypes.cast(buffer, ctypes.c_void_p), view.nbytes, buffer
 
 
-def _address(target_args):
-    """target_args as an address: None, an int, a ctypes object, or a writable buffer."""
+def _address(target_args, keep):
+    """target_args as an address: None, an int, a ctypes object, or a writable
+    buffer. What the address points into goes into `keep`: a buffer's export
+    stays held (a bytearray cannot be resized and moved under C) as long as
+    the object that keeps `keep`."""
     if target_args is None or isinstance(target_args, int):
         return target_args
     if isinstance(target_args, (ctypes._SimpleCData, ctypes.Structure, ctypes.Array)):
+        keep.append(target_args)
         return ctypes.addressof(target_args)
     view = memoryview(target_args)
     if view.readonly:
         raise Error(Status.INVALID_ARGUMENT, "target_args must be writable")
-    return ctypes.addressof((ctypes.c_char * view.nbytes).from_buffer(view.cast("B")))
+    pinned = (ctypes.c_char * view.nbytes).from_buffer(view.cast("B"))
+    keep.append(pinned)
+    return ctypes.addressof(pinned)
 
 
 class Context(_Handle):
@@ -247,7 +253,7 @@ def _receiver_options(struct, port, trust, identity, target_args, on_error, unre
     struct.port = port
     struct.trust = trust.handle if trust is not None else None
     struct.identity = identity.handle if identity is not None else None
-    struct.target_args = _address(target_args)
+    struct.target_args = _address(target_args, keep)
     struct.unrestricted_imports = 1 if unrestricted_imports else 0
     if on_error is not None:
         def report(_user, status, message):
@@ -256,7 +262,7 @@ def _receiver_options(struct, port, trust, identity, target_args, on_error, unre
             except Exception:  # an exception must not unwind through C
                 pass
         struct.on_error = _capi.ERROR_FN(report)
-    keep.extend([trust, identity, target_args, struct.on_error])
+    keep.extend([trust, identity, struct.on_error])
 
 
 class Receiver(_Handle):
@@ -403,11 +409,11 @@ class Node(_Handle):
         keep = []
         if exposed:
             names = (ctypes.c_char_p * len(exposed))(*[name.encode() for name in exposed])
-            objects = (ctypes.c_void_p * len(exposed))(*[_address(o) for o in exposed.values()])
+            objects = (ctypes.c_void_p * len(exposed))(*[_address(o, keep) for o in exposed.values()])
             options.exposed_names = names
             options.exposed_objects = objects
             options.exposed_count = len(exposed)
-            keep.extend([names, objects, list(exposed.values())])
+            keep.extend([names, objects])
         _receiver_options(options.receiver, 0, trust, identity, target_args, on_error, False, keep)
         _channel_options(options.channel, None, None, None, identity, None)
         node = cls(_make(lib.threechains_node_bootstrap, worker.handle, launcher.encode(),

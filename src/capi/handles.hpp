@@ -70,7 +70,7 @@ threechains_status guarded(const char* call, Body&& body) noexcept {
   }
 }
 
-// Checks the out-parameter and the handles a call needs, then runs `body`.
+// Whether every pointer a call needs was given.
 template <class... Pointers>
 [[nodiscard]] bool all_given(const Pointers*... pointers) noexcept {
   return ((pointers != nullptr) && ...);

@@ -45,15 +45,20 @@ const char* threechains_status_string(threechains_status status) {
       break;
   }
   if (status > THREECHAINS_OK && status <= THREECHAINS_LIMIT_EXCEEDED) {
-    // The C++ category's messages, kept for the process (one per value).
-    static const auto messages = [] {
-      std::array<std::string, THREECHAINS_LIMIT_EXCEEDED + 1> all;
-      for (int v = 0; v <= THREECHAINS_LIMIT_EXCEEDED; ++v) {
-        all[static_cast<std::size_t>(v)] = threechains::threechains_category().message(v);
-      }
-      return all;
-    }();
-    return messages[static_cast<std::size_t>(status)].c_str();
+    // The C++ category's messages, kept for the process (one per value). Made
+    // on first use, which allocates: a failure must not reach C.
+    try {
+      static const auto messages = [] {
+        std::array<std::string, THREECHAINS_LIMIT_EXCEEDED + 1> all;
+        for (int v = 0; v <= THREECHAINS_LIMIT_EXCEEDED; ++v) {
+          all[static_cast<std::size_t>(v)] = threechains::threechains_category().message(v);
+        }
+        return all;
+      }();
+      return messages[static_cast<std::size_t>(status)].c_str();
+    } catch (...) {
+      return "(no memory for the status text)";
+    }
   }
   return "unknown status";
 }

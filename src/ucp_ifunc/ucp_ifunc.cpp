@@ -230,7 +230,14 @@ ucs_status_t ucp_register_ifunc(ucp_context_h context, const char* ifunc_name,
 
 void ucp_deregister_ifunc(ucp_context_h context, ucp_ifunc_h ifunc_h) {
   if (context == nullptr || ifunc_h == nullptr) return;
-  ContextState& state = state_of(context);
+  ContextState* found = nullptr;
+  try {
+    found = &state_of(context);
+  } catch (const std::exception& e) {
+    warn(std::string("deregister: ") + e.what());
+    return;
+  }
+  ContextState& state = *found;
   const auto it = state.by_name.find(ifunc_h->name);
   if (it == state.by_name.end() || it->second != ifunc_h) {
     warn("deregistering an ifunc this context does not hold");
@@ -370,7 +377,14 @@ ucs_status_t ucp_poll_ifunc(ucp_context_h context, void* buffer, size_t buffer_s
                                     : "frame rejected: its header and its mark disagree on length",
                   UCS_ERR_CANCELED);
   }
-  ContextState& state = state_of(context);
+  ContextState* found = nullptr;
+  try {
+    found = &state_of(context);  // made on first use: can fail (memory, a bad key file)
+  } catch (const std::exception& e) {
+    clear();
+    return failed(std::string("frame rejected: ") + e.what(), UCS_ERR_CANCELED);
+  }
+  ContextState& state = *found;
   tc::IfuncMain entry = state.cache.find(view.code_id());
   if (entry == nullptr) [[unlikely]] {
     try {

@@ -6,7 +6,7 @@
  *
  * The target trusts PUBKEY for peers and code; the source proves KEY. The
  * target checks the counter is 1 + 2 + ... + FRAMES, each frame run once. */
-#include <threechains/threechains.h>
+#include "c_support.h"
 
 #include <inttypes.h>
 #include <stddef.h>
@@ -16,16 +16,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-#define CHECK(call)                                                                        \
-  do {                                                                                     \
-    threechains_status status_ = (call);                                                   \
-    if (status_ != THREECHAINS_OK) {                                                       \
-      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,                  \
-              threechains_status_string(status_), threechains_last_error());               \
-      exit(1);                                                                             \
-    }                                                                                      \
-  } while (0)
 
 static double seconds(void) {
   struct timespec t;
@@ -46,15 +36,10 @@ static int run_target(const char* transport, const char* public_key, uint64_t fr
                       int port_fd, const char* port_file) {
   threechains_context* context = NULL;
   threechains_worker* worker = NULL;
-  threechains_public_key* key = NULL;
-  threechains_trust* trust = NULL;
   threechains_receiver* receiver = NULL;
   CHECK(threechains_context_create(transport, &context));
   CHECK(threechains_worker_create(context, &worker));
-  CHECK(threechains_public_key_load(public_key, &key));
-  CHECK(threechains_trust_create(&trust));
-  CHECK(threechains_trust_allow_peer(trust, key));
-  CHECK(threechains_trust_allow_code_signer(trust, key));
+  threechains_trust* trust = trust_of_key_file(public_key);
 
   volatile uint64_t counter = 0;
   threechains_receiver_options options;
@@ -110,7 +95,6 @@ static int run_target(const char* transport, const char* public_key, uint64_t fr
 
   threechains_receiver_destroy(receiver);
   threechains_trust_destroy(trust);
-  threechains_public_key_destroy(key);
   threechains_worker_destroy(worker);
   threechains_context_destroy(context);
   return ok && sized ? 0 : 1;

@@ -6,22 +6,12 @@
  * every other rank's address from the launcher; rank 0 starts a relay chain
  * (tests/ifuncs/xrdma/relay.c) that goes round the ranks 10 times; each rank
  * checks it ran exactly its share of the hops, each from the previous rank. */
-#include <threechains/threechains.h>
+#include "c_support.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-
-#define CHECK(call)                                                                             \
-  do {                                                                                          \
-    threechains_status status_ = (call);                                                        \
-    if (status_ != THREECHAINS_OK) {                                                            \
-      fprintf(stderr, "c_mesh: %s -> %s: %s\n", #call, threechains_status_string(status_),      \
-              threechains_last_error());                                                        \
-      return 1;                                                                                 \
-    }                                                                                           \
-  } while (0)
 
 /* Mirrors struct relay_state and struct relay_payload in relay.c. */
 struct relay_state {
@@ -48,17 +38,12 @@ int main(int argc, char** argv) {
   threechains_context* context = NULL;
   threechains_worker* worker = NULL;
   threechains_keypair* key = NULL;
-  threechains_public_key* public_key = NULL;
-  threechains_trust* trust = NULL;
   threechains_ifunc* relay = NULL;
   threechains_node* node = NULL;
   CHECK(threechains_context_create(argv[2], &context));
   CHECK(threechains_worker_create(context, &worker));
   CHECK(threechains_keypair_load(argv[4], &key));
-  CHECK(threechains_public_key_load(argv[5], &public_key));
-  CHECK(threechains_trust_create(&trust));
-  CHECK(threechains_trust_allow_peer(trust, public_key));
-  CHECK(threechains_trust_allow_code_signer(trust, public_key));
+  threechains_trust* trust = trust_of_key_file(argv[5]);
   CHECK(threechains_ifunc_load(argv[3], &relay));
 
   threechains_node_options options;
@@ -106,7 +91,6 @@ int main(int argc, char** argv) {
   threechains_node_destroy(node);
   threechains_ifunc_destroy(relay);
   threechains_trust_destroy(trust);
-  threechains_public_key_destroy(public_key);
   threechains_keypair_destroy(key);
   threechains_worker_destroy(worker);
   threechains_context_destroy(context);
