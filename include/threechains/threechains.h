@@ -116,10 +116,10 @@ THREECHAINS_C_API void threechains_public_key_destroy(threechains_public_key* ke
  * peer and all code: for development only. */
 THREECHAINS_C_API threechains_status threechains_trust_create(threechains_trust** out);
 THREECHAINS_C_API threechains_status threechains_trust_anyone(threechains_trust** out);
-THREECHAINS_C_API threechains_status threechains_trust_allow_peer(threechains_trust* trust,
-                                                                  const threechains_public_key* key);
-THREECHAINS_C_API threechains_status threechains_trust_allow_code_signer(
-    threechains_trust* trust, const threechains_public_key* key);
+THREECHAINS_C_API threechains_status
+threechains_trust_allow_peer(threechains_trust* trust, const threechains_public_key* key);
+THREECHAINS_C_API threechains_status
+threechains_trust_allow_code_signer(threechains_trust* trust, const threechains_public_key* key);
 THREECHAINS_C_API void threechains_trust_destroy(threechains_trust* trust);
 
 /* ---- ifuncs (source side) ---------------------------------------------- */
@@ -147,15 +147,15 @@ typedef struct threechains_receiver threechains_receiver;
 typedef void (*threechains_error_fn)(void* user, threechains_status status, const char* message);
 
 typedef struct threechains_receiver_options {
-  size_t size;                     /* sizeof(threechains_receiver_options) */
-  uint16_t port;                   /* 0: the OS picks (threechains_receiver_port) */
-  const threechains_trust* trust;  /* NULL: refuse every peer (the secure default) */
+  size_t size;                         /* sizeof(threechains_receiver_options) */
+  uint16_t port;                       /* 0: the OS picks (threechains_receiver_port) */
+  const threechains_trust* trust;      /* NULL: refuse every peer (the secure default) */
   const threechains_keypair* identity; /* NULL: a key made at start */
-  void* target_args;               /* third argument of every ifunc's main */
-  uint32_t max_slots;              /* ring slots per source */
-  size_t max_slot_size;            /* bytes per slot */
-  int unrestricted_imports;        /* nonzero: injected code may import anything */
-  threechains_error_fn on_error;   /* NULL: print to stderr */
+  void* target_args;                   /* third argument of every ifunc's main */
+  uint32_t max_slots;                  /* ring slots per source */
+  size_t max_slot_size;                /* bytes per slot */
+  int unrestricted_imports;            /* nonzero: injected code may import anything */
+  threechains_error_fn on_error;       /* NULL: print to stderr */
   void* on_error_user;
 } threechains_receiver_options;
 
@@ -176,9 +176,9 @@ typedef struct threechains_receiver_stats {
 
 THREECHAINS_C_API void threechains_receiver_options_init(threechains_receiver_options* options);
 /* Listens for sources. A worker has one receiver (or one node). */
-THREECHAINS_C_API threechains_status threechains_receiver_create(
-    threechains_worker* worker, const threechains_receiver_options* options,
-    threechains_receiver** out);
+THREECHAINS_C_API threechains_status
+threechains_receiver_create(threechains_worker* worker, const threechains_receiver_options* options,
+                            threechains_receiver** out);
 THREECHAINS_C_API void threechains_receiver_destroy(threechains_receiver* receiver);
 THREECHAINS_C_API uint16_t threechains_receiver_port(const threechains_receiver* receiver);
 /* Non-blocking: progresses once, runs what is committed; *dispatched (may be
@@ -189,11 +189,13 @@ THREECHAINS_C_API threechains_status threechains_receiver_poll(threechains_recei
  * prototype's daemon); ifuncs then run on that thread. */
 THREECHAINS_C_API threechains_status threechains_receiver_start(threechains_receiver* receiver);
 THREECHAINS_C_API void threechains_receiver_stop(threechains_receiver* receiver);
-THREECHAINS_C_API threechains_status threechains_receiver_set_target_args(
-    threechains_receiver* receiver, void* target_args);
-/* Fills the fields of *stats that fit in stats->size. */
+THREECHAINS_C_API threechains_status
+threechains_receiver_set_target_args(threechains_receiver* receiver, void* target_args);
+/* Fills the fields of *stats that fit in stats->size. THREECHAINS_INVALID_ARGUMENT
+ * while the progress thread serves (it writes them): stop it first. */
 THREECHAINS_C_API threechains_status threechains_receiver_stats_get(
     const threechains_receiver* receiver, threechains_receiver_stats* stats);
+/* Sources connected now (0 while the progress thread serves). */
 THREECHAINS_C_API size_t threechains_receiver_peers(const threechains_receiver* receiver);
 
 /* ---- source and channels ----------------------------------------------- */
@@ -202,12 +204,12 @@ typedef struct threechains_source threechains_source;
 typedef struct threechains_channel threechains_channel;
 
 typedef struct threechains_channel_options {
-  size_t size;                          /* sizeof(threechains_channel_options) */
-  uint32_t slots;                       /* ring slots asked for */
-  size_t slot_size;                     /* bytes per slot asked for */
+  size_t size;      /* sizeof(threechains_channel_options) */
+  uint32_t slots;   /* ring slots asked for */
+  size_t slot_size; /* bytes per slot asked for */
   uint32_t connect_timeout_ms;
-  uint32_t timeout_ms;                  /* send on a full ring, flush, close */
-  const threechains_keypair* identity;  /* the key this source proves it holds */
+  uint32_t timeout_ms;                      /* send on a full ring, flush, close */
+  const threechains_keypair* identity;      /* the key this source proves it holds */
   const threechains_public_key* target_key; /* if set: the target must prove it */
 } threechains_channel_options;
 
@@ -216,9 +218,9 @@ THREECHAINS_C_API threechains_status threechains_source_create(threechains_worke
                                                                threechains_source** out);
 THREECHAINS_C_API void threechains_source_destroy(threechains_source* source);
 /* Connects to the receiver at host:port (options may be NULL: defaults). */
-THREECHAINS_C_API threechains_status threechains_source_connect(
-    threechains_source* source, const char* host, uint16_t port,
-    const threechains_channel_options* options, threechains_channel** out);
+THREECHAINS_C_API threechains_status
+threechains_source_connect(threechains_source* source, const char* host, uint16_t port,
+                           const threechains_channel_options* options, threechains_channel** out);
 
 /* Sends `ifunc` with a copy of `payload` (blocks while the ring is full, up to
  * the channel's timeout). The first send of an ifunc on a channel carries its
@@ -229,8 +231,7 @@ THREECHAINS_C_API threechains_status threechains_channel_send(threechains_channe
 /* As threechains_channel_send, but returns THREECHAINS_WOULD_BLOCK on a full ring. */
 THREECHAINS_C_API threechains_status threechains_channel_try_send(threechains_channel* channel,
                                                                   const threechains_ifunc* ifunc,
-                                                                  const void* payload,
-                                                                  size_t size);
+                                                                  const void* payload, size_t size);
 /* Waits until the target has run every frame sent so far. */
 THREECHAINS_C_API threechains_status threechains_channel_flush(threechains_channel* channel);
 /* Flushes, says goodbye and closes; the handle stays valid (destroy it). */
@@ -246,9 +247,11 @@ THREECHAINS_C_API uint64_t threechains_channel_frames_sent(const threechains_cha
 typedef struct threechains_node threechains_node;
 
 typedef struct threechains_node_options {
-  size_t size;                                 /* sizeof(threechains_node_options) */
-  threechains_receiver_options receiver;       /* this rank's receiver (its own size set) */
-  threechains_channel_options channel;         /* the channels to other ranks */
+  size_t size; /* sizeof(threechains_node_options) */
+  /* By pointer, so that each struct can grow at its end on its own (NULL:
+   * defaults). Read only during threechains_node_create/_bootstrap. */
+  const threechains_receiver_options* receiver; /* this rank's receiver */
+  const threechains_channel_options* channel;   /* the channels to other ranks */
   /* Objects injected code finds with threechains_lookup(name), exposed before
    * the node connects (frames can run while it connects): exposed_count
    * names, each with its object. */
@@ -259,16 +262,16 @@ typedef struct threechains_node_options {
 
 THREECHAINS_C_API void threechains_node_options_init(threechains_node_options* options);
 /* Rank `rank` of `ranks`; connect it with threechains_node_connect. */
-THREECHAINS_C_API threechains_status threechains_node_create(
-    threechains_worker* worker, int64_t rank, int64_t ranks,
-    const threechains_node_options* options, threechains_node** out);
+THREECHAINS_C_API threechains_status
+threechains_node_create(threechains_worker* worker, int64_t rank, int64_t ranks,
+                        const threechains_node_options* options, threechains_node** out);
 /* Rank, size and every rank's address from the process manager that started
  * this process, connected to every other rank. launcher: "pmix" (mpirun,
  * srun --mpi=pmix), "mpi" (initialises MPI if the program has not), or NULL /
  * "auto" (PMIx if this process was started by one, else MPI). */
-THREECHAINS_C_API threechains_status threechains_node_bootstrap(
-    threechains_worker* worker, const char* launcher, const threechains_node_options* options,
-    threechains_node** out);
+THREECHAINS_C_API threechains_status
+threechains_node_bootstrap(threechains_worker* worker, const char* launcher,
+                           const threechains_node_options* options, threechains_node** out);
 THREECHAINS_C_API void threechains_node_destroy(threechains_node* node);
 THREECHAINS_C_API int64_t threechains_node_rank(const threechains_node* node);
 THREECHAINS_C_API int64_t threechains_node_ranks(const threechains_node* node);

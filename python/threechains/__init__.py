@@ -414,8 +414,15 @@ class Node(_Handle):
             options.exposed_objects = objects
             options.exposed_count = len(exposed)
             keep.extend([names, objects])
-        _receiver_options(options.receiver, 0, trust, identity, target_args, on_error, False, keep)
-        _channel_options(options.channel, None, None, None, identity, None)
+        receiver = _capi.ReceiverOptions()
+        lib.threechains_receiver_options_init(ctypes.byref(receiver))
+        _receiver_options(receiver, 0, trust, identity, target_args, on_error, False, keep)
+        channel = _capi.ChannelOptions()
+        lib.threechains_channel_options_init(ctypes.byref(channel))
+        _channel_options(channel, None, None, None, identity, None)
+        options.receiver = ctypes.pointer(receiver)
+        options.channel = ctypes.pointer(channel)
+        keep.extend([receiver, channel])
         node = cls(_make(lib.threechains_node_bootstrap, worker.handle, launcher.encode(),
                          ctypes.byref(options)))
         node._keep = keep

@@ -60,7 +60,8 @@ class ChannelOptions(ctypes.Structure):
 
 
 class NodeOptions(ctypes.Structure):
-    _fields_ = [("size", c_size_t), ("receiver", ReceiverOptions), ("channel", ChannelOptions),
+    _fields_ = [("size", c_size_t), ("receiver", ctypes.POINTER(ReceiverOptions)),
+                ("channel", ctypes.POINTER(ChannelOptions)),
                 ("exposed_names", ctypes.POINTER(c_char_p)),
                 ("exposed_objects", ctypes.POINTER(c_void_p)), ("exposed_count", c_size_t)]
 

@@ -3,8 +3,8 @@
 // the calling thread's last-error message.
 #pragma once
 
-#include <threechains/launch.hpp>
 #include <threechains/threechains.h>
+#include <threechains/launch.hpp>
 #include <threechains/threechains.hpp>
 
 #include <algorithm>
@@ -32,6 +32,7 @@ struct threechains_ifunc {
 };
 struct threechains_receiver {
   threechains::Receiver receiver;
+  bool threaded = false;  // its progress thread runs (and writes the statistics)
 };
 struct threechains_source {
   threechains::Source source;

@@ -34,11 +34,11 @@ void expose_all(const threechains_node_options& options, threechains::Node& node
 threechains::NodeOptions node_options(const threechains_node_options& all) {
   threechains::NodeOptions options;
   // The nested structs carry their own sizes (a caller may have set them from
-  // an older header): read each over its defaults.
-  options.receiver = threechains::capi::receiver_options(threechains::capi::read_options(
-      &all.receiver, threechains::capi::default_receiver_options()));
-  options.channel = threechains::capi::channel_options(threechains::capi::read_options(
-      &all.channel, threechains::capi::default_channel_options()));
+  // an older header): read each over its defaults; NULL leaves the defaults.
+  options.receiver = threechains::capi::receiver_options(
+      threechains::capi::read_options(all.receiver, threechains::capi::default_receiver_options()));
+  options.channel = threechains::capi::channel_options(
+      threechains::capi::read_options(all.channel, threechains::capi::default_channel_options()));
   return options;
 }
 
@@ -59,12 +59,10 @@ void threechains_node_options_init(threechains_node_options* options) {
   if (options == nullptr) return;
   *options = threechains_node_options{};
   options->size = sizeof(*options);
-  options->receiver = threechains::capi::default_receiver_options();
-  options->channel = threechains::capi::default_channel_options();
 }
 
-threechains_status threechains_node_create(threechains_worker* worker, int64_t rank,
-                                           int64_t ranks, const threechains_node_options* options,
+threechains_status threechains_node_create(threechains_worker* worker, int64_t rank, int64_t ranks,
+                                           const threechains_node_options* options,
                                            threechains_node** out) {
   if (!all_given(worker, out)) return fail(THREECHAINS_INVALID_ARGUMENT, "worker or out is NULL");
   return guarded("threechains_node_create", [&] {
@@ -82,14 +80,16 @@ threechains_status threechains_node_bootstrap(threechains_worker* worker, const 
   return guarded("threechains_node_bootstrap", [&] {
     threechains::Launch launch = threechains::Launch::join(parse_launcher(launcher));
     const threechains_node_options all = all_options(options);
-    threechains::Node node = threechains::bootstrap(
-        worker->worker, launch, node_options(all),
-        [&](threechains::Node& fresh) { expose_all(all, fresh); });
+    threechains::Node node =
+        threechains::bootstrap(worker->worker, launch, node_options(all),
+                               [&](threechains::Node& fresh) { expose_all(all, fresh); });
     *out = new threechains_node{std::move(launch), std::move(node)};
   });
 }
 
-void threechains_node_destroy(threechains_node* node) { delete node; }
+void threechains_node_destroy(threechains_node* node) {
+  delete node;
+}
 int64_t threechains_node_rank(const threechains_node* node) {
   return node != nullptr ? node->node.rank() : -1;
 }
@@ -115,8 +115,7 @@ threechains_status threechains_node_connect(threechains_node* node, const char* 
   });
 }
 
-threechains_status threechains_node_expose(threechains_node* node, const char* name,
-                                           void* object) {
+threechains_status threechains_node_expose(threechains_node* node, const char* name, void* object) {
   if (!all_given(node, name)) return fail(THREECHAINS_INVALID_ARGUMENT, "node or name is NULL");
   return guarded("threechains_node_expose", [&] { node->node.expose(name, object); });
 }

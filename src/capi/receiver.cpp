@@ -49,13 +49,15 @@ threechains_status threechains_receiver_create(threechains_worker* worker,
                                                threechains_receiver** out) {
   if (!all_given(worker, out)) return fail(THREECHAINS_INVALID_ARGUMENT, "worker or out is NULL");
   return guarded("threechains_receiver_create", [&] {
-    const threechains_receiver_options given = threechains::capi::read_options(
-        options, threechains::capi::default_receiver_options());
-    *out = new threechains_receiver{threechains::Receiver(
-        worker->worker, threechains::capi::receiver_options(given))};
+    const threechains_receiver_options given =
+        threechains::capi::read_options(options, threechains::capi::default_receiver_options());
+    *out = new threechains_receiver{
+        threechains::Receiver(worker->worker, threechains::capi::receiver_options(given))};
   });
 }
-void threechains_receiver_destroy(threechains_receiver* receiver) { delete receiver; }
+void threechains_receiver_destroy(threechains_receiver* receiver) {
+  delete receiver;
+}
 
 uint16_t threechains_receiver_port(const threechains_receiver* receiver) {
   return receiver != nullptr ? receiver->receiver.port() : 0;
@@ -72,10 +74,15 @@ threechains_status threechains_receiver_poll(threechains_receiver* receiver, uns
 
 threechains_status threechains_receiver_start(threechains_receiver* receiver) {
   if (!all_given(receiver)) return fail(THREECHAINS_INVALID_ARGUMENT, "receiver is NULL");
-  return guarded("threechains_receiver_start", [&] { receiver->receiver.start(); });
+  return guarded("threechains_receiver_start", [&] {
+    receiver->receiver.start();
+    receiver->threaded = true;
+  });
 }
 void threechains_receiver_stop(threechains_receiver* receiver) {
-  if (receiver != nullptr) receiver->receiver.stop();
+  if (receiver == nullptr) return;
+  receiver->receiver.stop();
+  receiver->threaded = false;
 }
 
 threechains_status threechains_receiver_set_target_args(threechains_receiver* receiver,
@@ -89,6 +96,11 @@ threechains_status threechains_receiver_stats_get(const threechains_receiver* re
                                                   threechains_receiver_stats* stats) {
   if (!all_given(receiver, stats)) {
     return fail(THREECHAINS_INVALID_ARGUMENT, "receiver or stats is NULL");
+  }
+  if (receiver->threaded) {  // reading them now would race with the thread's writes
+    return fail(THREECHAINS_INVALID_ARGUMENT,
+                "threechains_receiver_stats_get: the progress thread runs and writes the "
+                "statistics (call threechains_receiver_stop first)");
   }
   const threechains::ReceiverStats& s = receiver->receiver.stats();
   threechains_receiver_stats all{};
@@ -109,7 +121,7 @@ threechains_status threechains_receiver_stats_get(const threechains_receiver* re
 }
 
 std::size_t threechains_receiver_peers(const threechains_receiver* receiver) {
-  return receiver != nullptr ? receiver->receiver.peers() : 0;
+  return receiver != nullptr && !receiver->threaded ? receiver->receiver.peers() : 0;
 }
 
 }  // extern "C"

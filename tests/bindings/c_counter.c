@@ -32,8 +32,8 @@ static void on_error(void* user, threechains_status status, const char* message)
 
 /* Serves until `frames` frames ran and the source left; writes the port to
  * `port_fd` (a pipe) or `port_file`. Returns the exit code. */
-static int run_target(const char* transport, const char* public_key, uint64_t frames,
-                      int port_fd, const char* port_file) {
+static int run_target(const char* transport, const char* public_key, uint64_t frames, int port_fd,
+                      const char* port_file) {
   threechains_context* context = NULL;
   threechains_worker* worker = NULL;
   threechains_receiver* receiver = NULL;
@@ -73,12 +73,14 @@ static int run_target(const char* transport, const char* public_key, uint64_t fr
   } while ((stats.frames_dispatched < frames || stats.peers_closed < 1) && seconds() < deadline);
 
   const uint64_t expected = frames * (frames + 1) / 2;
-  printf("c target: counter %" PRIu64 " (expected %" PRIu64 "), %" PRIu64
-         " frames run, %" PRIu64 " rejected, %" PRIu64 " code load(s), %" PRIu64 " error(s)\n",
+  printf("c target: counter %" PRIu64 " (expected %" PRIu64 "), %" PRIu64 " frames run, %" PRIu64
+         " rejected, %" PRIu64 " code load(s), %" PRIu64 " error(s)\n",
          (uint64_t)counter, expected, stats.frames_dispatched, stats.frames_rejected,
          stats.code_loads, errors_seen);
+  /* Every error is a refused peer, and each refusal reached on_error. */
   const int ok = counter == expected && stats.frames_dispatched == frames &&
-                 stats.frames_rejected == 0 && stats.code_loads == 1 && errors_seen == 0;
+                 stats.frames_rejected == 0 && stats.code_loads == 1 &&
+                 errors_seen == stats.peers_refused;
 
   /* A stats struct from an older header (only the first two counters) gets
    * only those written: nothing past its size. */
@@ -93,11 +95,20 @@ static int run_target(const char* transport, const char* public_key, uint64_t fr
                     older.head.frames_rejected == UINT64_C(0xABABABABABABABAB);
   if (!sized) fprintf(stderr, "c target: a short stats struct was written past its size\n");
 
+  /* While the progress thread serves, it writes the statistics: reading them
+   * is refused with a reason, and allowed again after stop. */
+  CHECK(threechains_receiver_start(receiver));
+  const threechains_status threaded = threechains_receiver_stats_get(receiver, &stats);
+  threechains_receiver_stop(receiver);
+  CHECK(threechains_receiver_stats_get(receiver, &stats));
+  const int guarded = threaded == THREECHAINS_INVALID_ARGUMENT;
+  if (!guarded) fprintf(stderr, "c target: statistics were read under the progress thread\n");
+
   threechains_receiver_destroy(receiver);
   threechains_trust_destroy(trust);
   threechains_worker_destroy(worker);
   threechains_context_destroy(context);
-  return ok && sized ? 0 : 1;
+  return ok && sized && guarded ? 0 : 1;
 }
 
 static int run_source(const char* transport, const char* container, const char* secret_key,
@@ -131,6 +142,19 @@ static int run_source(const char* transport, const char* container, const char* 
   threechains_channel_options_init(&options);
   options.identity = key;
   options.slots = 8;
+
+  /* An options struct from an older header ends before `identity`: the
+   * library must not read past its size, so this channel proves a key of its
+   * own making, which the target refuses (and reports to its on_error). */
+  threechains_channel_options older = options;
+  older.size = offsetof(threechains_channel_options, identity);
+  const threechains_status refused =
+      threechains_source_connect(source, "127.0.0.1", port, &older, &channel);
+  if (refused != THREECHAINS_PEER_REFUSED) {
+    fprintf(stderr, "c source: a channel without the trusted key was not refused (%s: %s)\n",
+            threechains_status_string(refused), threechains_last_error());
+    return 1;
+  }
   CHECK(threechains_source_connect(source, "127.0.0.1", port, &options, &channel));
 
   /* Half blocking sends, half non-blocking ones that wait on a full ring. */

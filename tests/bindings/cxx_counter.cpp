@@ -21,8 +21,10 @@ int target(const std::string& transport, const std::string& public_key, uint64_t
   options.trust.allow_peer(key).allow_code_signer(key);
   options.target_args = &counter;
   uint64_t errors = 0;
+  uint64_t refusals = 0;
   options.on_error = [&](const tc::Error& e) {
     ++errors;
+    refusals += e.is(tc::errc::peer_refused) ? 1 : 0;
     std::fprintf(stderr, "c++ target error: %s\n", e.what());
   };
   tc::Receiver receiver(tc::Worker(tc::Context({.transport = tc::parse_transport(transport)})),
@@ -41,7 +43,9 @@ int target(const std::string& transport, const std::string& public_key, uint64_t
               static_cast<unsigned long long>(counter), static_cast<unsigned long long>(expected),
               static_cast<unsigned long long>(s.frames_dispatched),
               static_cast<unsigned long long>(s.code_loads));
-  return counter == expected && s.frames_dispatched == frames && s.code_loads == 1 && errors == 0
+  // A source may first try a key this target does not trust: refused, reported.
+  return counter == expected && s.frames_dispatched == frames && s.code_loads == 1 &&
+                 errors == refusals && refusals == s.peers_refused
              ? 0
              : 1;
 }
@@ -50,6 +54,13 @@ int source(const std::string& transport, const std::string& container, const std
            uint64_t frames, uint16_t port) {
   tc::Source source(tc::Worker(tc::Context({.transport = tc::parse_transport(transport)})));
   tc::ChannelOptions options;
+  try {  // a key the target does not trust: refused (its on_error sees it)
+    (void)source.connect("127.0.0.1", port, options);
+    std::fprintf(stderr, "c++ source: a channel without the trusted key was not refused\n");
+    return 1;
+  } catch (const tc::Error& e) {
+    if (!e.is(tc::errc::peer_refused)) throw;
+  }
   options.identity = tc::KeyPair::load(key);
   tc::Channel channel = source.connect("127.0.0.1", port, options);
   const tc::Ifunc ifunc = tc::Ifunc::load(container);

@@ -40,8 +40,12 @@ def target(transport, public_key, frames, port_file):
           f"{stats['frames_dispatched']} frames run, {stats['code_loads']} code load(s), "
           f"{len(errors)} error(s) {[str(e) for e in errors]}")
     receiver.close()
+    # The source first tries a key this target does not trust: refused, and
+    # the refusal reaches on_error as a tc.Error.
     ok = (counter.value == expected and stats["frames_dispatched"] == frames
-          and stats["frames_rejected"] == 0 and stats["code_loads"] == 1 and not errors)
+          and stats["frames_rejected"] == 0 and stats["code_loads"] == 1
+          and len(errors) == stats["peers_refused"] >= 1
+          and all(e.status == tc.Status.PEER_REFUSED for e in errors))
     return 0 if ok else 1
 
 
@@ -56,6 +60,12 @@ def source(transport, container, key, frames, port):
 
     worker = tc.Worker(transport)
     ifunc = tc.Ifunc.load(container)
+    try:
+        tc.Source(worker).connect("127.0.0.1", port, identity=tc.KeyPair.generate())
+        print("python source: a channel without the trusted key was not refused", file=sys.stderr)
+        return 1
+    except tc.Error as error:
+        assert error.status == tc.Status.PEER_REFUSED, error
     channel = tc.Source(worker).connect("127.0.0.1", port, identity=tc.KeyPair.load(key), slots=8)
     if numpy is None:
         print("python source: NumPy is not installed: struct and bytearray payloads only")
