@@ -165,6 +165,7 @@ static void setup(struct peer* p, const char* transport, int fd) {
 static void teardown(struct peer* p, int fd) {
   sync_with(fd, p->worker); /* neither side leaves while the other may still put */
   ucp_rkey_destroy(p->rkey);
+  ucp_ifunc_forget_ep(p->context, p->ep); /* a later endpoint there gets the code again */
   ucp_request_param_t param;
   memset(&param, 0, sizeof(param));
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -177,6 +178,7 @@ static void teardown(struct peer* p, int fd) {
   sync_with(fd, NULL);
   ucp_mem_unmap(p->context, p->heap_memh);
   ucp_worker_destroy(p->worker);
+  ucp_ifunc_context_release(p->context); /* before UCX can reuse its address */
   ucp_cleanup(p->context);
 }
 
@@ -230,14 +232,16 @@ static int run(int client, const char* transport, uint64_t rounds, const char* l
     if (client) await_frame(&p, &args, fd);
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  const double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3);
+  const double us =
+      ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3);
   const uint64_t expected = rounds * (rounds + 1) / 2;
   printf("tsi %s over %s: counter %" PRIu64 " (expected %" PRIu64 "), %.2f us per round trip\n",
          client ? "client" : "server", transport, args.counter, expected, us / (double)rounds);
   fflush(stdout);
 
-  ucp_ifunc_msg_free(msg);
+  /* Either order is fine: a message keeps its ifunc's handle alive. */
   ucp_deregister_ifunc(p.context, tsi);
+  ucp_ifunc_msg_free(msg);
   teardown(&p, fd);
   return args.counter == expected ? 0 : 1;
 }

@@ -30,8 +30,19 @@
  *
  * As in the prototype, ucp_ifunc_send_nbix is non-blocking: flush the
  * endpoint before reusing the remote buffer or freeing the message. The
- * remote buffer should be 16-byte aligned (the payload then is too). A
- * context's ifunc state lives until the process exits. */
+ * remote buffer should be 16-byte aligned (the payload then is too).
+ *
+ * Threads: the calls on one context (and on messages of its ifuncs) come from
+ * one thread at a time, as the prototype's single-threaded worker.
+ *
+ * Lifetimes: a context's ifunc state lives until ucp_ifunc_context_release
+ * (call it before ucp_cleanup if the program may make another context: UCX
+ * can give the new one the same address) or the end of the process. A
+ * message keeps its ifunc's handle alive after deregistration, so it can
+ * still be sent and freed. Which endpoints already hold an ifunc's code is
+ * remembered by endpoint handle: call ucp_ifunc_forget_ep before closing an
+ * endpoint (or after a put to it failed), so a later endpoint at the same
+ * address is sent the code again. */
 #ifndef THREECHAINS_UCP_IFUNC_H
 #define THREECHAINS_UCP_IFUNC_H
 
@@ -61,11 +72,18 @@ ucs_status_t ucp_register_ifunc(ucp_context_h context, const char* ifunc_name,
                                 ucp_ifunc_h* ifunc_p);
 void ucp_deregister_ifunc(ucp_context_h context, ucp_ifunc_h ifunc_h);
 
+/* ThreeChains additions: forget everything of `context` (its handles become
+ * invalid; messages still alive keep theirs until freed), and forget that
+ * `ep` was sent any ifunc's code. */
+void ucp_ifunc_context_release(ucp_context_h context);
+void ucp_ifunc_forget_ep(ucp_context_h context, ucp_ep_h ep);
+
 /* Builds a message: payload_get_max_size(source_args, source_args_size) bytes
  * of payload, filled by payload_init (a library without them gets a copy of
- * the source arguments). UCS_ERR_CANCELED if payload_init fails. */
-ucs_status_t ucp_ifunc_msg_create(ucp_ifunc_h ifunc_h, void* source_args,
-                                  size_t source_args_size, ucp_ifunc_msg_t* msg_p);
+ * the source arguments). UCS_ERR_CANCELED if payload_init fails,
+ * UCS_ERR_EXCEEDS_LIMIT for a payload over 4 GiB. */
+ucs_status_t ucp_ifunc_msg_create(ucp_ifunc_h ifunc_h, void* source_args, size_t source_args_size,
+                                  ucp_ifunc_msg_t* msg_p);
 /* The message's payload, to change it between sends. */
 ucs_status_t ucp_ifunc_msg_get_payload_ptr(ucp_ifunc_msg_t* msg, void** payload,
                                            size_t* payload_size);
@@ -79,7 +97,9 @@ ucs_status_t ucp_ifunc_send_nbix(ucp_ep_h ep, ucp_ifunc_msg_t msg, uint64_t remo
 /* Progresses `worker` once (if given), then runs the frame in `buffer` if a
  * whole one has landed, with `target_args` as its third argument, and clears
  * the buffer's commit mark. UCS_OK: one ran. UCS_ERR_NO_MESSAGE: nothing (yet).
- * UCS_ERR_CANCELED: the frame was rejected (reported on stderr) and cleared. */
+ * UCS_ERR_CANCELED: the frame was rejected (reported on stderr) and cleared.
+ * A frame whose bytes never match its mark (a put torn by a source that
+ * died) reads as not yet landed until the next put overwrites it. */
 ucs_status_t ucp_poll_ifunc(ucp_context_h context, void* buffer, size_t buffer_size,
                             void* target_args, ucp_worker_h worker);
 

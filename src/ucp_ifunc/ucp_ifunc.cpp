@@ -3,15 +3,15 @@
 // message keeps, in a 64-byte prefix, the mark and header of its cached form
 // (no code), so a later send puts those and the payload, and nothing of the
 // message is rewritten while an earlier put of it may still be reading.
-#include "ucp_ifunc/wire.hpp"
 #include "trust/envelope.hpp"
+#include "ucp_ifunc/wire.hpp"
 
-#include <threechains/container.hpp>
 #include <threechains/ifunc.h>
+#include <threechains/ucp_ifunc.h>
+#include <threechains/container.hpp>
 #include <threechains/ifunc.hpp>
 #include <threechains/jit_cache.hpp>
 #include <threechains/trust.hpp>
-#include <threechains/ucp_ifunc.h>
 
 #include <atomic>
 #include <cstdio>
@@ -56,6 +56,8 @@ bool valid_name(const char* name) {
 // One UCX context's ifunc state: its libraries, the code that runs here, and
 // whose signatures it accepts. Used from one thread at a time (as the
 // prototype's context state; the program's worker is single-threaded too).
+// It owns its handles: those still in use by a message when the state goes
+// (ucp_ifunc_context_release) are detached and die with their last message.
 struct ContextState {
   ContextState() {
     if (const char* keys = std::getenv("THREECHAINS_IFUNC_TRUSTED_KEYS")) {
@@ -63,11 +65,15 @@ struct ContextState {
       std::size_t start = 0;
       while (start <= list.size()) {
         const std::size_t end = std::min(list.find(':', start), list.size());
-        if (end > start) trust.allow_code_signer(tc::PublicKey::load(list.substr(start, end - start)));
+        if (end > start)
+          trust.allow_code_signer(tc::PublicKey::load(list.substr(start, end - start)));
         start = end + 1;
       }
     }
   }
+  ContextState(const ContextState&) = delete;
+  ContextState& operator=(const ContextState&) = delete;
+  ~ContextState();
 
   std::string lib_dir;
   tc::JitCache cache;
@@ -76,20 +82,34 @@ struct ContextState {
   std::unordered_map<tc::CodeId, ucp_ifunc*> by_id;
 };
 
-// Every context's state, owned here for the life of the process (UCX gives no
-// hook on ucp_cleanup), so a pointer to one never dangles.
+// Every context's state. UCX gives no hook on ucp_cleanup, so a state lives
+// until ucp_ifunc_context_release or the end of the process; `generation`
+// changes on every release so no thread keeps a cached pointer to one.
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<ucp_context_h, std::unique_ptr<ContextState>> states;
+  std::atomic<uint64_t> generation{1};
+};
+
+Registry& registry() {
+  static auto* const everything = new Registry;  // never destroyed: used until exit
+  return *everything;
+}
+
 ContextState& state_of(ucp_context_h context) {
   thread_local ucp_context_h last_context = nullptr;
   thread_local ContextState* last_state = nullptr;
-  if (context == last_context) [[likely]]
+  thread_local uint64_t last_generation = 0;
+  Registry& all = registry();
+  const uint64_t generation = all.generation.load(std::memory_order_acquire);
+  if (context == last_context && generation == last_generation) [[likely]]
     return *last_state;
-  static std::mutex mutex;
-  static auto* states = new std::unordered_map<ucp_context_h, std::unique_ptr<ContextState>>;
-  std::lock_guard lock(mutex);
-  std::unique_ptr<ContextState>& state = (*states)[context];
+  std::lock_guard lock(all.mutex);
+  std::unique_ptr<ContextState>& state = all.states[context];
   if (!state) state = std::make_unique<ContextState>();
   last_context = context;
   last_state = state.get();
+  last_generation = generation;
   return *state;
 }
 
@@ -101,13 +121,40 @@ ucs_status_t failed(const std::string& message, ucs_status_t status) {
 }  // namespace
 
 struct ucp_ifunc {
+  ucp_ifunc(std::string library, tc::Ifunc code, ContextState* state)
+      : name(std::move(library)), ifunc(std::move(code)), owner(state) {}
+
   std::string name;
   tc::Ifunc ifunc;
   threechains_payload_get_max_size_fn payload_get_max_size = nullptr;
   threechains_payload_init_fn payload_init = nullptr;
   std::unordered_set<ucp_ep_h> sent_to;  // endpoints that were sent its code
-  int registrations = 1;
+  int registrations = 0;                 // by the program (0: loaded for code that arrived)
+  std::size_t messages = 0;              // live messages made from it
+  ContextState* owner;                   // null once deregistered or its context released
 };
+
+namespace {
+
+// The handle leaves its context; it is deleted now unless a message still
+// refers to it (then ucp_ifunc_msg_free deletes it).
+void detach(ucp_ifunc* handle) noexcept {
+  handle->owner = nullptr;
+  if (handle->messages == 0) delete handle;
+}
+
+void drop(ContextState& state, ucp_ifunc* handle) noexcept {
+  state.by_name.erase(handle->name);
+  state.by_id.erase(handle->ifunc.id());
+  (void)state.cache.evict(handle->ifunc.id());
+  detach(handle);
+}
+
+}  // namespace
+
+ContextState::~ContextState() {
+  for (auto& [name, handle] : by_name) detach(handle);
+}
 
 namespace {
 
@@ -132,7 +179,7 @@ ucp_ifunc* register_library(ContextState& state, const std::string& name) {
   // Our own library: trusted because it is ours. Compiled here too, for its
   // payload functions (and for frames of it that arrive here).
   (void)state.cache.load(ifunc.id(), ifunc.codec(), ifunc.code());
-  auto handle = std::make_unique<ucp_ifunc>(ucp_ifunc{name, ifunc});
+  auto handle = std::make_unique<ucp_ifunc>(name, ifunc, &state);
   handle->payload_get_max_size = reinterpret_cast<threechains_payload_get_max_size_fn>(
       state.cache.lookup(ifunc.id(), name + "_payload_get_max_size"));
   handle->payload_init = reinterpret_cast<threechains_payload_init_fn>(
@@ -156,14 +203,9 @@ tc::IfuncMain admit(ContextState& state, const tc::FrameView& view) {
   const std::string& name = arrived.name();
   if (valid_name(name.c_str()) && !state.by_name.contains(name)) {
     try {
-      ucp_ifunc* local = register_library(state, name);
-      if (local->ifunc.id() != view.code_id()) {
-        // Not our code after all: keep the library only if it was asked for.
-        state.by_name.erase(name);
-        state.by_id.erase(local->ifunc.id());
-        (void)state.cache.evict(local->ifunc.id());
-        delete local;
-      }
+      // Kept even if the frame's code is not this library's: a peer naming it
+      // with other code must not make us load it from disk again per frame.
+      (void)register_library(state, name);
     } catch (const tc::Error& e) {
       if (!e.is(tc::errc::io) && !e.is(tc::errc::invalid_argument)) throw;  // none of ours
     }
@@ -178,12 +220,17 @@ tc::IfuncMain admit(ContextState& state, const tc::FrameView& view) {
     try {
       tc::check_code_trust(state.trust, arrived.code());
     } catch (const tc::Error& e) {
-      throw tc::Error(tc::errc::code_refused,
-                      "code of ifunc '" + name + "' that is not this target's own library '" +
-                          name + ".tcc' and is not signed by a key in "
-                          "THREECHAINS_IFUNC_TRUSTED_KEYS (" + e.context() + ")");
+      throw tc::Error(tc::errc::code_refused, "code of ifunc '" + name +
+                                                  "' that is not this target's own library '" +
+                                                  name +
+                                                  ".tcc' and is not signed by a key in "
+                                                  "THREECHAINS_IFUNC_TRUSTED_KEYS (" +
+                                                  e.context() + ")");
     }
     (void)state.cache.load(arrived.id(), arrived.codec(), arrived.code());
+    // Said once per code load: which foreign code runs here is worth a line.
+    warn("running code of ifunc '" + name + "' that is not this target's own library: it is " +
+         "signed by a trusted key");
   }
   return state.cache.find(view.code_id());
 }
@@ -213,12 +260,11 @@ ucs_status_t ucp_register_ifunc(ucp_context_h context, const char* ifunc_name,
   }
   try {
     ContextState& state = state_of(context);
-    if (auto it = state.by_name.find(ifunc_name); it != state.by_name.end()) {
-      ++it->second->registrations;
-      *ifunc_p = it->second;
-      return UCS_OK;
-    }
-    *ifunc_p = register_library(state, ifunc_name);
+    const auto it = state.by_name.find(ifunc_name);
+    ucp_ifunc* handle =
+        it != state.by_name.end() ? it->second : register_library(state, ifunc_name);
+    ++handle->registrations;
+    *ifunc_p = handle;
     return UCS_OK;
   } catch (const tc::Error& e) {
     return failed(std::string("register '") + ifunc_name + "': " + e.what(),
@@ -238,29 +284,58 @@ void ucp_deregister_ifunc(ucp_context_h context, ucp_ifunc_h ifunc_h) {
     return;
   }
   ContextState& state = *found;
-  const auto it = state.by_name.find(ifunc_h->name);
-  if (it == state.by_name.end() || it->second != ifunc_h) {
-    warn("deregistering an ifunc this context does not hold");
+  if (ifunc_h->owner != &state || ifunc_h->registrations == 0) {
+    warn("deregistering an ifunc this context does not hold registered");
     return;
   }
-  if (--ifunc_h->registrations > 0) return;
-  state.by_name.erase(it);
-  state.by_id.erase(ifunc_h->ifunc.id());
-  (void)state.cache.evict(ifunc_h->ifunc.id());
-  delete ifunc_h;
+  if (--ifunc_h->registrations == 0) drop(state, ifunc_h);
 }
 
-ucs_status_t ucp_ifunc_msg_create(ucp_ifunc_h ifunc_h, void* source_args,
-                                  size_t source_args_size, ucp_ifunc_msg_t* msg_p) {
+void ucp_ifunc_context_release(ucp_context_h context) {
+  if (context == nullptr) return;
+  std::unique_ptr<ContextState> state;
+  {
+    Registry& all = registry();
+    std::lock_guard lock(all.mutex);
+    const auto it = all.states.find(context);
+    if (it == all.states.end()) return;
+    state = std::move(it->second);
+    all.states.erase(it);
+    all.generation.fetch_add(1, std::memory_order_acq_rel);
+  }
+  // Destroyed outside the lock: it frees JIT'd code and detaches the handles.
+}
+
+void ucp_ifunc_forget_ep(ucp_context_h context, ucp_ep_h ep) {
+  if (context == nullptr || ep == nullptr) return;
+  try {
+    for (auto& [name, handle] : state_of(context).by_name) handle->sent_to.erase(ep);
+  } catch (const std::exception& e) {
+    warn(std::string("forget_ep: ") + e.what());
+  }
+}
+
+ucs_status_t ucp_ifunc_msg_create(ucp_ifunc_h ifunc_h, void* source_args, size_t source_args_size,
+                                  ucp_ifunc_msg_t* msg_p) {
   if (ifunc_h == nullptr || msg_p == nullptr || (source_args == nullptr && source_args_size != 0)) {
     return UCS_ERR_INVALID_PARAM;
+  }
+  if (ifunc_h->owner == nullptr) {
+    return failed("msg_create: ifunc '" + ifunc_h->name + "' was deregistered",
+                  UCS_ERR_INVALID_PARAM);
   }
   const std::size_t max_payload = ifunc_h->payload_get_max_size != nullptr
                                       ? ifunc_h->payload_get_max_size(source_args, source_args_size)
                                       : source_args_size;
   const std::span<const std::byte> code = ifunc_h->ifunc.code();
+  // A frame counts its parts in 32 bits (and the sums below cannot wrap).
+  if (max_payload > UINT32_MAX || code.size() > UINT32_MAX) {
+    return failed("msg_create: a payload of " + std::to_string(max_payload) + " bytes is over " +
+                      "the 4 GiB a frame can carry",
+                  UCS_ERR_EXCEEDS_LIMIT);
+  }
   const std::size_t bytes = kPrefix + kPayloadStart + max_payload + code.size();
-  auto* block = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{16}, std::nothrow));
+  auto* block = static_cast<std::byte*>(::operator new (bytes, std::align_val_t{16}, std::nothrow));
   if (block == nullptr) return UCS_ERR_NO_MEMORY;
   std::memset(block, 0, kPrefix + kPayloadStart);
   std::byte* frame = block + kPrefix;
@@ -269,14 +344,19 @@ ucs_status_t ucp_ifunc_msg_create(ucp_ifunc_h ifunc_h, void* source_args,
   if (ifunc_h->payload_init != nullptr) {
     if (ifunc_h->payload_init(source_args, source_args_size, payload, &payload_size) != 0 ||
         payload_size > max_payload) {
-      ::operator delete(block, std::align_val_t{16});
+      ::operator delete (block, std::align_val_t{16});
       return failed("'" + ifunc_h->name + "_payload_init' failed", UCS_ERR_CANCELED);
     }
   } else if (source_args_size != 0) {
     std::memcpy(payload, source_args, source_args_size);
   }
-  tc::FrameBuilder full({frame + kFrameStart, sizeof(tc::FrameHeader) + payload_size + code.size()});
-  (void)full.begin(ifunc_h->ifunc.codec(), ifunc_h->ifunc.id(), 0, payload_size, code.size());
+  tc::FrameBuilder full(
+      {frame + kFrameStart, sizeof(tc::FrameHeader) + payload_size + code.size()});
+  if (full.begin(ifunc_h->ifunc.codec(), ifunc_h->ifunc.id(), 0, payload_size, code.size()) !=
+      tc::errc::ok) {  // cannot happen after the checks above; never send a half-built frame
+    ::operator delete (block, std::align_val_t{16});
+    return UCS_ERR_EXCEEDS_LIMIT;
+  }
   full.write_code(code);
   // The cached form's header: the same, without code.
   tc::FrameHeader header{};
@@ -284,6 +364,7 @@ ucs_status_t ucp_ifunc_msg_create(ucp_ifunc_h ifunc_h, void* source_args,
   header.code_size = 0;
   std::memcpy(block + sizeof(CommitMark), &header, sizeof(header));
   *msg_p = {ifunc_h, frame, kPayloadStart + payload_size + code.size()};
+  ++ifunc_h->messages;
   return UCS_OK;
 }
 
@@ -299,8 +380,11 @@ ucs_status_t ucp_ifunc_msg_get_payload_ptr(ucp_ifunc_msg_t* msg, void** payload,
 }
 
 void ucp_ifunc_msg_free(ucp_ifunc_msg_t msg) {
-  if (msg.frame != nullptr) {
-    ::operator delete(static_cast<std::byte*>(msg.frame) - kPrefix, std::align_val_t{16});
+  if (msg.frame == nullptr) return;
+  ::operator delete (static_cast<std::byte*>(msg.frame) - kPrefix, std::align_val_t{16});
+  if (ucp_ifunc* handle = msg.ifunc_h;
+      handle != nullptr && --handle->messages == 0 && handle->owner == nullptr) {
+    delete handle;  // deregistered while this message lived
   }
 }
 
@@ -359,8 +443,8 @@ ucs_status_t ucp_poll_ifunc(ucp_context_h context, void* buffer, size_t buffer_s
   };
   if (mark.frame_bytes > buffer_size - kFrameStart) {
     clear();
-    return failed("frame rejected: " + std::to_string(mark.frame_bytes) +
-                      " bytes do not fit the " + std::to_string(buffer_size) + "-byte buffer",
+    return failed("frame rejected: " + std::to_string(mark.frame_bytes) + " bytes do not fit the " +
+                      std::to_string(buffer_size) + "-byte buffer",
                   UCS_ERR_CANCELED);
   }
   if (mark.frame_bytes < sizeof(tc::FrameHeader)) return UCS_ERR_NO_MESSAGE;  // still landing
