@@ -21,7 +21,8 @@ namespace threechains {
 
 namespace detail {
 class LaunchSystem;
-}
+struct LaunchAccess;
+}  // namespace detail
 
 enum class Launcher {
   automatic,  // PMIx if this process was started by a PMIx launcher, else MPI
@@ -57,6 +58,7 @@ class Launch {
   void barrier(void (*serve)(void*), void* context);
 
  private:
+  friend struct detail::LaunchAccess;
   explicit Launch(std::unique_ptr<detail::LaunchSystem> system) noexcept;
   std::unique_ptr<detail::LaunchSystem> system_;
 };
@@ -67,6 +69,9 @@ class Launch {
 // connections are being made (inside bootstrap). Each rank advertises
 // `advertised_host` (empty: its host name; ranks on the same host reach each
 // other over loopback) and its Receiver's port. Collective: every rank calls it.
+// If it (or barrier) throws, this rank has left the others waiting: a job
+// whose MPI the library started is then aborted at exit (MPI_Abort), not
+// finalised, since MPI_Finalize would wait for them forever.
 [[nodiscard]] Node bootstrap(Worker worker, Launch& launch, NodeOptions options = {},
                              const std::function<void(Node&)>& prepare = {},
                              const std::string& advertised_host = {});

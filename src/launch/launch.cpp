@@ -15,10 +15,14 @@ namespace threechains {
 namespace detail {
 
 #ifndef THREECHAINS_HAVE_PMIX
-std::unique_ptr<LaunchSystem> join_pmix() { return nullptr; }
+std::unique_ptr<LaunchSystem> join_pmix() {
+  return nullptr;
+}
 #endif
 #ifndef THREECHAINS_HAVE_MPI
-std::unique_ptr<LaunchSystem> join_mpi() { return nullptr; }
+std::unique_ptr<LaunchSystem> join_mpi() {
+  return nullptr;
+}
 #endif
 
 bool started_by_pmix() noexcept {
@@ -64,7 +68,8 @@ NodeAddress parse_address(const std::string& text, int64_t rank) {
 }  // namespace
 }  // namespace detail
 
-Launch::Launch(std::unique_ptr<detail::LaunchSystem> system) noexcept : system_(std::move(system)) {}
+Launch::Launch(std::unique_ptr<detail::LaunchSystem> system) noexcept
+    : system_(std::move(system)) {}
 Launch::Launch(Launch&&) noexcept = default;
 Launch& Launch::operator=(Launch&&) noexcept = default;
 Launch::~Launch() = default;
@@ -108,9 +113,15 @@ Launch Launch::join(Launcher launcher) {
   return Launch(std::move(system));
 }
 
-int64_t Launch::rank() const noexcept { return system_->rank(); }
-int64_t Launch::ranks() const noexcept { return system_->ranks(); }
-Launcher Launch::launcher() const noexcept { return system_->kind(); }
+int64_t Launch::rank() const noexcept {
+  return system_->rank();
+}
+int64_t Launch::ranks() const noexcept {
+  return system_->ranks();
+}
+Launcher Launch::launcher() const noexcept {
+  return system_->kind();
+}
 
 const std::string& Launch::host() const noexcept {
   static const std::string name = detail::this_host();
@@ -121,10 +132,12 @@ std::vector<std::string> Launch::all_gather(const std::string& mine) {
   return system_->all_gather(mine);
 }
 
-void Launch::barrier(void (*serve)(void*), void* context) { system_->barrier(serve, context); }
+void Launch::barrier(void (*serve)(void*), void* context) {
+  system_->barrier(serve, context);
+}
 
 Node bootstrap(Worker worker, Launch& launch, NodeOptions options,
-               const std::function<void(Node&)>& prepare, const std::string& advertised_host) {
+               const std::function<void(Node&)>& prepare, const std::string& advertised_host) try {
   Node node(std::move(worker), launch.rank(), launch.ranks(), std::move(options));
   // Before any address goes out: no other rank can reach this one yet.
   if (prepare) prepare(node);
@@ -143,15 +156,21 @@ Node bootstrap(Worker worker, Launch& launch, NodeOptions options,
   }
   node.connect(addresses);
   return node;
+} catch (...) {
+  detail::LaunchAccess::system(launch).abandon();
+  throw;
 }
 
-void barrier(Launch& launch, Node& node) {
+void barrier(Launch& launch, Node& node) try {
   // An empty poll yields: the launcher's own daemons share these cores.
   launch.barrier(
       [](void* n) {
         if (static_cast<Node*>(n)->poll() == 0) std::this_thread::yield();
       },
       &node);
+} catch (...) {
+  detail::LaunchAccess::system(launch).abandon();
+  throw;
 }
 
 }  // namespace threechains

@@ -20,6 +20,14 @@ class LaunchSystem {
   [[nodiscard]] virtual int64_t ranks() const noexcept = 0;
   [[nodiscard]] virtual std::vector<std::string> all_gather(const std::string& mine) = 0;
   virtual void barrier(void (*serve)(void*), void* context) = 0;
+  // This rank failed inside a collective step (bootstrap, barrier): the other
+  // ranks may wait for it forever, so it must not leave the job politely.
+  virtual void abandon() noexcept {}
+};
+
+// The library's way to the LaunchSystem behind a Launch.
+struct LaunchAccess {
+  [[nodiscard]] static LaunchSystem& system(Launch& launch) noexcept { return *launch.system_; }
 };
 
 // Each returns nullptr if this build has no such launcher; throws

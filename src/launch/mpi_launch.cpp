@@ -1,13 +1,17 @@
 // MPI_COMM_WORLD as a launcher, for programs that use MPI anyway (or sites
 // without a PMIx launcher). MPI is initialised here unless the program did it;
 // then it is finalised at exit, since MPI cannot be initialised twice in a
-// process and a second Launch must still find it.
+// process and a second Launch must still find it. A rank that failed in a
+// collective step is aborted at exit instead: MPI_Finalize would wait for
+// ranks that wait for it.
 #include "launch/launch_system.hpp"
 
 #include <threechains/error.hpp>
 
 #include <mpi.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <numeric>
 
@@ -23,10 +27,20 @@ void check_mpi(int result, const char* call) {
   }
 }
 
+std::atomic<bool> g_started_mpi{false};  // this library called MPI_Init
+std::atomic<bool> g_abandoned{false};
+
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (finalized == 0) MPI_Finalize();
+  if (finalized != 0) return;
+  if (g_abandoned.load()) {
+    std::fprintf(stderr,
+                 "threechains: this rank failed in bootstrap or a barrier; aborting the "
+                 "MPI job (MPI_Finalize would wait for the other ranks forever)\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
 }
 
 class MpiLaunch final : public LaunchSystem {
@@ -42,6 +56,7 @@ class MpiLaunch final : public LaunchSystem {
       }
       check_mpi(MPI_Init(nullptr, nullptr), "MPI_Init");
       std::atexit(finalize_at_exit);
+      g_started_mpi.store(true);
     }
     int rank = 0;
     int size = 0;
@@ -52,6 +67,10 @@ class MpiLaunch final : public LaunchSystem {
   }
 
   [[nodiscard]] Launcher kind() const noexcept override { return Launcher::mpi; }
+  // A program that started MPI itself decides how it ends (it may MPI_Abort).
+  void abandon() noexcept override {
+    if (g_started_mpi.load()) g_abandoned.store(true);
+  }
   [[nodiscard]] int64_t rank() const noexcept override { return rank_; }
   [[nodiscard]] int64_t ranks() const noexcept override { return ranks_; }
 
@@ -90,6 +109,8 @@ class MpiLaunch final : public LaunchSystem {
 
 }  // namespace
 
-std::unique_ptr<LaunchSystem> join_mpi() { return std::make_unique<MpiLaunch>(); }
+std::unique_ptr<LaunchSystem> join_mpi() {
+  return std::make_unique<MpiLaunch>();
+}
 
 }  // namespace threechains::detail

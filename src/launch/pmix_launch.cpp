@@ -51,8 +51,10 @@ class PmixLaunch final : public LaunchSystem {
   [[nodiscard]] int64_t ranks() const noexcept override { return ranks_; }
 
   std::vector<std::string> all_gather(const std::string& mine) override {
-    // A key per exchange: a later one never reads an earlier one's values.
-    const std::string key = "threechains.gather." + std::to_string(++exchanges_);
+    // A key per exchange in this process, across Launch objects: a later one
+    // never reads an earlier one's values (every rank runs the same sequence).
+    static std::atomic<uint64_t> exchanges{0};
+    const std::string key = "threechains.gather." + std::to_string(++exchanges);
     pmix_value_t value;
     PMIX_VALUE_CONSTRUCT(&value);
     value.type = PMIX_STRING;
@@ -119,11 +121,12 @@ class PmixLaunch final : public LaunchSystem {
   pmix_proc_t me_{};
   pmix_proc_t job_{};
   uint32_t ranks_ = 0;
-  uint64_t exchanges_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<LaunchSystem> join_pmix() { return std::make_unique<PmixLaunch>(); }
+std::unique_ptr<LaunchSystem> join_pmix() {
+  return std::make_unique<PmixLaunch>();
+}
 
 }  // namespace threechains::detail

@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* Mirrors struct relay_state and struct relay_payload in relay.c. */
@@ -46,11 +47,17 @@ int main(int argc, char** argv) {
   threechains_trust* trust = trust_of_key_file(argv[5]);
   CHECK(threechains_ifunc_load(argv[3], &relay));
 
+  threechains_receiver_options receiver;
+  threechains_receiver_options_init(&receiver);
+  receiver.trust = trust;
+  receiver.identity = key;
+  threechains_channel_options channel;
+  threechains_channel_options_init(&channel);
+  channel.identity = key;
   threechains_node_options options;
   threechains_node_options_init(&options);
-  options.receiver.trust = trust;
-  options.receiver.identity = key;
-  options.channel.identity = key;
+  options.receiver = &receiver;
+  options.channel = &channel;
   /* Exposed before connecting: another rank's hop may run here meanwhile. */
   struct relay_state state = {0, 0, 0};
   const char* names[] = {"relay_state"};
@@ -58,6 +65,11 @@ int main(int argc, char** argv) {
   options.exposed_names = names;
   options.exposed_objects = objects;
   options.exposed_count = 1;
+  /* C_MESH_FAIL_RANK=r: rank r fails inside the bootstrap (a NULL name to
+   * expose), leaving the others waiting; the job must end, not hang. */
+  const char* fail_rank = getenv("C_MESH_FAIL_RANK");
+  const char* my_rank = getenv("OMPI_COMM_WORLD_RANK");
+  if (fail_rank != NULL && my_rank != NULL && strcmp(fail_rank, my_rank) == 0) names[0] = NULL;
   CHECK(threechains_node_bootstrap(worker, argv[1], &options, &node));
 
   const int64_t rank = threechains_node_rank(node);
@@ -75,8 +87,8 @@ int main(int argc, char** argv) {
     const double deadline = seconds() + 60.0;
     while (state.finished == 0 && seconds() < deadline) CHECK(threechains_node_poll(node, NULL));
     ok = state.finished == forwards;
-    printf("c_mesh: %" PRId64 " ranks through %s, the relay made %" PRId64 " forwards (expected %" PRId64
-           ")\n",
+    printf("c_mesh: %" PRId64 " ranks through %s, the relay made %" PRId64
+           " forwards (expected %" PRId64 ")\n",
            ranks, argv[1], state.finished, forwards);
   }
   /* Everyone serves until the chain is over everywhere, then leaves. */
