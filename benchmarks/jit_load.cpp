@@ -20,12 +20,15 @@ int main(int argc, char** argv) {
   std::vector<std::string> containers;
   int repeats = 50;
   int codegen_level = 2;
+  int optimisation_level = 2;
   app.add_option("containers", containers, ".tcc files")->required();
   app.add_option("-r,--repeats", repeats, "evict + load rounds per container");
   app.add_option("-O,--codegen-level", codegen_level, "JIT codegen level 0..3");
+  app.add_option("--optimisation-level", optimisation_level,
+                 "middle-end pipeline on bitcode: 0 none, 1..3 O1..O3");
   CLI11_PARSE(app, argc, argv);
 
-  tc::JitCache cache({.codegen_level = codegen_level});
+  tc::JitCache cache({.optimisation_level = optimisation_level, .codegen_level = codegen_level});
   fmt::print("{:<40} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "container", "codec", "bytes",
              "first ms", "median us", "min us", "verify us");
   for (const std::string& path : containers) {
@@ -60,9 +63,10 @@ int main(int argc, char** argv) {
     fmt::print(stderr,
                "{{\"bench\":\"jit_load\",\"container\":\"{}\",\"codec\":\"{}\",\"bytes\":{},"
                "\"first_ms\":{:.3f},"
-               "\"median_us\":{:.1f},\"min_us\":{:.1f},\"verify_us\":{:.1f},\"codegen_level\":{}}}\n",
+               "\"median_us\":{:.1f},\"min_us\":{:.1f},\"verify_us\":{:.1f},\"codegen_level\":{},"
+               "\"optimisation_level\":{}}}\n",
                path, tc::to_string(ifunc.codec()), ifunc.code().size(), first_ms, median, best,
-               check_us, codegen_level);
+               check_us, codegen_level, optimisation_level);
   }
   // The handshake's cryptography, per connection: the source signs the
   // transcript (about 200 bytes), the target verifies it.
@@ -74,11 +78,13 @@ int main(int argc, char** argv) {
     const tc::KeyPair::Signature signature = key.sign(transcript);
     const bool ok = tc::verify_signature(key.public_key(), transcript, signature);
     handshake.push_back(
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count());
     if (!ok) return 1;
   }
   std::sort(handshake.begin(), handshake.end());
-  fmt::print("handshake crypto (sign + verify): median {:.1f} us\n", handshake[handshake.size() / 2]);
+  fmt::print("handshake crypto (sign + verify): median {:.1f} us\n",
+             handshake[handshake.size() / 2]);
   fmt::print(stderr, "{{\"bench\":\"handshake_crypto\",\"median_us\":{:.1f}}}\n",
              handshake[handshake.size() / 2]);
   return 0;

@@ -1,6 +1,6 @@
 # threechains_add_ifunc(<target> NAME <ifunc> SOURCES <src>... [CODEC bitcode|binary]
 #                       [TRIPLES <triple>...] [DEPS <soname>...] [FLAGS <clang flag>...]
-#                       [SIGN_KEY <secret key file> | UNSIGNED])
+#                       [SIGN_KEY <secret key file> | UNSIGNED] [PREOPTIMISED])
 #
 # Builds an ifunc library into a ThreeChains code container (<target>.tcc in the
 # current binary dir): every source is compiled by clang-22 once per triple, into
@@ -10,6 +10,11 @@
 # The container is signed with SIGN_KEY, or by default with the key in the
 # variable THREECHAINS_SIGN_KEY if it is set (UNSIGNED: never). A Receiver runs
 # only code signed by a key it trusts (docs/security.md).
+# Bitcode ships unoptimised (clang -O2 -Xclang -disable-llvm-optzns): the
+# target runs LLVM's O2 pipeline with its own CPU, so loops are vectorised for
+# the host's vector width (docs/design.md, "CPU specialisation").
+# PREOPTIMISED ships IR clang already optimised for the triple's baseline CPU
+# instead (faster to load, slower to run where the host has wider vectors).
 # The target property THREECHAINS_CONTAINER holds the container's path.
 #
 # threechains_add_key(<target> SECRET <file> PUBLIC <file>)
@@ -25,7 +30,7 @@ if(NOT THREECHAINS_IFUNC_INCLUDE_DIR)
 endif()
 
 function(threechains_add_ifunc target)
-  cmake_parse_arguments(ARG "UNSIGNED" "NAME;CODEC;SIGN_KEY" "SOURCES;TRIPLES;DEPS;FLAGS" ${ARGN})
+  cmake_parse_arguments(ARG "UNSIGNED;PREOPTIMISED" "NAME;CODEC;SIGN_KEY" "SOURCES;TRIPLES;DEPS;FLAGS" ${ARGN})
   # A key made by a target of this build (threechains_add_key, named in
   # THREECHAINS_SIGN_KEY_TARGET) is a target dependency, not a file one: file
   # dependencies on another directory's custom command outputs do not carry.
@@ -57,6 +62,10 @@ function(threechains_add_ifunc target)
   endif()
   if(ARG_CODEC STREQUAL "bitcode")
     set(kind_flag -emit-llvm)
+    if(NOT ARG_PREOPTIMISED)
+      # -O2 semantics (no optnone, TBAA, lifetimes) without running the passes.
+      list(APPEND kind_flag -Xclang -disable-llvm-optzns)
+    endif()
     set(ext bc)
   elseif(ARG_CODEC STREQUAL "binary")
     # JITLink has no native ELF TLS without the ORC runtime; emulated TLS

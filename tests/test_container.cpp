@@ -50,10 +50,11 @@ TEST_CASE("containers ship compressed and stripped", "[container]") {
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   const std::vector<std::byte> raw = unpacked_container(counter.code());
   CHECK(counter.code().size() < raw.size());  // the zstd frame is smaller
-  // Fat x86_64 + aarch64 counter: at most 2.5 KiB, plus the signature's
-  // fixed 104-byte envelope (magic, key, signature) when it is signed.
+  // Fat x86_64 + aarch64 counter: at most 3 KiB (unoptimised IR, for the
+  // target's pipeline: 2.7 KiB; clang-optimised: 2.5 KiB), plus the
+  // signature's fixed 104-byte envelope (magic, key, signature) if signed.
   const std::size_t envelope = counter.info().claimed_signer.empty() ? 0 : 104;
-  CHECK(counter.code().size() - envelope <= 2560);
+  CHECK(counter.code().size() - envelope <= 3072);
   CHECK(Ifunc::load(TC_COUNTER_BINARY).code().size() <= 1024);
   // The unpacked form parses to the same ifunc.
   CHECK(inspect_container(raw).name == "counter");

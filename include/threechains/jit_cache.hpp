@@ -21,10 +21,15 @@ namespace threechains {
 using IfuncMain = void (*)(void* payload, std::size_t payload_size, void* target_args);
 
 struct JitOptions {
-  // Codegen level for bitcode: 0 none, 1 less, 2 default, 3 aggressive. The
-  // shipped bitcode is already optimised by clang -O2, so this only steers
-  // instruction selection and scheduling for the host CPU.
+  // The middle-end pipeline run on bitcode before code generation, with this
+  // host's CPU and features (so the vectorisers see its vector width):
+  // 0 none, 1..3 LLVM's O1..O3.
+  int optimisation_level = 2;
+  // Codegen level for bitcode: 0 none, 1 less, 2 default, 3 aggressive.
   int codegen_level = 2;
+  // If set, every object the JIT links is also written to this directory
+  // (for disassembly: what the host really runs).
+  std::string dump_objects_to;
   // What injected code may import (symbols, dependency libraries); checked
   // when it is linked, before any of it runs. Default: the safe set.
   ImportPolicy imports;

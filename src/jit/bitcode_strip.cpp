@@ -17,11 +17,6 @@ std::vector<std::byte> strip_bitcode(const std::vector<std::byte>& bitcode) {
   if (!module) {
     throw Error(errc::bad_container, "not LLVM bitcode: " + llvm::toString(module.takeError()));
   }
-  for (llvm::Function& f : **module) {
-    f.removeFnAttr("target-cpu");
-    f.removeFnAttr("target-features");
-    f.removeFnAttr("tune-cpu");
-  }
   if (llvm::NamedMDNode* ident = (*module)->getNamedMetadata("llvm.ident"))
     (*module)->eraseNamedMetadata(ident);
   (*module)->setSourceFileName("");

@@ -1,7 +1,7 @@
-// Internal: shrinks a bitcode image before it ships. The target drops the
-// per-function CPU pinning anyway (it compiles for its own CPU), and a module
-// that is only ever JIT-compiled needs neither the LTO symbol table nor the
-// producer's ident.
+// Internal: shrinks a bitcode image before it ships. A module that is only
+// ever JIT-compiled needs neither the LTO symbol table nor the producer's
+// ident. The per-function CPU attributes stay: the target needs them to tell
+// which functions it may retarget to its own CPU (src/jit/host_optimiser.cpp).
 #pragma once
 
 #include <cstddef>

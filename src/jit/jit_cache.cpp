@@ -1,15 +1,18 @@
 // JitCache: ORC LLJIT behind a pimpl. One JITDylib + ResourceTracker per ifunc.
 #include "jit/bitcode_checks.hpp"
 #include "jit/container_images.hpp"
+#include "jit/host_optimiser.hpp"
 
+#include <threechains/runtime.h>
 #include <threechains/error.hpp>
 #include <threechains/jit_cache.hpp>
-#include <threechains/runtime.h>
 
 #include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/ExecutionEngine/Orc/DebugUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ObjectTransformLayer.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
@@ -134,6 +137,13 @@ struct JitCache::Impl {
       throw Error(errc::jit_failed,
                   "cannot describe this host to LLVM: " + message_of(builder.takeError()));
     builder->setCodeGenOptLevel(codegen_level(options.codegen_level));
+    // The middle end's own TargetMachine, for the same host CPU and features.
+    auto optimiser_machine = builder->createTargetMachine();
+    if (!optimiser_machine)
+      throw Error(errc::jit_failed, "cannot describe this host to LLVM: " +
+                                        message_of(optimiser_machine.takeError()));
+    optimiser =
+        std::make_unique<HostOptimiser>(std::move(*optimiser_machine), options.optimisation_level);
     // One TargetMachine for the life of the cache (LLJIT's single-threaded
     // compiler owns one), built for this host's CPU name and features.
     // Process symbols reach injected code only through the import policy.
@@ -163,6 +173,10 @@ struct JitCache::Impl {
                   "cannot create the ORC JIT: " + message_of(created.takeError()));
     jit = std::move(*created);
     triple = jit->getTargetTriple().str();
+    if (!options.dump_objects_to.empty()) {
+      // Every object the JIT links, as it links it (tests disassemble them).
+      jit->getObjTransformLayer().setTransform(llvm::orc::DumpObjects(options.dump_objects_to));
+    }
     // Linking errors (e.g. "Symbols not found: [ foo ]") reach the session's
     // error reporter, not the failed lookup; keep them for the error we throw.
     jit->getExecutionSession().setErrorReporter(
@@ -240,19 +254,6 @@ struct JitCache::Impl {
     return jd;
   }
 
-  // Compiling for the host CPU means dropping the generic CPU the source's clang
-  // pinned on each function; otherwise the per-function attributes win over the
-  // TargetMachine's and AVX2/SVE would never be used.
-  static void retarget_to_host(llvm::Module& module, const llvm::orc::LLJIT& jit) {
-    for (llvm::Function& f : module) {
-      f.removeFnAttr("target-cpu");
-      f.removeFnAttr("target-features");
-      f.removeFnAttr("tune-cpu");
-    }
-    module.setTargetTriple(jit.getTargetTriple());
-    module.setDataLayout(jit.getDataLayout());
-  }
-
   IfuncMain load(CodeId id, CodecId codec, const ParsedImage& image) {
     const std::string entry_name = image.name + "_main";
     auto dylib = jit->createJITDylib("ifunc-" + image.name + "-" + hex_id(id));
@@ -273,7 +274,7 @@ struct JitCache::Impl {
                                                message_of(module.takeError()));
         }
         check_bitcode(**module, image.name, policy);
-        retarget_to_host(**module, *jit);
+        (void)optimiser->run(**module);
         if (llvm::Error e = jit->addIRModule(
                 jd, llvm::orc::ThreadSafeModule(std::move(*module), std::move(context)))) {
           throw Error(errc::jit_failed, "ifunc '" + image.name + "': " + message_of(std::move(e)));
@@ -294,14 +295,15 @@ struct JitCache::Impl {
         // it) is no refusal: name only what stayed unresolved for that reason.
         std::string names;
         for (const std::string& name : failure.refused) {
-          if (std::find(failure.missing.begin(), failure.missing.end(), name) != failure.missing.end())
+          if (std::find(failure.missing.begin(), failure.missing.end(), name) !=
+              failure.missing.end())
             names += (names.empty() ? "'" : ", '") + name + "'";
         }
         if (!names.empty()) {
-          throw Error(errc::import_refused,
-                      "ifunc '" + image.name + "' (" + image.triple + ") imports " + names +
-                          ", which this target's ImportPolicy does not allow "
-                          "(ImportPolicy::allow_symbol to expose a symbol)");
+          throw Error(errc::import_refused, "ifunc '" + image.name + "' (" + image.triple +
+                                                ") imports " + names +
+                                                ", which this target's ImportPolicy does not allow "
+                                                "(ImportPolicy::allow_symbol to expose a symbol)");
         }
         std::string why = failure.message;
         if (failure.needs_native_tls) {
@@ -332,6 +334,7 @@ struct JitCache::Impl {
   }
 
   ImportPolicy policy;
+  std::unique_ptr<HostOptimiser> optimiser;
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::string triple;
   LoadFailure failure;  // what the session reported during the current load
