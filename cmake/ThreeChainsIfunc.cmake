@@ -4,8 +4,10 @@
 #
 # Builds an ifunc library into a ThreeChains code container (<target>.tcc in the
 # current binary dir): every source is compiled by clang-22 once per triple, into
-# LLVM bitcode (CODEC bitcode, the default) or a relocatable object (CODEC binary),
-# and the images are packed with threechains-pack into one fat container that also
+# LLVM bitcode (CODEC bitcode, the default) or a relocatable object (CODEC binary);
+# several sources are linked into one image per triple (llvm-link-22 for bitcode,
+# ld.lld-22 -r for objects), and the headers they include are tracked (DEPFILE),
+# so editing one rebuilds the container. The images are packed with threechains-pack into one fat container that also
 # records the ifunc's name and the shared libraries it needs on the target (DEPS).
 # The container is signed with SIGN_KEY, or by default with the key in the
 # variable THREECHAINS_SIGN_KEY if it is set (UNSIGNED: never). A Receiver runs
@@ -16,6 +18,11 @@
 # PREOPTIMISED ships IR clang already optimised for the triple's baseline CPU
 # instead (faster to load, slower to run where the host has wider vectors).
 # The target property THREECHAINS_CONTAINER holds the container's path.
+#
+# threechains_use_ifuncs(<target> <MACRO>=<ifunc target>...)
+#
+# Defines each MACRO on <target>'s compile line as the path of that ifunc's
+# container, and builds the container before <target>.
 #
 # threechains_add_key(<target> SECRET <file> PUBLIC <file>)
 #
@@ -28,6 +35,10 @@ set(THREECHAINS_DEFAULT_TRIPLES x86_64-linux-gnu aarch64-linux-gnu
 if(NOT THREECHAINS_IFUNC_INCLUDE_DIR)
   set(THREECHAINS_IFUNC_INCLUDE_DIR "${CMAKE_CURRENT_LIST_DIR}/../include" CACHE INTERNAL "")
 endif()
+
+# Several sources per ifunc are linked into one image per triple.
+find_program(THREECHAINS_LLVM_LINK NAMES llvm-link-22 llvm-link HINTS /usr/lib/llvm-22/bin)
+find_program(THREECHAINS_LLD NAMES ld.lld-22 HINTS /usr/lib/llvm-22/bin)
 
 function(threechains_add_ifunc target)
   cmake_parse_arguments(ARG "UNSIGNED;PREOPTIMISED" "NAME;CODEC;SIGN_KEY" "SOURCES;TRIPLES;DEPS;FLAGS" ${ARGN})
@@ -100,17 +111,43 @@ function(threechains_add_ifunc target)
       get_filename_component(src_abs ${src} ABSOLUTE)
       get_filename_component(stem ${src} NAME_WE)
       set(obj ${out_dir}/${stem}.${triple}.${ext})
+      # The header dependencies clang finds, so editing a header shared by the
+      # host program and the ifunc rebuilds the container.
       add_custom_command(OUTPUT ${obj}
         COMMAND ${CMAKE_COMMAND} -E make_directory ${out_dir}
-        COMMAND ${THREECHAINS_CLANG} --target=${triple} ${triple_flags} ${common_flags} ${kind_flag} ${ARG_FLAGS} -c ${src_abs} -o ${obj}
+        COMMAND ${THREECHAINS_CLANG} --target=${triple} ${triple_flags} ${common_flags} ${kind_flag}
+                ${ARG_FLAGS} -MD -MF ${obj}.d -c ${src_abs} -o ${obj}
         DEPENDS ${src_abs}
+        DEPFILE ${obj}.d
         COMMENT "ifunc ${ARG_NAME}: ${stem} -> ${triple} ${ARG_CODEC}"
         VERBATIM)
       list(APPEND objects ${obj})
     endforeach()
     list(LENGTH objects n)
-    if(NOT n EQUAL 1)
-      message(FATAL_ERROR "threechains_add_ifunc(${target}): one source per ifunc for now")
+    if(n GREATER 1)
+      # Several sources make one image: bitcode modules linked into one module
+      # (llvm-link: the target's pipeline then inlines across them), objects
+      # into one relocatable object (ld.lld -r).
+      set(linked ${out_dir}/${target}.${triple}.linked.${ext})
+      if(ARG_CODEC STREQUAL "bitcode")
+        if(NOT THREECHAINS_LLVM_LINK)
+          message(FATAL_ERROR "threechains_add_ifunc(${target}): several bitcode sources need "
+                              "llvm-link-22 (Debian package llvm-22)")
+        endif()
+        set(link_command ${THREECHAINS_LLVM_LINK} ${objects} -o ${linked})
+      else()
+        if(NOT THREECHAINS_LLD)
+          message(FATAL_ERROR "threechains_add_ifunc(${target}): several binary sources need "
+                              "ld.lld-22 (Debian package lld-22)")
+        endif()
+        set(link_command ${THREECHAINS_LLD} -r ${objects} -o ${linked})
+      endif()
+      add_custom_command(OUTPUT ${linked}
+        COMMAND ${link_command}
+        DEPENDS ${objects}
+        COMMENT "ifunc ${ARG_NAME}: linking ${n} ${triple} ${ARG_CODEC} images"
+        VERBATIM)
+      set(objects ${linked})
     endif()
     list(APPEND images ${objects})
     list(APPEND image_args --image ${triple}=${objects})
@@ -130,6 +167,25 @@ function(threechains_add_ifunc target)
     add_dependencies(${target} ${key_target})
   endif()
   set_target_properties(${target} PROPERTIES THREECHAINS_CONTAINER ${container})
+endfunction()
+
+# threechains_use_ifuncs(<target> <MACRO>=<ifunc target>...)
+#
+# Compiles <target> with each MACRO defined as the path of that ifunc's
+# container (a string literal), and builds the container first:
+#   threechains_use_ifuncs(my_app COUNTER_TCC=counter_ifunc)
+#   ... tc::Ifunc::load(COUNTER_TCC)
+function(threechains_use_ifuncs target)
+  foreach(pair IN LISTS ARGN)
+    if(NOT pair MATCHES "^([A-Za-z_][A-Za-z0-9_]*)=(.+)$")
+      message(FATAL_ERROR "threechains_use_ifuncs(${target}): '${pair}' is not MACRO=ifunc_target")
+    endif()
+    set(macro ${CMAKE_MATCH_1})
+    set(ifunc ${CMAKE_MATCH_2})
+    target_compile_definitions(${target} PRIVATE
+      ${macro}="$<TARGET_PROPERTY:${ifunc},THREECHAINS_CONTAINER>")
+    add_dependencies(${target} ${ifunc})
+  endforeach()
 endfunction()
 
 function(threechains_add_key target)

@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build git pkg-config
   libucx-dev ucx-utils
-  llvm-22-dev clang-22 libzstd-dev libc6-dev-arm64-cross libomp-22-dev
+  llvm-22 llvm-22-dev clang-22 lld-22 libzstd-dev libc6-dev-arm64-cross libomp-22-dev
   libfmt-dev libcli11-dev catch2 libxxhash-dev libsodium-dev
   libopenmpi-dev openmpi-bin libpmix-dev
   gfortran python3 python3-numpy

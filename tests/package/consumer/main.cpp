@@ -2,6 +2,8 @@
 // on another, each with its own UCX context, talking over tcp on loopback.
 #include <threechains/threechains.hpp>
 
+#include "adder.h"
+
 #include <atomic>
 #include <cstdio>
 #include <thread>
@@ -28,10 +30,15 @@ int main() {
   tc::Source source(worker);
   tc::Channel channel =
       source.connect("127.0.0.1", port, {.identity = tc::KeyPair::load(CONSUMER_KEY)});
+  // Bitcode for the first half, relocatable objects for the second: each
+  // linked from two sources.
   const tc::Ifunc adder = tc::Ifunc::load(ADDER_CONTAINER);
-  for (int64_t i = 1; i <= 100; ++i) (void)tc::send(channel, adder, i);
+  const tc::Ifunc adder_binary = tc::Ifunc::load(ADDER_BINARY_CONTAINER);
+  for (int64_t i = 1; i <= 100; ++i) (void)tc::send(channel, i <= 50 ? adder : adder_binary, i);
   channel.close();
   target.join();
-  std::printf("consumer: total = %lld (expected 5050)\n", static_cast<long long>(total));
-  return total == 5050 && done ? 0 : 1;
+  const int64_t expected = 5050 * ADDER_FACTOR;
+  std::printf("consumer: total = %lld (expected %lld)\n", static_cast<long long>(total),
+              static_cast<long long>(expected));
+  return total == expected && done ? 0 : 1;
 }
