@@ -3,7 +3,8 @@
 #                       [SIGN_KEY <secret key file> | UNSIGNED] [PREOPTIMISED])
 #
 # Builds an ifunc library into a ThreeChains code container (<target>.tcc in the
-# current binary dir): every source is compiled by clang-22 once per triple, into
+# current binary dir): every source is compiled once per triple (C and C++ by
+# clang-22, Fortran by flang-22, Rust by rustc: bind(c) / extern "C" entries), into
 # LLVM bitcode (CODEC bitcode, the default) or a relocatable object (CODEC binary);
 # several sources are linked into one image per triple (llvm-link-22 for bitcode,
 # ld.lld-22 -r for objects), and the headers they include are tracked (DEPFILE),
@@ -39,6 +40,54 @@ endif()
 # Several sources per ifunc are linked into one image per triple.
 find_program(THREECHAINS_LLVM_LINK NAMES llvm-link-22 llvm-link HINTS /usr/lib/llvm-22/bin)
 find_program(THREECHAINS_LLD NAMES ld.lld-22 HINTS /usr/lib/llvm-22/bin)
+
+# Fortran (flang-22) and Rust (rustc) sources of an ifunc. Both ship IR their
+# own compiler optimised (flang has no way to stop after the front end at -O2;
+# rustc's -C no-prepopulate-passes does, and is used unless PREOPTIMISED).
+find_program(THREECHAINS_FLANG NAMES flang-22 flang-new-22 HINTS /usr/lib/llvm-22/bin)
+# Debian's rustc (rustc-web, built on LLVM 22) before any other on the PATH.
+find_program(THREECHAINS_RUSTC NAMES rustc PATHS /usr/bin NO_DEFAULT_PATH)
+find_program(THREECHAINS_RUSTC NAMES rustc)
+
+macro(_threechains_fortran_command out triple src obj)
+  if(NOT THREECHAINS_FLANG)
+    message(FATAL_ERROR "threechains_add_ifunc(${target}): ${src} needs flang-22 "
+                        "(Debian package flang-22)")
+  endif()
+  set(${out} ${THREECHAINS_FLANG} --target=${triple} -O2 -fPIC)
+  if(ARG_CODEC STREQUAL "bitcode")
+    list(APPEND ${out} -emit-llvm)
+  endif()
+  list(APPEND ${out} -c ${src} -o ${obj})
+endmacro()
+
+macro(_threechains_rust_command out triple src obj)
+  if(NOT THREECHAINS_RUSTC)
+    message(FATAL_ERROR "threechains_add_ifunc(${target}): ${src} needs rustc "
+                        "(Debian package rustc-web)")
+  endif()
+  # x86_64-linux-gnu -> x86_64-unknown-linux-gnu, as rustc names targets.
+  string(REGEX REPLACE "^([^-]+)-linux-(.*)$" "\\1-unknown-linux-\\2" rust_triple ${triple})
+  execute_process(COMMAND ${THREECHAINS_RUSTC} --print sysroot OUTPUT_VARIABLE rust_sysroot
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT EXISTS ${rust_sysroot}/lib/rustlib/${rust_triple}/lib)
+    message(FATAL_ERROR "threechains_add_ifunc(${target}): ${src} for ${triple} needs Rust's "
+                        "core library for ${rust_triple}, which ${THREECHAINS_RUSTC} lacks "
+                        "(Debian: libstd-rust-web-dev for that architecture), or TRIPLES "
+                        "without ${triple}")
+  endif()
+  set(${out} ${THREECHAINS_RUSTC} --crate-type=lib --target=${rust_triple} -C opt-level=2
+             -C panic=abort -C relocation-model=pic -C debuginfo=0)
+  if(ARG_CODEC STREQUAL "bitcode")
+    list(APPEND ${out} --emit=llvm-bc)
+    if(NOT ARG_PREOPTIMISED)
+      list(APPEND ${out} -C no-prepopulate-passes)
+    endif()
+  else()
+    list(APPEND ${out} --emit=obj)
+  endif()
+  list(APPEND ${out} ${src} -o ${obj})
+endmacro()
 
 function(threechains_add_ifunc target)
   cmake_parse_arguments(ARG "UNSIGNED;PREOPTIMISED" "NAME;CODEC;SIGN_KEY" "SOURCES;TRIPLES;DEPS;FLAGS" ${ARGN})
@@ -110,15 +159,27 @@ function(threechains_add_ifunc target)
     foreach(src IN LISTS ARG_SOURCES)
       get_filename_component(src_abs ${src} ABSOLUTE)
       get_filename_component(stem ${src} NAME_WE)
+      get_filename_component(src_ext ${src} LAST_EXT)
+      string(TOLOWER "${src_ext}" src_ext)
       set(obj ${out_dir}/${stem}.${triple}.${ext})
-      # The header dependencies clang finds, so editing a header shared by the
-      # host program and the ifunc rebuilds the container.
+      if(src_ext MATCHES "^\\.(f|f90|f95|f03|f08)$")
+        _threechains_fortran_command(compile ${triple} ${src_abs} ${obj})
+        set(depfile_args)
+      elseif(src_ext STREQUAL ".rs")
+        _threechains_rust_command(compile ${triple} ${src_abs} ${obj})
+        set(depfile_args)
+      else()
+        # C and C++. The header dependencies clang finds, so editing a header
+        # shared by the host program and the ifunc rebuilds the container.
+        set(compile ${THREECHAINS_CLANG} --target=${triple} ${triple_flags} ${common_flags}
+                    ${kind_flag} ${ARG_FLAGS} -MD -MF ${obj}.d -c ${src_abs} -o ${obj})
+        set(depfile_args DEPFILE ${obj}.d)
+      endif()
       add_custom_command(OUTPUT ${obj}
         COMMAND ${CMAKE_COMMAND} -E make_directory ${out_dir}
-        COMMAND ${THREECHAINS_CLANG} --target=${triple} ${triple_flags} ${common_flags} ${kind_flag}
-                ${ARG_FLAGS} -MD -MF ${obj}.d -c ${src_abs} -o ${obj}
+        COMMAND ${compile}
         DEPENDS ${src_abs}
-        DEPFILE ${obj}.d
+        ${depfile_args}
         COMMENT "ifunc ${ARG_NAME}: ${stem} -> ${triple} ${ARG_CODEC}"
         VERBATIM)
       list(APPEND objects ${obj})

@@ -10,7 +10,7 @@ packages=(
   llvm-22 llvm-22-dev clang-22 lld-22 libzstd-dev libc6-dev-arm64-cross libomp-22-dev
   libfmt-dev libcli11-dev catch2 libxxhash-dev libsodium-dev
   libopenmpi-dev openmpi-bin libpmix-dev
-  gfortran python3 python3-numpy
+  gfortran flang-22 rustc-web python3 python3-numpy
 )
 # A caller may ask for more (e.g. the sanitizer runtime): THREECHAINS_EXTRA_PACKAGES="a b".
 read -r -a extra <<< "${THREECHAINS_EXTRA_PACKAGES:-}"

@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -51,6 +52,12 @@ const char* container(const std::string& name, CodecId codec) {
   if (name == "thread_local")
     return bitcode ? TC_MATRIX_THREAD_LOCAL_BITCODE : TC_MATRIX_THREAD_LOCAL_BINARY;
   if (name == "cxx") return bitcode ? TC_MATRIX_CXX_BITCODE : TC_MATRIX_CXX_BINARY;
+#ifdef TC_HAVE_FORTRAN
+  if (name == "fortran") return bitcode ? TC_MATRIX_FORTRAN_BITCODE : TC_MATRIX_FORTRAN_BINARY;
+#endif
+#ifdef TC_HAVE_RUST
+  if (name == "rust") return bitcode ? TC_MATRIX_RUST_BITCODE : TC_MATRIX_RUST_BINARY;
+#endif
   throw std::runtime_error("no matrix ifunc " + name);
 }
 
@@ -153,6 +160,35 @@ TEMPLATE_TEST_CASE("the hard-linking matrix runs on a remote target", "[ucx][lin
     CHECK(out.result.values[0] == 100);
     CHECK(out.result.values[1] == -84);
     CHECK(out.result.values[2] == 42);
+  }
+  // Other languages: the same ABI (bind(c), extern "C"), the same pipeline.
+  // 1*16 + 2*15 + ... + 16*1 = 816; the payload's four values sum to 10.
+  const std::array<int64_t, 4> four{1, 2, 3, 4};
+  SECTION("a Fortran ifunc (flang-22): dot_product and sum over the payload") {
+#ifdef TC_HAVE_FORTRAN
+    const MatrixOutcome out =
+        run_on_target(transport, Ifunc::load(container("fortran", codec)), four, 2);
+    INFO(out.first_error);
+    REQUIRE(out.errors == 0);
+    CHECK(out.result.calls == 2);
+    CHECK(out.result.values[0] == 816);
+    CHECK(out.result.values[1] == 10);
+#else
+    WARN("SKIPPED: no Fortran compiler for ifuncs (install flang-22)");
+#endif
+  }
+  SECTION("a Rust ifunc (rustc, no_std): iterator folds over the payload") {
+#ifdef TC_HAVE_RUST
+    const MatrixOutcome out =
+        run_on_target(transport, Ifunc::load(container("rust", codec)), four, 2);
+    INFO(out.first_error);
+    REQUIRE(out.errors == 0);
+    CHECK(out.result.calls == 2);
+    CHECK(out.result.values[0] == 816);
+    CHECK(out.result.values[1] == 10);
+#else
+    WARN("SKIPPED: no Rust compiler for ifuncs (install rustc-web)");
+#endif
   }
   SECTION("a thread-local variable") {
     // Bitcode: ORC compiles it with emulated TLS. Binary: threechains_add_ifunc
