@@ -8,7 +8,7 @@ install(TARGETS threechains threechains_core threechains_ucp_ifunc EXPORT ThreeC
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS threechains-pack threechains-key EXPORT ThreeChainsTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 if(TARGET threechains-inspect)
-  install(TARGETS threechains-inspect RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  install(TARGETS threechains-inspect threechains-build RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/threechains DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/cmake/ThreeChainsIfunc.cmake DESTINATION ${THREECHAINS_CMAKE_DIR})
@@ -24,3 +24,10 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/ThreeChainsConfigVersion.
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/ThreeChainsConfig.cmake ${PROJECT_BINARY_DIR}/ThreeChainsConfigVersion.cmake
   DESTINATION ${THREECHAINS_CMAKE_DIR})
+
+# pkg-config, for Makefiles: relocatable (the prefix is found from the .pc's
+# own place, so a scratch prefix works as well as /usr/local).
+set(THREECHAINS_PC_DIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+string(REGEX REPLACE "[^/]+" ".." THREECHAINS_PC_UP ${THREECHAINS_PC_DIR})
+configure_file(${PROJECT_SOURCE_DIR}/cmake/threechains.pc.in ${PROJECT_BINARY_DIR}/threechains.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/threechains.pc DESTINATION ${THREECHAINS_PC_DIR})

@@ -42,8 +42,8 @@ struct ContainerInfo {
 };
 
 // Packs a library into a container. Every image must be of the same kind.
-// Bitcode images are stripped of what only the producer needs (per-function CPU
-// pinning, the LTO symbol table, ident), and the whole container is one zstd
+// Bitcode images are stripped of what only the producer needs (the LTO symbol
+// table, ident), and the whole container is one zstd
 // frame when that is smaller (the usual case).
 [[nodiscard]] std::vector<std::byte> pack_container(const IfuncLibrary& library);
 
@@ -53,6 +53,12 @@ struct ContainerInfo {
 
 // Parses a container; throws Error(errc::bad_container) saying what is malformed.
 [[nodiscard]] ContainerInfo inspect_container(std::span<const std::byte> container);
+
+// What each image (in container order) leaves to the target to resolve: the
+// functions and globals its code uses but does not define, sorted. Reads the
+// bitcode or object with LLVM; compiles nothing. Throws Error(bad_container).
+[[nodiscard]] std::vector<std::vector<std::string>> container_imports(
+    std::span<const std::byte> container);
 
 // The identity of a code section: xxHash3-64 of its bytes.
 [[nodiscard]] CodeId code_identity(std::span<const std::byte> code) noexcept;
