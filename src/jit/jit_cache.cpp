@@ -88,13 +88,34 @@ llvm::CodeGenOptLevel codegen_level(int level) {
   }
 }
 
+// The target this library was compiled for. LLVM's InitializeNativeTarget
+// names the target of the machine whose headers we compiled against, which a
+// cross build (x86_64 headers, aarch64 libLLVM) gets wrong; the compiler's
+// own macros do not.
+#if defined(__aarch64__)
+extern "C" void LLVMInitializeAArch64TargetInfo();
+extern "C" void LLVMInitializeAArch64Target();
+extern "C" void LLVMInitializeAArch64TargetMC();
+extern "C" void LLVMInitializeAArch64AsmPrinter();
+extern "C" void LLVMInitializeAArch64AsmParser();
+void initialise_this_target() {
+  LLVMInitializeAArch64TargetInfo();
+  LLVMInitializeAArch64Target();
+  LLVMInitializeAArch64TargetMC();
+  LLVMInitializeAArch64AsmPrinter();
+  LLVMInitializeAArch64AsmParser();
+}
+#else
+void initialise_this_target() {
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  llvm::InitializeNativeTargetAsmParser();
+}
+#endif
+
 void initialise_native_target_once() {
   static std::once_flag once;
-  std::call_once(once, [] {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-    llvm::InitializeNativeTargetAsmParser();
-  });
+  std::call_once(once, initialise_this_target);
 }
 
 }  // namespace
