@@ -3,7 +3,8 @@
 # one fat container run by an x86_64 target and an aarch64 one, the latter
 # under qemu-aarch64-static). Installs qemu-user-static, Debian's aarch64 cross
 # compiler and, through multiarch, the arm64 runtime libraries of UCX, LLVM
-# and the rest; cross-builds the library and the program into build-aarch64;
+# and the rest (and Rust's core library for arm64, for Rust ifuncs);
+# cross-builds the library and the program into build-aarch64;
 # and points ./build's test at it. Then: ctest --test-dir build -R hetero
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +14,8 @@ if ! dpkg --print-foreign-architectures | grep -qx arm64; then
   "${sudo_cmd[@]}" dpkg --add-architecture arm64  # install-deps runs apt-get update
 fi
 THREECHAINS_EXTRA_PACKAGES="qemu-user-static g++-aarch64-linux-gnu libucx0:arm64 libllvm22:arm64 \
-libsodium23:arm64 libxxhash0:arm64 libzstd1:arm64 libfmt9:arm64" bash scripts/install-deps.sh
+libsodium23:arm64 libxxhash0:arm64 libzstd1:arm64 libfmt9:arm64 libstd-rust-web-dev:arm64" \
+bash scripts/install-deps.sh
 cmake -S . -B build-aarch64 -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/toolchains/aarch64-linux-gnu.cmake" \
   -DTHREECHAINS_BUILD_TESTS=OFF -DTHREECHAINS_BUILD_EXAMPLES=OFF -DTHREECHAINS_BUILD_BENCHMARKS=OFF \
@@ -22,6 +24,8 @@ cmake -S . -B build-aarch64 -G Ninja -DCMAKE_BUILD_TYPE=Release \
 cmake --build build-aarch64 -j "${THREECHAINS_JOBS:-2}" --target threechains-hetero-target
 target="$PWD/build-aarch64/tests/hetero/threechains-hetero-target"
 if [ -d build ]; then
+  # Reconfigured: it now also builds the Rust ifuncs' aarch64 images.
   cmake -S . -B build -DTHREECHAINS_AARCH64_TARGET="$target" > /dev/null
+  cmake --build build -j "${THREECHAINS_JOBS:-2}"
 fi
 echo "aarch64-target: $target"

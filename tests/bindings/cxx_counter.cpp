@@ -82,9 +82,10 @@ int source(const std::string& transport, const std::string& container, const std
   const auto us = [](clock::duration d) {
     return std::chrono::duration<double, std::micro>(d).count();
   };
-  std::printf("c++ source: %llu frames of the %s container sent; the first (with its code, "
+  std::printf("c++ source: %llu frames of '%s' (%s) sent; the first (with its code, "
               "run before the rest) %.0f us, then %.2f us per cached frame (pipelined)\n",
-              static_cast<unsigned long long>(frames), tc::to_string(ifunc.codec()),
+              static_cast<unsigned long long>(frames), ifunc.name().c_str(),
+              tc::to_string(ifunc.codec()),
               us(first - start), frames > 1 ? us(rest - first) / static_cast<double>(frames - 1) : 0.0);
   return 0;
 }
