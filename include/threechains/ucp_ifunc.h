@@ -37,9 +37,11 @@
  *
  * Lifetimes: a context's ifunc state lives until ucp_ifunc_context_release
  * (call it before ucp_cleanup if the program may make another context: UCX
- * can give the new one the same address) or the end of the process. A
- * message keeps its ifunc's handle alive after deregistration, so it can
- * still be sent and freed. Which endpoints already hold an ifunc's code is
+ * can give the new one the same address) or the end of the process; call
+ * it last, with no handle of that context used after it. Deregistration
+ * stops new messages of an ifunc; its code stays loaded (frames of it may
+ * still arrive) and existing messages can still be sent and freed, until
+ * the context is released. Which endpoints already hold an ifunc's code is
  * remembered by endpoint handle: call ucp_ifunc_forget_ep before closing an
  * endpoint (or after a put to it failed), so a later endpoint at the same
  * address is sent the code again. */

@@ -56,7 +56,9 @@ bool valid_name(const char* name) {
 // One UCX context's ifunc state: its libraries, the code that runs here, and
 // whose signatures it accepts. Used from one thread at a time (as the
 // prototype's context state; the program's worker is single-threaded too).
-// It owns its handles: those still in use by a message when the state goes
+// It owns its handles, which live as long as it: deregistration only stops
+// new messages (frames of that code may still arrive, and messages still
+// send it). Those still in use by a message when the state goes
 // (ucp_ifunc_context_release) are detached and die with their last message.
 struct ContextState {
   ContextState() {
@@ -79,6 +81,10 @@ struct ContextState {
   tc::JitCache cache;
   tc::Trust trust;  // code signers accepted beyond this context's own libraries
   std::unordered_map<std::string, ucp_ifunc*> by_name;
+  // Names whose library failed to load for an arriving frame: not retried per
+  // frame (bounded: the names are the peers' choice).
+  std::unordered_set<std::string> unloadable;
+  static constexpr std::size_t kMaxUnloadable = 256;
   std::unordered_map<tc::CodeId, ucp_ifunc*> by_id;
 };
 
@@ -129,25 +135,27 @@ struct ucp_ifunc {
   threechains_payload_get_max_size_fn payload_get_max_size = nullptr;
   threechains_payload_init_fn payload_init = nullptr;
   std::unordered_set<ucp_ep_h> sent_to;  // endpoints that were sent its code
-  int registrations = 0;                 // by the program (0: loaded for code that arrived)
+  int registrations = 0;                 // by the program (0: no new messages)
   std::size_t messages = 0;              // live messages made from it
-  ContextState* owner;                   // null once deregistered or its context released
+  ContextState* owner;                   // null once its context was released
 };
 
 namespace {
 
-// The handle leaves its context; it is deleted now unless a message still
-// refers to it (then ucp_ifunc_msg_free deletes it).
+// The handle leaves its released context; it is deleted now unless a message
+// still refers to it (then ucp_ifunc_msg_free deletes it).
 void detach(ucp_ifunc* handle) noexcept {
   handle->owner = nullptr;
   if (handle->messages == 0) delete handle;
 }
 
-void drop(ContextState& state, ucp_ifunc* handle) noexcept {
-  state.by_name.erase(handle->name);
-  state.by_id.erase(handle->ifunc.id());
-  (void)state.cache.evict(handle->ifunc.id());
-  detach(handle);
+// The state of `context` if it has one; never makes one (a released
+// context's calls must not bring it back).
+ContextState* existing_state(ucp_context_h context) {
+  Registry& all = registry();
+  std::lock_guard lock(all.mutex);
+  const auto it = all.states.find(context);
+  return it == all.states.end() ? nullptr : it->second.get();
 }
 
 }  // namespace
@@ -201,13 +209,16 @@ tc::IfuncMain admit(ContextState& state, const tc::FrameView& view) {
   const tc::Ifunc arrived =
       tc::Ifunc::from_container(std::vector<std::byte>(view.code().begin(), view.code().end()));
   const std::string& name = arrived.name();
-  if (valid_name(name.c_str()) && !state.by_name.contains(name)) {
+  if (valid_name(name.c_str()) && !state.by_name.contains(name) &&
+      !state.unloadable.contains(name)) {
     try {
       // Kept even if the frame's code is not this library's: a peer naming it
       // with other code must not make us load it from disk again per frame.
       (void)register_library(state, name);
-    } catch (const tc::Error& e) {
-      if (!e.is(tc::errc::io) && !e.is(tc::errc::invalid_argument)) throw;  // none of ours
+    } catch (const std::exception&) {
+      // Missing, corrupt or not compilable here: not ours to run, and not
+      // tried again per frame. Signed code of that name may still run.
+      if (state.unloadable.size() < ContextState::kMaxUnloadable) state.unloadable.insert(name);
     }
   }
   // Everything below reads `arrived`, our private copy: the peer can still
@@ -276,19 +287,20 @@ ucs_status_t ucp_register_ifunc(ucp_context_h context, const char* ifunc_name,
 
 void ucp_deregister_ifunc(ucp_context_h context, ucp_ifunc_h ifunc_h) {
   if (context == nullptr || ifunc_h == nullptr) return;
-  ContextState* found = nullptr;
   try {
-    found = &state_of(context);
+    const ContextState* state = existing_state(context);
+    if (state == nullptr || ifunc_h->owner != state || ifunc_h->registrations == 0) {
+      warn("deregistering an ifunc this context does not hold registered");
+      return;
+    }
   } catch (const std::exception& e) {
     warn(std::string("deregister: ") + e.what());
     return;
   }
-  ContextState& state = *found;
-  if (ifunc_h->owner != &state || ifunc_h->registrations == 0) {
-    warn("deregistering an ifunc this context does not hold registered");
-    return;
-  }
-  if (--ifunc_h->registrations == 0) drop(state, ifunc_h);
+  // Only new messages stop: the code stays loaded for frames of it that are
+  // still to arrive (peers were told this target holds it) until the
+  // context is released.
+  --ifunc_h->registrations;
 }
 
 void ucp_ifunc_context_release(ucp_context_h context) {
@@ -309,7 +321,9 @@ void ucp_ifunc_context_release(ucp_context_h context) {
 void ucp_ifunc_forget_ep(ucp_context_h context, ucp_ep_h ep) {
   if (context == nullptr || ep == nullptr) return;
   try {
-    for (auto& [name, handle] : state_of(context).by_name) handle->sent_to.erase(ep);
+    if (ContextState* state = existing_state(context)) {
+      for (auto& [name, handle] : state->by_name) handle->sent_to.erase(ep);
+    }
   } catch (const std::exception& e) {
     warn(std::string("forget_ep: ") + e.what());
   }
@@ -320,8 +334,8 @@ ucs_status_t ucp_ifunc_msg_create(ucp_ifunc_h ifunc_h, void* source_args, size_t
   if (ifunc_h == nullptr || msg_p == nullptr || (source_args == nullptr && source_args_size != 0)) {
     return UCS_ERR_INVALID_PARAM;
   }
-  if (ifunc_h->owner == nullptr) {
-    return failed("msg_create: ifunc '" + ifunc_h->name + "' was deregistered",
+  if (ifunc_h->owner == nullptr || ifunc_h->registrations == 0) {
+    return failed("msg_create: ifunc '" + ifunc_h->name + "' is not registered",
                   UCS_ERR_INVALID_PARAM);
   }
   const std::size_t max_payload = ifunc_h->payload_get_max_size != nullptr

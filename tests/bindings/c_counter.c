@@ -33,7 +33,7 @@ static void on_error(void* user, threechains_status status, const char* message)
 /* Serves until `frames` frames ran and the source left; writes the port to
  * `port_fd` (a pipe) or `port_file`. Returns the exit code. */
 static int run_target(const char* transport, const char* public_key, uint64_t frames, int port_fd,
-                      const char* port_file) {
+                      const char* port_file, int expect_refusal) {
   threechains_context* context = NULL;
   threechains_worker* worker = NULL;
   threechains_receiver* receiver = NULL;
@@ -80,7 +80,8 @@ static int run_target(const char* transport, const char* public_key, uint64_t fr
   /* Every error is a refused peer, and each refusal reached on_error. */
   const int ok = counter == expected && stats.frames_dispatched == frames &&
                  stats.frames_rejected == 0 && stats.code_loads == 1 &&
-                 errors_seen == stats.peers_refused;
+                 errors_seen == stats.peers_refused &&
+                 (!expect_refusal || stats.peers_refused >= 1);
 
   /* A stats struct from an older header (only the first two counters) gets
    * only those written: nothing past its size. */
@@ -194,7 +195,7 @@ int main(int argc, char** argv) {
     const pid_t child = fork();
     if (child == 0) {
       close(fds[0]);
-      const int rc = run_target(argv[2], argv[5], frames, fds[1], NULL);
+      const int rc = run_target(argv[2], argv[5], frames, fds[1], NULL, 1); /* its source tries first */
       fflush(stdout);
       _exit(rc);
     }
@@ -213,7 +214,7 @@ int main(int argc, char** argv) {
     return source_rc || target_rc;
   }
   if (argc == 6 && strcmp(argv[1], "target") == 0) {
-    return run_target(argv[2], argv[3], strtoull(argv[4], NULL, 10), -1, argv[5]);
+    return run_target(argv[2], argv[3], strtoull(argv[4], NULL, 10), -1, argv[5], 0);
   }
   if (argc == 7 && strcmp(argv[1], "source") == 0) {
     return run_source(argv[2], argv[3], argv[4], (uint16_t)atoi(argv[6]),
