@@ -166,6 +166,11 @@ function(threechains_add_ifunc target)
         _threechains_fortran_command(compile ${triple} ${src_abs} ${obj})
         set(depfile_args)
       elseif(src_ext STREQUAL ".rs")
+        # rustc writes its temporaries (<crate>.<crate>.<hash>-cgu.0.rcgu.*) next
+        # to the output under names that do not depend on the target, so two
+        # triples compiling in parallel in one directory race on them: each
+        # triple gets a directory of its own.
+        set(obj ${out_dir}/${triple}/${stem}.${triple}.${ext})
         _threechains_rust_command(compile ${triple} ${src_abs} ${obj})
         set(depfile_args)
       else()
@@ -175,8 +180,9 @@ function(threechains_add_ifunc target)
                     ${kind_flag} ${ARG_FLAGS} -MD -MF ${obj}.d -c ${src_abs} -o ${obj})
         set(depfile_args DEPFILE ${obj}.d)
       endif()
+      get_filename_component(obj_dir ${obj} DIRECTORY)
       add_custom_command(OUTPUT ${obj}
-        COMMAND ${CMAKE_COMMAND} -E make_directory ${out_dir}
+        COMMAND ${CMAKE_COMMAND} -E make_directory ${obj_dir}
         COMMAND ${compile}
         DEPENDS ${src_abs}
         ${depfile_args}
