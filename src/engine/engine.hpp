@@ -126,7 +126,11 @@ class Engine {
   // progress() and ring draining, without returning credits (a Node returns
   // them after its queued sends, which may carry them).
   unsigned poll_without_credits();
-  void return_credits();
+  // may_defer: over AM delivery, a credit for frames that arrived since the
+  // last call waits one call (a reply may carry it); now: sent at once, for a
+  // loop that waits on something else (a flush) and polls no more.
+  enum class CreditTiming { may_defer, now };
+  void return_credits(CreditTiming timing = CreditTiming::may_defer);
   // Loads `ifunc` into the cache (and the code store) if it is not there.
   void install(const Ifunc& ifunc);
   // A kept ifunc by identity or by name; nullptr if none.

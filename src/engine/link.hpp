@@ -100,6 +100,7 @@ struct Inbound {
   uint64_t expected = 1;      // sequence of the next frame to dispatch
   uint64_t reported = 0;      // last consumed count that reached (or is on its way to) the source
   uint64_t credit_value = 0;  // buffer of the credit in flight
+  uint64_t consumed_at_last_look = 0;  // AM delivery: what return_credits() saw last time
   Request credit_request;
   uint64_t stalled_on = 0;         // sequence waiting for its code (cache miss), 0 if none
   CodeId stalled_code = 0;         // the code it waits for: only an answer about it settles it

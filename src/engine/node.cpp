@@ -307,12 +307,17 @@ void Node::close() {
                                      " queued sends could not be carried out");
     }
   }
+  // Credits a poll deferred (a reply might have carried them) go now: the
+  // other ranks may be flushing their channels to us.
+  c.engine->return_credits(detail::Engine::CreditTiming::now);
   for (std::optional<Channel>& ch : c.channels) {
     if (!ch) continue;
     // The other rank may be waiting for our Receiver to consume its frames.
     const auto deadline = std::chrono::steady_clock::now() + c.options.channel.timeout;
-    while (ch->frames_in_flight() != 0 && std::chrono::steady_clock::now() < deadline)
+    while (ch->frames_in_flight() != 0 && std::chrono::steady_clock::now() < deadline) {
       (void)c.poll();
+      c.engine->return_credits(detail::Engine::CreditTiming::now);
+    }
     ch->close();
     ch.reset();
   }

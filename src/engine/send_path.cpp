@@ -197,6 +197,10 @@ void Channel::wait_for_credit() {
     }
     engine_->check_not_threaded("Channel::send");
     engine_->progress();
+    // Frames that reached us meanwhile (AM delivery runs them in progress)
+    // are owed credits: a peer waiting on those while we wait on it would
+    // otherwise wait for good.
+    engine_->return_credits(detail::Engine::CreditTiming::now);
     engine_->check_sendable(*link_, "send");
     const auto now = std::chrono::steady_clock::now();
     if (deadline == std::chrono::steady_clock::time_point{}) {
@@ -222,6 +226,7 @@ void Channel::flush(std::chrono::milliseconds limit) {
     }
     if (ring_->consumed() >= last) break;
     engine_->progress();
+    engine_->return_credits(detail::Engine::CreditTiming::now);  // as in wait_for_credit
     engine_->check_sendable(*link_, "flush");
     if (std::chrono::steady_clock::now() > deadline) {
       throw Error(errc::timeout,
