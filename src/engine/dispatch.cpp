@@ -170,10 +170,10 @@ IfuncMain Engine::load(Link& link, CodeId id, CodecId codec, std::span<const std
   Target& t = *target_;
   try {
     if (code.size() > t.options.limits.max_code_bytes) {
-      throw Error(errc::limit_exceeded, "code of " + std::to_string(code.size()) +
-                                            " bytes, over the " +
-                                            std::to_string(t.options.limits.max_code_bytes) +
-                                            " this Receiver accepts (ReceiverLimits::max_code_bytes)");
+      throw Error(errc::limit_exceeded,
+                  "code of " + std::to_string(code.size()) + " bytes, over the " +
+                      std::to_string(t.options.limits.max_code_bytes) +
+                      " this Receiver accepts (ReceiverLimits::max_code_bytes)");
     }
     // Before anything parses it: whose code is this, and is it intact?
     check_code_trust(t.options.trust, code);

@@ -21,10 +21,10 @@
 
 #include <threechains/channel.hpp>
 #include <threechains/ifunc.hpp>
+#include <threechains/trust.hpp>
 #include <threechains/ucx/endpoint.hpp>
 #include <threechains/ucx/memory.hpp>
 #include <threechains/ucx/request.hpp>
-#include <threechains/trust.hpp>
 
 #include <array>
 #include <chrono>
@@ -54,8 +54,8 @@ struct Outbound {
   std::optional<PublicKey> target_key;
   std::optional<Challenge> challenge;
   bool target_proven = false;  // the target proved `target_key` (a WELCOME before it is refused)
-  Hello hello{};  // as sent: the proof signs it
-  MemoryRegion credit;            // the target writes its consumed count here
+  Hello hello{};               // as sent: the proof signs it
+  MemoryRegion credit;         // the target writes its consumed count here
   // One staging slot per granted ring slot; only for puts and Active Messages
   // (direct delivery builds frames in the target's own slots).
   std::optional<MemoryRegion> staging;
@@ -63,9 +63,9 @@ struct Outbound {
   OutboundRing hot;  // what Channel's inline send path reads
   Delivery delivery = Delivery::put;
   std::chrono::milliseconds timeout{30000};
-  std::vector<Request> in_flight;          // per slot: body, commit (put) or the AM
-  std::vector<uint64_t> am_headers;        // per slot: the credit piggybacked on its AM
-  std::unordered_set<CodeId> held;  // code the target holds (or will, once it reads)
+  std::vector<Request> in_flight;    // per slot: body, commit (put) or the AM
+  std::vector<uint64_t> am_headers;  // per slot: the credit piggybacked on its AM
+  std::unordered_set<CodeId> held;   // code the target holds (or will, once it reads)
   // What we can resend on a cache miss, with the last sequence sent in cached
   // form; let go (beyond max_code_kept) only once the target consumed that.
   struct KeptCode {
@@ -118,8 +118,8 @@ struct Inbound {
     std::array<uint8_t, kNonceSize> nonce;
   };
   std::optional<PendingHello> pending;
-  std::optional<Proof> proof;  // a PROOF to check outside the handler
-  std::size_t ring_bytes = 0;  // what our ring for it counts against the limits
+  std::optional<Proof> proof;        // a PROOF to check outside the handler
+  std::size_t ring_bytes = 0;        // what our ring for it counts against the limits
   bool fence_before_credit = false;  // a refusal went out: the credit must not overtake it
   struct CodeArrival {
     CodeDelivery header;
