@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   int codegen_level = 2;
   int optimisation_level = 2;
   std::string dump_objects_to;
+  std::string code_cache_directory;
   app.add_option("containers", containers, ".tcc files")->required();
   app.add_option("-r,--repeats", repeats, "evict + load rounds per container");
   app.add_option("-O,--codegen-level", codegen_level, "JIT codegen level 0..3");
@@ -29,11 +30,15 @@ int main(int argc, char** argv) {
                  "middle-end pipeline on bitcode: 0 none, 1..3 O1..O3");
   app.add_option("--dump-objects", dump_objects_to,
                  "write every object the JIT links to this directory (to disassemble)");
+  app.add_option("--code-cache", code_cache_directory,
+                 "persistent code cache directory: after the first load, bitcode is linked "
+                 "from it (what a restarted target pays)");
   CLI11_PARSE(app, argc, argv);
 
   tc::JitCache cache({.optimisation_level = optimisation_level,
                       .codegen_level = codegen_level,
-                      .dump_objects_to = dump_objects_to});
+                      .dump_objects_to = dump_objects_to,
+                      .code_cache_directory = code_cache_directory});
   fmt::print("{:<40} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "container", "codec", "bytes",
              "first ms", "median us", "min us", "verify us");
   for (const std::string& path : containers) {

@@ -1,6 +1,8 @@
 // CPU specialisation, checked in the machine code: the saxpy kernel JIT'd from
 // shipped bitcode must use the host's vector registers, as wide as clang
 // -march=native makes them from the same source on this host.
+#include "support/temp_dir.hpp"
+
 #include <threechains/error.hpp>
 #include <threechains/ifunc.hpp>
 #include <threechains/jit_cache.hpp>
@@ -44,27 +46,14 @@ int widest_vector(const std::string& code) {
   return 0;
 }
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "tc-objects-XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-};
-
 // The machine code of `function` JIT'd from `container` at `level`, as dumped.
 std::string jitted_function(const char* container, int level, const std::string& function) {
-  TempDir dump;
-  JitCache cache({.optimisation_level = level, .dump_objects_to = dump.path.string()});
+  const test::TempDir dump("tc-objects");
+  JitCache cache({.optimisation_level = level, .dump_objects_to = dump.path().string()});
   const Ifunc kernel = Ifunc::load(container);
   (void)cache.load(kernel.id(), kernel.codec(), kernel.code());
   std::string code;
-  for (const auto& entry : std::filesystem::directory_iterator(dump.path)) {
+  for (const auto& entry : std::filesystem::directory_iterator(dump.path())) {
     if (std::string found = disassembly(entry.path(), function); !found.empty()) code = found;
   }
   return code;

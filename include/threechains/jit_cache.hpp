@@ -30,6 +30,13 @@ struct JitOptions {
   // If set, every object the JIT links is also written to this directory
   // (for disassembly: what the host really runs).
   std::string dump_objects_to;
+  // Opt-in persistent code cache: objects compiled from bitcode are kept in
+  // this directory, keyed by code identity, this host's CPU and features, the
+  // LLVM version and the levels above, so a restarted target links instead of
+  // compiling. Corrupt or foreign entries are ignored and replaced. The
+  // directory is created (0700) if absent and must be private to this user
+  // (its entries run as native code): otherwise constructing the cache throws.
+  std::string code_cache_directory;
   // What injected code may import (symbols, dependency libraries); checked
   // when it is linked, before any of it runs. Default: the safe set.
   ImportPolicy imports;
@@ -40,6 +47,7 @@ struct LoadResult {
   std::chrono::nanoseconds compile_time{0};  // parse + compile/link + lookup
   std::string triple;                        // the image chosen for this host
   std::string name;                          // the ifunc's name
+  bool from_code_cache = false;  // linked from JitOptions::code_cache_directory, not compiled
 };
 
 class JitCache {

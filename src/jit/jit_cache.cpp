@@ -2,12 +2,14 @@
 #include "jit/bitcode_checks.hpp"
 #include "jit/container_images.hpp"
 #include "jit/host_optimiser.hpp"
+#include "jit/object_store.hpp"
 
 #include <threechains/runtime.h>
 #include <threechains/error.hpp>
 #include <threechains/jit_cache.hpp>
 
 #include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/DebugUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
@@ -25,6 +27,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 
 namespace threechains {
 namespace {
@@ -158,6 +161,19 @@ struct JitCache::Impl {
       throw Error(errc::jit_failed,
                   "cannot describe this host to LLVM: " + message_of(builder.takeError()));
     builder->setCodeGenOptLevel(codegen_level(options.codegen_level));
+    if (!options.code_cache_directory.empty()) {
+      store.emplace(options.code_cache_directory);
+      // Features sorted: the key must not depend on the order LLVM lists them in.
+      std::vector<std::string> features = builder->getFeatures().getFeatures();
+      std::sort(features.begin(), features.end());
+      std::string joined;
+      for (const std::string& feature : features) joined += feature + ",";
+      host_key = "host " + builder->getTargetTriple().str() + "\ncpu " + builder->getCPU() +
+                 "\nfeatures " + joined + "\nllvm " LLVM_VERSION_STRING "\noptimisation " +
+                 std::to_string(options.optimisation_level) + "\ncodegen " +
+                 std::to_string(options.codegen_level) + "\nrestricted " +
+                 (policy.is_unrestricted() ? "0" : "1") + "\n";
+    }
     // The middle end's own TargetMachine, for the same host CPU and features.
     auto optimiser_machine = builder->createTargetMachine();
     if (!optimiser_machine)
@@ -194,9 +210,21 @@ struct JitCache::Impl {
                   "cannot create the ORC JIT: " + message_of(created.takeError()));
     jit = std::move(*created);
     triple = jit->getTargetTriple().str();
-    if (!options.dump_objects_to.empty()) {
-      // Every object the JIT links, as it links it (tests disassemble them).
-      jit->getObjTransformLayer().setTransform(llvm::orc::DumpObjects(options.dump_objects_to));
+    if (!options.dump_objects_to.empty()) dumper.emplace(options.dump_objects_to);
+    if (dumper || store) {
+      // Every object the JIT links passes here: dumped as it is linked (tests
+      // disassemble them), and kept while a compile for the store runs.
+      jit->getObjTransformLayer().setTransform(
+          [this](std::unique_ptr<llvm::MemoryBuffer> object)
+              -> llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> {
+            if (capturing) {
+              const auto* data = reinterpret_cast<const std::byte*>(object->getBufferStart());
+              captured.assign(data, data + object->getBufferSize());
+              ++captured_objects;
+            }
+            if (dumper) return (*dumper)(std::move(object));
+            return std::move(object);
+          });
     }
     // Linking errors (e.g. "Symbols not found: [ foo ]") reach the session's
     // error reporter, not the failed lookup; keep them for the error we throw.
@@ -275,7 +303,40 @@ struct JitCache::Impl {
     return jd;
   }
 
-  IfuncMain load(CodeId id, CodecId codec, const ParsedImage& image) {
+  // Compiles or links `image`; with a store, bitcode is first looked up there.
+  IfuncMain load(CodeId id, CodecId codec, const ParsedImage& image, bool& from_store) {
+    from_store = false;
+    if (codec != CodecId::bitcode || !store) return link(id, codec, image, nullptr);
+    const std::string key =
+        "threechains object 1\nid " + hex_id(id) + "\nimage " + image.triple + "\n" + host_key;
+    if (const std::optional<std::vector<std::byte>> object = store->find(key)) {
+      try {
+        const IfuncMain entry = link(id, codec, image, &*object);
+        from_store = true;
+        return entry;
+      } catch (const Error&) {
+        // An entry that reads well but does not link here: compile instead.
+      }
+    }
+    capturing = true;
+    captured_objects = 0;
+    IfuncMain entry = nullptr;
+    try {
+      entry = link(id, codec, image, nullptr);
+    } catch (...) {
+      capturing = false;
+      throw;
+    }
+    capturing = false;
+    if (captured_objects == 1) (void)store->store(key, captured);
+    captured.clear();
+    return entry;
+  }
+
+  // Links `image` (or, for bitcode, `object` compiled from it earlier) into a
+  // JITDylib of its own and returns its entry point.
+  IfuncMain link(CodeId id, CodecId codec, const ParsedImage& image,
+                 const std::vector<std::byte>* object) {
     const std::string entry_name = image.name + "_main";
     auto dylib = jit->createJITDylib("ifunc-" + image.name + "-" + hex_id(id));
     if (!dylib)
@@ -286,7 +347,14 @@ struct JitCache::Impl {
         jd.addToLinkOrder(dependency(library, image.name));
       const llvm::StringRef bytes(reinterpret_cast<const char*>(image.bytes.data()),
                                   image.bytes.size());
-      if (codec == CodecId::bitcode) {
+      if (object != nullptr) {
+        const llvm::StringRef compiled(reinterpret_cast<const char*>(object->data()),
+                                       object->size());
+        if (llvm::Error e = jit->addObjectFile(
+                jd, llvm::MemoryBuffer::getMemBufferCopy(compiled, image.name))) {
+          throw Error(errc::jit_failed, "ifunc '" + image.name + "': " + message_of(std::move(e)));
+        }
+      } else if (codec == CodecId::bitcode) {
         auto context = std::make_unique<llvm::LLVMContext>();
         auto module = llvm::parseBitcodeFile(llvm::MemoryBufferRef(bytes, image.name), *context);
         if (!module) {
@@ -358,7 +426,13 @@ struct JitCache::Impl {
   std::unique_ptr<HostOptimiser> optimiser;
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::string triple;
-  LoadFailure failure;  // what the session reported during the current load
+  LoadFailure failure;               // what the session reported during the current load
+  std::optional<ObjectStore> store;  // JitOptions::code_cache_directory
+  std::string host_key;              // this host's part of a store key
+  std::optional<llvm::orc::DumpObjects> dumper;
+  bool capturing = false;           // a compile for the store is running
+  std::vector<std::byte> captured;  // the object it produced
+  int captured_objects = 0;
   std::unordered_map<CodeId, llvm::orc::JITDylib*> dylibs;
   std::unordered_map<std::string, llvm::orc::JITDylib*> dependencies;  // live as long as the JIT
 };
@@ -391,9 +465,11 @@ LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> c
     throw Error(errc::bad_codec, "frame says " + std::string(to_string(codec)) + " but ifunc '" +
                                      chosen->name + "' carries " + to_string(chosen->kind));
   }
-  const IfuncMain entry = impl_->load(id, codec, *chosen);
+  bool from_store = false;
+  const IfuncMain entry = impl_->load(id, codec, *chosen, from_store);
   entries_.emplace(id, entry);
-  return {entry, std::chrono::steady_clock::now() - start, chosen->triple, chosen->name};
+  return {entry, std::chrono::steady_clock::now() - start, chosen->triple, chosen->name,
+          from_store};
 }
 
 void* JitCache::lookup(CodeId id, const std::string& symbol) {

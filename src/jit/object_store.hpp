@@ -1,0 +1,47 @@
+// ObjectStore: the JIT's objects on disk (JitOptions::code_cache_directory), so
+// a restarted target links what it compiled before instead of compiling again.
+//
+// An entry is keyed by everything that decides the object's bytes: the code
+// identity, the image's triple, this host's triple, CPU name and features, the
+// LLVM version, both optimisation levels and whether the import policy is
+// restricted (an unrestricted target may compile inline assembly a restricted
+// one refuses). The key is stored in the entry and compared in full, and the
+// object carries its XXH3 hash: a corrupt, truncated or foreign entry (another
+// CPU, another LLVM, a hash collision of file names) is ignored and replaced.
+//
+// What an entry holds is native code linked without the container's signature
+// being checked again, so the directory must be private: owned by this user
+// and writable by nobody else, or the store refuses it.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace threechains {
+
+class ObjectStore {
+ public:
+  // Creates `directory` (mode 0700) if it does not exist. Throws Error
+  // (invalid_argument) if it cannot be used or is not private.
+  explicit ObjectStore(std::filesystem::path directory);
+
+  // The object stored under `key`, or nothing (absent, corrupt or foreign).
+  [[nodiscard]] std::optional<std::vector<std::byte>> find(const std::string& key) const;
+
+  // Stores `object` under `key` (write to a temporary, then rename: readers
+  // never see half an entry). Returns false if it could not be written; the
+  // store is a cache, so a failed write loses nothing but time.
+  bool store(const std::string& key, std::span<const std::byte> object) const noexcept;
+
+  // Where the entry for `key` lives (tests corrupt it on purpose).
+  [[nodiscard]] std::filesystem::path path_of(const std::string& key) const;
+
+ private:
+  std::filesystem::path directory_;
+};
+
+}  // namespace threechains
