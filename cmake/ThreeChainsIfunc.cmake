@@ -1,11 +1,13 @@
-# threechains_add_ifunc(<target> NAME <ifunc> SOURCES <src>... [CODEC bitcode|binary]
+# threechains_add_ifunc(<target> NAME <ifunc> SOURCES <src>... [CODEC bitcode|binary|tiered]
 #                       [TRIPLES <triple>...] [DEPS <soname>...] [FLAGS <clang flag>...]
 #                       [SIGN_KEY <secret key file> | UNSIGNED] [PREOPTIMISED])
 #
 # Builds an ifunc library into a ThreeChains code container (<target>.tcc in the
 # current binary dir): every source is compiled once per triple (C and C++ by
 # clang-22, Fortran by flang-22, Rust by rustc: bind(c) / extern "C" entries), into
-# LLVM bitcode (CODEC bitcode, the default) or a relocatable object (CODEC binary);
+# LLVM bitcode (CODEC bitcode, the default), a relocatable object (CODEC binary)
+# or both (CODEC tiered: the target links the object at once and switches to
+# the IR compiled for its CPU in the background);
 # several sources are linked into one image per triple (llvm-link-22 for bitcode,
 # ld.lld-22 -r for objects), and the headers they include are tracked (DEPFILE),
 # so editing one rebuilds the container. The images are packed with threechains-pack into one fat container that also
@@ -55,7 +57,7 @@ macro(_threechains_fortran_command out triple src obj)
                         "(Debian package flang-22)")
   endif()
   set(${out} ${THREECHAINS_FLANG} --target=${triple} -O2 -fPIC)
-  if(ARG_CODEC STREQUAL "bitcode")
+  if(kind STREQUAL "bitcode")
     list(APPEND ${out} -emit-llvm)
   endif()
   list(APPEND ${out} -c ${src} -o ${obj})
@@ -78,7 +80,7 @@ macro(_threechains_rust_command out triple src obj)
   endif()
   set(${out} ${THREECHAINS_RUSTC} --crate-type=lib --target=${rust_triple} -C opt-level=2
              -C panic=abort -C relocation-model=pic -C debuginfo=0)
-  if(ARG_CODEC STREQUAL "bitcode")
+  if(kind STREQUAL "bitcode")
     list(APPEND ${out} --emit=llvm-bc)
     if(NOT ARG_PREOPTIMISED)
       list(APPEND ${out} -C no-prepopulate-passes)
@@ -120,20 +122,14 @@ function(threechains_add_ifunc target)
   if(NOT ARG_SOURCES)
     message(FATAL_ERROR "threechains_add_ifunc(${target}): SOURCES is required")
   endif()
-  if(ARG_CODEC STREQUAL "bitcode")
-    set(kind_flag -emit-llvm)
-    if(NOT ARG_PREOPTIMISED)
-      # -O2 semantics (no optnone, TBAA, lifetimes) without running the passes.
-      list(APPEND kind_flag -Xclang -disable-llvm-optzns)
-    endif()
-    set(ext bc)
-  elseif(ARG_CODEC STREQUAL "binary")
-    # JITLink has no native ELF TLS without the ORC runtime; emulated TLS
-    # (__emutls_get_address, from libgcc_s) is what ORC itself uses for bitcode.
-    set(kind_flag -femulated-tls)
-    set(ext o)
+  if(ARG_CODEC STREQUAL "tiered")
+    # Per triple an object (linked at once on the target) and IR (compiled for
+    # the target's CPU in the background, then switched to).
+    set(kinds binary bitcode)
+  elseif(ARG_CODEC STREQUAL "bitcode" OR ARG_CODEC STREQUAL "binary")
+    set(kinds ${ARG_CODEC})
   else()
-    message(FATAL_ERROR "threechains_add_ifunc(${target}): CODEC must be bitcode or binary")
+    message(FATAL_ERROR "threechains_add_ifunc(${target}): CODEC must be bitcode, binary or tiered")
   endif()
   if(TARGET ThreeChains::threechains-pack)
     set(pack $<TARGET_FILE:ThreeChains::threechains-pack>)
@@ -155,69 +151,84 @@ function(threechains_add_ifunc target)
     if(NOT triple MATCHES "^${CMAKE_SYSTEM_PROCESSOR}" AND EXISTS /usr/${triple}/include)
       set(triple_flags --sysroot=/usr/${triple})
     endif()
-    set(objects)
-    foreach(src IN LISTS ARG_SOURCES)
-      get_filename_component(src_abs ${src} ABSOLUTE)
-      get_filename_component(stem ${src} NAME_WE)
-      get_filename_component(src_ext ${src} LAST_EXT)
-      string(TOLOWER "${src_ext}" src_ext)
-      set(obj ${out_dir}/${stem}.${triple}.${ext})
-      if(src_ext MATCHES "^\\.(f|f90|f95|f03|f08)$")
-        _threechains_fortran_command(compile ${triple} ${src_abs} ${obj})
-        set(depfile_args)
-      elseif(src_ext STREQUAL ".rs")
-        # rustc writes its temporaries (<crate>.<crate>.<hash>-cgu.0.rcgu.*) next
-        # to the output under names that do not depend on the target, so two
-        # triples compiling in parallel in one directory race on them: each
-        # triple gets a directory of its own.
-        set(obj ${out_dir}/${triple}/${stem}.${triple}.${ext})
-        _threechains_rust_command(compile ${triple} ${src_abs} ${obj})
-        set(depfile_args)
+    foreach(kind IN LISTS kinds)
+      if(kind STREQUAL "bitcode")
+        set(kind_flag -emit-llvm)
+        if(NOT ARG_PREOPTIMISED)
+          # -O2 semantics (no optnone, TBAA, lifetimes) without running the passes.
+          list(APPEND kind_flag -Xclang -disable-llvm-optzns)
+        endif()
+        set(ext bc)
       else()
-        # C and C++. The header dependencies clang finds, so editing a header
-        # shared by the host program and the ifunc rebuilds the container.
-        set(compile ${THREECHAINS_CLANG} --target=${triple} ${triple_flags} ${common_flags}
-                    ${kind_flag} ${ARG_FLAGS} -MD -MF ${obj}.d -c ${src_abs} -o ${obj})
-        set(depfile_args DEPFILE ${obj}.d)
+        # JITLink has no native ELF TLS without the ORC runtime; emulated TLS
+        # (__emutls_get_address, from libgcc_s) is what ORC itself uses for bitcode.
+        set(kind_flag -femulated-tls)
+        set(ext o)
       endif()
-      get_filename_component(obj_dir ${obj} DIRECTORY)
-      add_custom_command(OUTPUT ${obj}
-        COMMAND ${CMAKE_COMMAND} -E make_directory ${obj_dir}
-        COMMAND ${compile}
-        DEPENDS ${src_abs}
-        ${depfile_args}
-        COMMENT "ifunc ${ARG_NAME}: ${stem} -> ${triple} ${ARG_CODEC}"
-        VERBATIM)
-      list(APPEND objects ${obj})
+      set(objects)
+      foreach(src IN LISTS ARG_SOURCES)
+        get_filename_component(src_abs ${src} ABSOLUTE)
+        get_filename_component(stem ${src} NAME_WE)
+        get_filename_component(src_ext ${src} LAST_EXT)
+        string(TOLOWER "${src_ext}" src_ext)
+        set(obj ${out_dir}/${stem}.${triple}.${ext})
+        if(src_ext MATCHES "^\\.(f|f90|f95|f03|f08)$")
+          _threechains_fortran_command(compile ${triple} ${src_abs} ${obj})
+          set(depfile_args)
+        elseif(src_ext STREQUAL ".rs")
+          # rustc writes its temporaries (<crate>.<crate>.<hash>-cgu.0.rcgu.*) next
+          # to the output under names that do not depend on the target, so two
+          # triples (or kinds) compiling in parallel in one directory race on
+          # them: each gets a directory of its own.
+          set(obj ${out_dir}/${triple}-${kind}/${stem}.${triple}.${ext})
+          _threechains_rust_command(compile ${triple} ${src_abs} ${obj})
+          set(depfile_args)
+        else()
+          # C and C++. The header dependencies clang finds, so editing a header
+          # shared by the host program and the ifunc rebuilds the container.
+          set(compile ${THREECHAINS_CLANG} --target=${triple} ${triple_flags} ${common_flags}
+                      ${kind_flag} ${ARG_FLAGS} -MD -MF ${obj}.d -c ${src_abs} -o ${obj})
+          set(depfile_args DEPFILE ${obj}.d)
+        endif()
+        get_filename_component(obj_dir ${obj} DIRECTORY)
+        add_custom_command(OUTPUT ${obj}
+          COMMAND ${CMAKE_COMMAND} -E make_directory ${obj_dir}
+          COMMAND ${compile}
+          DEPENDS ${src_abs}
+          ${depfile_args}
+          COMMENT "ifunc ${ARG_NAME}: ${stem} -> ${triple} ${kind}"
+          VERBATIM)
+        list(APPEND objects ${obj})
+      endforeach()
+      list(LENGTH objects n)
+      if(n GREATER 1)
+        # Several sources make one image: bitcode modules linked into one module
+        # (llvm-link: the target's pipeline then inlines across them), objects
+        # into one relocatable object (ld.lld -r).
+        set(linked ${out_dir}/${target}.${triple}.linked.${ext})
+        if(kind STREQUAL "bitcode")
+          if(NOT THREECHAINS_LLVM_LINK)
+            message(FATAL_ERROR "threechains_add_ifunc(${target}): several bitcode sources need "
+                                "llvm-link-22 (Debian package llvm-22)")
+          endif()
+          set(link_command ${THREECHAINS_LLVM_LINK} ${objects} -o ${linked})
+        else()
+          if(NOT THREECHAINS_LLD)
+            message(FATAL_ERROR "threechains_add_ifunc(${target}): several binary sources need "
+                                "ld.lld-22 (Debian package lld-22)")
+          endif()
+          set(link_command ${THREECHAINS_LLD} -r ${objects} -o ${linked})
+        endif()
+        add_custom_command(OUTPUT ${linked}
+          COMMAND ${link_command}
+          DEPENDS ${objects}
+          COMMENT "ifunc ${ARG_NAME}: linking ${n} ${triple} ${kind} images"
+          VERBATIM)
+        set(objects ${linked})
+      endif()
+      list(APPEND images ${objects})
+      list(APPEND image_args --image ${triple}=${objects})
     endforeach()
-    list(LENGTH objects n)
-    if(n GREATER 1)
-      # Several sources make one image: bitcode modules linked into one module
-      # (llvm-link: the target's pipeline then inlines across them), objects
-      # into one relocatable object (ld.lld -r).
-      set(linked ${out_dir}/${target}.${triple}.linked.${ext})
-      if(ARG_CODEC STREQUAL "bitcode")
-        if(NOT THREECHAINS_LLVM_LINK)
-          message(FATAL_ERROR "threechains_add_ifunc(${target}): several bitcode sources need "
-                              "llvm-link-22 (Debian package llvm-22)")
-        endif()
-        set(link_command ${THREECHAINS_LLVM_LINK} ${objects} -o ${linked})
-      else()
-        if(NOT THREECHAINS_LLD)
-          message(FATAL_ERROR "threechains_add_ifunc(${target}): several binary sources need "
-                              "ld.lld-22 (Debian package lld-22)")
-        endif()
-        set(link_command ${THREECHAINS_LLD} -r ${objects} -o ${linked})
-      endif()
-      add_custom_command(OUTPUT ${linked}
-        COMMAND ${link_command}
-        DEPENDS ${objects}
-        COMMENT "ifunc ${ARG_NAME}: linking ${n} ${triple} ${ARG_CODEC} images"
-        VERBATIM)
-      set(objects ${linked})
-    endif()
-    list(APPEND images ${objects})
-    list(APPEND image_args --image ${triple}=${objects})
   endforeach()
   set(dep_args)
   foreach(dep IN LISTS ARG_DEPS)

@@ -1,6 +1,7 @@
 // CPU specialisation, checked in the machine code: the saxpy kernel JIT'd from
 // shipped bitcode must use the host's vector registers, as wide as clang
 // -march=native makes them from the same source on this host.
+#include "support/disassembly.hpp"
 #include "support/temp_dir.hpp"
 
 #include <threechains/error.hpp>
@@ -19,32 +20,10 @@
 #include <string>
 
 using namespace threechains;
+using threechains::test::disassembly;
+using threechains::test::widest_vector;
 
 namespace {
-
-// `llvm-objdump -d` of one function in `object`, or "" if absent.
-std::string disassembly(const std::filesystem::path& object, const std::string& function) {
-  const std::string command =
-      std::string(TC_LLVM_OBJDUMP) + " -d --no-show-raw-insn '" + object.string() + "' 2>/dev/null";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string all;
-  std::array<char, 4096> chunk{};
-  while (std::fgets(chunk.data(), chunk.size(), pipe) != nullptr) all += chunk.data();
-  pclose(pipe);
-  const std::size_t start = all.find("<" + function + ">:");
-  if (start == std::string::npos) return {};
-  const std::size_t end = all.find("\n\n", start);
-  return all.substr(start, end == std::string::npos ? std::string::npos : end - start);
-}
-
-// The widest x86 vector register class the code names: 512, 256, 128 or 0.
-int widest_vector(const std::string& code) {
-  if (code.find("%zmm") != std::string::npos) return 512;
-  if (code.find("%ymm") != std::string::npos) return 256;
-  if (code.find("%xmm") != std::string::npos) return 128;
-  return 0;
-}
 
 // The machine code of `function` JIT'd from `container` at `level`, as dumped.
 std::string jitted_function(const char* container, int level, const std::string& function) {

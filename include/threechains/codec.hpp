@@ -47,10 +47,11 @@ struct ContainerCodec {
   using codec_concept = codec_tag;
   static constexpr CodecId id = Id;
 
-  // Packs the library's images (all of this codec's kind) into a fat container.
+  // Packs the library's images (all of this codec's kind; both kinds for
+  // tiered) into a fat container.
   [[nodiscard]] static std::vector<std::byte> encode(const IfuncLibrary& library) {
     for (const CodeImage& image : library.images) {
-      if (image.kind != Id) {
+      if (Id != CodecId::tiered && image.kind != Id) {
         throw Error(errc::bad_container, "image for " + image.triple + " is " +
                                              to_string(image.kind) + ", but this codec ships " +
                                              to_string(Id));
@@ -73,7 +74,12 @@ struct BitcodeCodec : detail::ContainerCodec<CodecId::bitcode> {};
 // Code travels as a relocatable object per ISA; the target links it with JITLink.
 struct BinaryCodec : detail::ContainerCodec<CodecId::binary> {};
 
+// Both per triple: the object runs at once, the IR is compiled for the
+// target's CPU in the background and replaces it (JitOptions::tiering).
+struct TieredCodec : detail::ContainerCodec<CodecId::tiered> {};
+
 static_assert(Codec<BitcodeCodec>, "BitcodeCodec must model Codec");
+static_assert(Codec<TieredCodec>, "TieredCodec must model Codec");
 static_assert(Codec<BinaryCodec>, "BinaryCodec must model Codec");
 
 }  // namespace threechains

@@ -1,5 +1,5 @@
 // Code containers: the fat, multi-ISA code section an ifunc carries. One image
-// per target triple, each either LLVM bitcode or a relocatable object, plus the
+// per target triple and kind, LLVM bitcode and/or a relocatable object, plus the
 // ifunc's name and the shared libraries it needs. The format on the wire is
 // LLVM's own multi-image container (llvm::object::OffloadBinary, one per image,
 // concatenated, usually in one zstd frame), so `llvm-offload-binary` can read
@@ -41,7 +41,8 @@ struct ContainerInfo {
   std::string claimed_signer;
 };
 
-// Packs a library into a container. Every image must be of the same kind.
+// Packs a library into a container: images of one kind (a bitcode or binary
+// container), or of both (tiered: per triple at most one of each kind).
 // Bitcode images are stripped of what only the producer needs (the LTO symbol
 // table, ident), and the whole container is one zstd
 // frame when that is smaller (the usual case).

@@ -19,15 +19,26 @@
 
 namespace threechains {
 
-enum class CodecId : uint8_t { bitcode = 1, binary = 2 };
+// How an ifunc's code travels. `tiered` carries, per triple, a relocatable
+// object (linked at once: tier 0) and IR (compiled for the target's own CPU
+// off the dispatch path, then switched to: tier 1); see JitOptions::tiering.
+enum class CodecId : uint8_t { bitcode = 1, binary = 2, tiered = 3 };
 
 [[nodiscard]] constexpr bool is_known_codec(uint8_t id) noexcept {
-  return id == static_cast<uint8_t>(CodecId::bitcode) ||
-         id == static_cast<uint8_t>(CodecId::binary);
+  return id >= static_cast<uint8_t>(CodecId::bitcode) &&
+         id <= static_cast<uint8_t>(CodecId::tiered);
 }
 
 [[nodiscard]] constexpr const char* to_string(CodecId id) noexcept {
-  return id == CodecId::bitcode ? "bitcode" : id == CodecId::binary ? "binary" : "unknown";
+  switch (id) {
+    case CodecId::bitcode:
+      return "bitcode";
+    case CodecId::binary:
+      return "binary";
+    case CodecId::tiered:
+      return "tiered";
+  }
+  return "unknown";
 }
 
 // Content hash of a code section (xxHash3-64): new code under an old name is new code.

@@ -14,11 +14,19 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace threechains {
 
 // The C ABI of an ifunc's entry point, <name>_main.
 using IfuncMain = void (*)(void* payload, std::size_t payload_size, void* target_args);
+
+// What a target runs of a tiered container (both an object and IR per triple).
+enum class Tiering : uint8_t {
+  tiered,       // the object at once (tier 0), the IR compiled in the background (tier 1)
+  object_only,  // the object; IR only where there is no object
+  ir_only,      // the IR, compiled before the first call; the object only where there is no IR
+};
 
 struct JitOptions {
   // The middle-end pipeline run on bitcode before code generation, with this
@@ -37,6 +45,11 @@ struct JitOptions {
   // directory is created (0700) if absent and must be private to this user
   // (its entries run as native code): otherwise constructing the cache throws.
   std::string code_cache_directory;
+  // Tiered containers: which tier runs, and when tier 1 is compiled: once the
+  // tier-0 code has run this many times (0: as soon as it is loaded). Code
+  // called fewer times never pays for a compile.
+  Tiering tiering = Tiering::tiered;
+  uint32_t promote_after_calls = 1;
   // What injected code may import (symbols, dependency libraries); checked
   // when it is linked, before any of it runs. Default: the safe set.
   ImportPolicy imports;
@@ -48,6 +61,16 @@ struct LoadResult {
   std::string triple;                        // the image chosen for this host
   std::string name;                          // the ifunc's name
   bool from_code_cache = false;  // linked from JitOptions::code_cache_directory, not compiled
+  // 0: the shipped object, compiled for the triple's baseline CPU; 1: compiled
+  // here, for this CPU. A tiered load at 0 is promoted later (promote_ready).
+  int tier = 0;
+};
+
+// What promote_ready() did: ifuncs now running their tier-1 code, and tier-1
+// compiles that failed (those keep running tier 0).
+struct Promotions {
+  unsigned promoted = 0;
+  std::vector<std::string> failures;
 };
 
 class JitCache {
@@ -78,8 +101,24 @@ class JitCache {
   // the ifunc is not loaded or does not define it.
   [[nodiscard]] void* lookup(CodeId id, const std::string& symbol);
 
-  // Removes an ifunc and frees its code. Returns false if it was not cached.
+  // Removes an ifunc and frees its code (every tier). Returns false if it was
+  // not cached. A tier-1 compile under way for it is dropped.
   bool evict(CodeId id);
+
+  // Tiered code. The caller's dispatch loop counts calls of tier-0 code (one
+  // compare while nothing waits for a call count) and, between dispatches,
+  // links finished tier-1 code and switches to it: find() then returns the
+  // new entry, so no call ever runs half-swapped. Tier-0 code stays loaded
+  // until the ifunc is evicted (it may still be on a caller's stack, or hold
+  // function pointers it handed out).
+  void count_call(CodeId id) {
+    if (awaiting_calls_ != 0) [[unlikely]]
+      note_call(id);
+  }
+  [[nodiscard]] bool promotions_pending() const noexcept {
+    return awaiting_calls_ + compiling_ != 0;
+  }
+  Promotions promote_ready();
 
   // Evicts everything.
   void clear() {
@@ -89,7 +128,12 @@ class JitCache {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  void note_call(CodeId id);
+  void sync_promotion_counts() noexcept;
+
   std::unordered_map<CodeId, IfuncMain> entries_;
+  std::size_t awaiting_calls_ = 0;  // tier-0 ifuncs whose compile waits for calls
+  std::size_t compiling_ = 0;       // tier-1 compiles submitted, not yet linked
 };
 
 }  // namespace threechains

@@ -32,7 +32,7 @@ struct NodeCore;
 // evicts its least recently used ifunc, which comes back through the
 // cache-miss path when a frame needs it again.
 struct ReceiverLimits {
-  uint32_t max_peers = 64;  // connected, or still proving who they are
+  uint32_t max_peers = 64;              // connected, or still proving who they are
   uint32_t max_pending_handshakes = 8;  // connected, not yet proven: the rest wait outside
   std::size_t max_ring_bytes_per_peer = std::size_t{8} << 20;
   std::size_t max_ring_bytes = std::size_t{256} << 20;  // all peers together
@@ -45,7 +45,7 @@ struct ReceiverLimits {
 };
 
 struct ReceiverOptions {
-  uint16_t port = 0;                    // 0: the OS picks one; see Receiver::port()
+  uint16_t port = 0;  // 0: the OS picks one; see Receiver::port()
   // Who may connect and whose code runs. The default refuses every peer: name
   // the keys to accept, or Trust::anyone() for development (docs/security.md).
   Trust trust;
@@ -70,13 +70,16 @@ struct ReceiverStats {
   uint64_t code_loads = 0;
   uint64_t cache_misses = 0;  // cached frames whose code had to be fetched
   uint64_t peers_connected = 0;
-  uint64_t peers_closed = 0;  // all that left, said goodbye or not
-  uint64_t peers_lost = 0;    // left without goodbye (endpoint error: crashed, cut off)
-  uint64_t peers_refused = 0;  // did not prove a trusted key, or over a limit: no ring
-  uint64_t code_refused = 0;   // loads refused: signature, imports, size
-  uint64_t evictions = 0;      // ifuncs evicted from the cache under its limits
+  uint64_t peers_closed = 0;        // all that left, said goodbye or not
+  uint64_t peers_lost = 0;          // left without goodbye (endpoint error: crashed, cut off)
+  uint64_t peers_refused = 0;       // did not prove a trusted key, or over a limit: no ring
+  uint64_t code_refused = 0;        // loads refused: signature, imports, size
+  uint64_t evictions = 0;           // ifuncs evicted from the cache under its limits
+  uint64_t promotions = 0;          // tiered ifuncs switched to code compiled for this CPU
+  uint64_t promotion_failures = 0;  // tier-1 compiles or links that failed (tier 0 runs on)
   std::chrono::nanoseconds last_load_time{0};
   std::chrono::nanoseconds total_load_time{0};
+  int last_load_tier = -1;  // LoadResult::tier of the last load (-1: none yet)
 };
 
 class Receiver {

@@ -7,11 +7,11 @@
 #include <threechains/error.hpp>
 #include <threechains/frame.hpp>
 #include <threechains/ifunc.hpp>
+#include <threechains/import_policy.hpp>
 #include <threechains/jit_cache.hpp>
 #include <threechains/node.hpp>
 #include <threechains/payload_helpers.hpp>
 #include <threechains/receiver.hpp>
-#include <threechains/import_policy.hpp>
 #include <threechains/trust.hpp>
 #include <threechains/ucx/context.hpp>
 #include <threechains/ucx/endpoint.hpp>

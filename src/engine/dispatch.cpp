@@ -18,6 +18,9 @@ unsigned Engine::poll() {
 }
 
 unsigned Engine::poll_without_credits() {
+  // Tiered code finished compiling is switched to here, between dispatches.
+  if (target_->cache.promotions_pending()) [[unlikely]]
+    promote_tiers();
   progress();
   unsigned dispatched = 0;
   // drain() runs ifuncs, which never touch the link table: inbound_ is stable here.
@@ -66,9 +69,18 @@ unsigned Engine::drain(Link& link) {
   return dispatched;
 }
 
+void Engine::promote_tiers() {
+  Target& t = *target_;
+  Promotions done = t.cache.promote_ready();
+  t.stats.promotions += done.promoted;
+  t.stats.promotion_failures += done.failures.size();
+  for (std::string& failure : done.failures) report(Error(errc::jit_failed, std::move(failure)));
+}
+
 void Engine::run_entry(IfuncMain entry, CodeId id, int64_t origin, void* payload,
                        std::size_t size) {
   Target& t = *target_;
+  t.cache.count_call(id);
   const DispatchContext outer = t.running;
   t.running = {id, origin};
   if (runtime_hooks_ == nullptr) {  // a plain Receiver: injected code has no Node to call
@@ -188,6 +200,7 @@ IfuncMain Engine::load(Link& link, CodeId id, CodecId codec, std::span<const std
     }
     ++t.stats.code_loads;
     t.stats.last_load_time = result.compile_time;
+    t.stats.last_load_tier = result.tier;
     t.stats.total_load_time += result.compile_time;
     return result.entry;
   } catch (const Error& error) {
@@ -262,6 +275,7 @@ void Engine::install(const Ifunc& ifunc) {
     trim_cache(ifunc.id());
     ++t.stats.code_loads;
     t.stats.last_load_time = result.compile_time;
+    t.stats.last_load_tier = result.tier;
     t.stats.total_load_time += result.compile_time;
   }
   t.code_by_name[ifunc.name()] = ifunc.id();

@@ -203,6 +203,7 @@ class Engine {
   void forget(CodeId id);
   bool request_code(Link& link, const FrameView& frame);
   void return_credit(Link& link);
+  void promote_tiers();
   std::byte* aligned_scratch(std::size_t length);
 
   static ucs_status_t on_hello(void*, const void*, std::size_t, void*, std::size_t,

@@ -21,10 +21,10 @@ namespace {
 // and CRC instructions. Everything else a target offers (xsave, wrpkru,
 // fs/gs base writes, system registers, ...) is refused.
 constexpr std::array<llvm::StringLiteral, 14> kComputeIntrinsicPrefixes = {
-    "llvm.x86.sse",        "llvm.x86.avx",       "llvm.x86.fma",       "llvm.x86.bmi",
-    "llvm.x86.pclmulqdq",  "llvm.x86.aesni",     "llvm.x86.sha",       "llvm.x86.vcvtph2ps",
-    "llvm.x86.vcvtps2ph",  "llvm.aarch64.neon",  "llvm.aarch64.sve",   "llvm.aarch64.crypto",
-    "llvm.aarch64.crc32",  "llvm.x86.ssse3"};
+    "llvm.x86.sse",       "llvm.x86.avx",      "llvm.x86.fma",     "llvm.x86.bmi",
+    "llvm.x86.pclmulqdq", "llvm.x86.aesni",    "llvm.x86.sha",     "llvm.x86.vcvtph2ps",
+    "llvm.x86.vcvtps2ph", "llvm.aarch64.neon", "llvm.aarch64.sve", "llvm.aarch64.crypto",
+    "llvm.aarch64.crc32", "llvm.x86.ssse3"};
 
 // Target-independent intrinsics that read or write machine registers by name.
 bool is_register_access(llvm::Intrinsic::ID id) {

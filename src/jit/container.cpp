@@ -144,13 +144,29 @@ std::vector<ParsedImage> parse_container(std::span<const std::byte> signed_or_no
     // Images are padded to OffloadBinary's 8-byte alignment.
     at += (size + 7) & ~uint64_t{7};
   }
-  for (const ParsedImage& image : images) {
-    if (image.name != images.front().name || image.kind != images.front().kind) {
-      throw Error(errc::bad_container, "code container mixes ifuncs or codecs ('" +
-                                           images.front().name + "' and '" + image.name + "')");
+  for (std::size_t i = 0; i < images.size(); ++i) {
+    const ParsedImage& image = images[i];
+    if (image.name != images.front().name) {
+      throw Error(errc::bad_container, "code container mixes ifuncs ('" + images.front().name +
+                                           "' and '" + image.name + "')");
+    }
+    // Both kinds may travel together (a tiered container), one image of each per triple.
+    for (std::size_t j = 0; j < i; ++j) {
+      if (images[j].kind == image.kind && same_target(images[j].triple, image.triple)) {
+        throw Error(errc::bad_container, "code container has two " +
+                                             std::string(to_string(image.kind)) + " images for " +
+                                             image.triple);
+      }
     }
   }
   return images;
+}
+
+CodecId codec_of(const std::vector<ParsedImage>& images) {
+  for (const ParsedImage& image : images) {
+    if (image.kind != images.front().kind) return CodecId::tiered;
+  }
+  return images.front().kind;
 }
 
 std::vector<std::byte> pack_container(const IfuncLibrary& library) {
@@ -159,6 +175,16 @@ std::vector<std::byte> pack_container(const IfuncLibrary& library) {
     throw Error(errc::bad_container, "ifunc '" + library.name + "' has no images");
   std::string deps;
   for (const std::string& d : library.deps) deps += (deps.empty() ? "" : ";") + d;
+  for (std::size_t i = 0; i < library.images.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (library.images[j].kind == library.images[i].kind &&
+          same_target(library.images[j].triple, library.images[i].triple)) {
+        throw Error(errc::bad_container, "ifunc '" + library.name + "' has two " +
+                                             to_string(library.images[i].kind) + " images for " +
+                                             library.images[i].triple);
+      }
+    }
+  }
   std::vector<std::byte> out;
   for (const CodeImage& image : library.images) {
     OffloadBinary::OffloadingImage entry;
@@ -196,7 +222,7 @@ ContainerInfo inspect_container(std::span<const std::byte> container) {
   const std::vector<ParsedImage> images = parse_container(container);
   ContainerInfo info;
   info.name = images.front().name;
-  info.codec = images.front().kind;
+  info.codec = codec_of(images);
   info.deps = images.front().deps;
   if (const std::optional<Envelope> envelope = read_envelope(container))
     info.claimed_signer = envelope->signer.hex();

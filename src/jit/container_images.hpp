@@ -20,4 +20,7 @@ struct ParsedImage {
 // Splits a container into images, checking every offset; throws errc::bad_container.
 [[nodiscard]] std::vector<ParsedImage> parse_container(std::span<const std::byte> container);
 
+// The codec a container's images make: their kind, or tiered if both kinds travel.
+[[nodiscard]] CodecId codec_of(const std::vector<ParsedImage>& images);
+
 }  // namespace threechains

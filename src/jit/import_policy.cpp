@@ -28,12 +28,11 @@ constexpr std::array kSafeSymbols = {
     // C++: allocation, exceptions, RTTI of thrown types, guarded statics
     "_Znwm", "_Znam", "_ZdlPv", "_ZdaPv", "_ZdlPvm", "_ZdaPvm", "_ZnwmSt11align_val_t",
     "_ZdlPvSt11align_val_t", "_ZdlPvmSt11align_val_t", "__cxa_allocate_exception",
-    "__cxa_free_exception", "__cxa_throw", "__cxa_begin_catch", "__cxa_end_catch",
-    "__cxa_rethrow", "__cxa_get_exception_ptr", "__cxa_pure_virtual", "__cxa_guard_acquire",
-    "__cxa_guard_release", "__cxa_guard_abort", "__gxx_personality_v0",
-    "_ZTVN10__cxxabiv117__class_type_infoE", "_ZTVN10__cxxabiv120__si_class_type_infoE",
-    "_ZTVN10__cxxabiv121__vmi_class_type_infoE", "_ZTISt9exception", "_ZNSt9exceptionD2Ev",
-    "_ZTVSt9exception", "_ZNKSt9exception4whatEv",
+    "__cxa_free_exception", "__cxa_throw", "__cxa_begin_catch", "__cxa_end_catch", "__cxa_rethrow",
+    "__cxa_get_exception_ptr", "__cxa_pure_virtual", "__cxa_guard_acquire", "__cxa_guard_release",
+    "__cxa_guard_abort", "__gxx_personality_v0", "_ZTVN10__cxxabiv117__class_type_infoE",
+    "_ZTVN10__cxxabiv120__si_class_type_infoE", "_ZTVN10__cxxabiv121__vmi_class_type_infoE",
+    "_ZTISt9exception", "_ZNSt9exceptionD2Ev", "_ZTVSt9exception", "_ZNKSt9exception4whatEv",
     // compiler support the clang-built code may call
     "__stack_chk_fail", "__stack_chk_guard"};
 

@@ -1,4 +1,5 @@
 // JitCache: ORC LLJIT behind a pimpl. One JITDylib + ResourceTracker per ifunc.
+#include "jit/background_compiler.hpp"
 #include "jit/bitcode_checks.hpp"
 #include "jit/container_images.hpp"
 #include "jit/host_optimiser.hpp"
@@ -161,6 +162,14 @@ struct JitCache::Impl {
       throw Error(errc::jit_failed,
                   "cannot describe this host to LLVM: " + message_of(builder.takeError()));
     builder->setCodeGenOptLevel(codegen_level(options.codegen_level));
+    // What LLJIT chooses for JITLink on ELF anyway, said here so that the
+    // background compiler's copy of this description produces the same code.
+    builder->setRelocationModel(llvm::Reloc::PIC_);
+    builder->setCodeModel(llvm::CodeModel::Small);
+    host_builder.emplace(*builder);
+    optimisation_level = options.optimisation_level;
+    tiering = options.tiering;
+    promote_after_calls = options.promote_after_calls;
     if (!options.code_cache_directory.empty()) {
       store.emplace(options.code_cache_directory);
       // Features sorted: the key must not depend on the order LLVM lists them in.
@@ -233,9 +242,12 @@ struct JitCache::Impl {
   }
 
   ~Impl() {
-    for (auto& [id, dylib] : dylibs) {
-      if (llvm::Error e = jit->getExecutionSession().removeJITDylib(*dylib))
-        llvm::consumeError(std::move(e));
+    compiler.reset();  // its thread first: it reads the store
+    for (auto& [id, tiers] : dylibs) {
+      for (llvm::orc::JITDylib* dylib : tiers) {
+        if (llvm::Error e = jit->getExecutionSession().removeJITDylib(*dylib))
+          llvm::consumeError(std::move(e));
+      }
     }
     // Before the members its error reporter and generators write to (failure, policy).
     jit.reset();
@@ -303,20 +315,31 @@ struct JitCache::Impl {
     return jd;
   }
 
+  [[nodiscard]] std::string store_key(CodeId id, const ParsedImage& image) const {
+    return "threechains object 1\nid " + hex_id(id) + "\nimage " + image.triple + "\n" + host_key;
+  }
+
+  // The entry of `image` (IR) linked from the store, or nullptr.
+  IfuncMain link_stored(CodeId id, const ParsedImage& image) {
+    if (!store) return nullptr;
+    if (const std::optional<std::vector<std::byte>> object = store->find(store_key(id, image))) {
+      try {
+        return link(id, CodecId::bitcode, image, &*object);
+      } catch (const Error&) {
+        // An entry that reads well but does not link here: compile instead.
+      }
+    }
+    return nullptr;
+  }
+
   // Compiles or links `image`; with a store, bitcode is first looked up there.
   IfuncMain load(CodeId id, CodecId codec, const ParsedImage& image, bool& from_store) {
     from_store = false;
     if (codec != CodecId::bitcode || !store) return link(id, codec, image, nullptr);
-    const std::string key =
-        "threechains object 1\nid " + hex_id(id) + "\nimage " + image.triple + "\n" + host_key;
-    if (const std::optional<std::vector<std::byte>> object = store->find(key)) {
-      try {
-        const IfuncMain entry = link(id, codec, image, &*object);
-        from_store = true;
-        return entry;
-      } catch (const Error&) {
-        // An entry that reads well but does not link here: compile instead.
-      }
+    const std::string key = store_key(id, image);
+    if (const IfuncMain entry = link_stored(id, image)) {
+      from_store = true;
+      return entry;
     }
     capturing = true;
     captured_objects = 0;
@@ -333,12 +356,99 @@ struct JitCache::Impl {
     return entry;
   }
 
+  // A tiered load: the object at once (tier 0) and the IR compiled later, or
+  // what JitOptions::tiering asks for; `object` or `ir` may be missing.
+  IfuncMain load_tiered(CodeId id, const ParsedImage* object, const ParsedImage* ir,
+                        LoadResult& result) {
+    const bool use_ir = ir != nullptr && (object == nullptr || tiering == Tiering::ir_only);
+    if (use_ir) {
+      result.tier = 1;
+      return load(id, CodecId::bitcode, *ir, result.from_code_cache);
+    }
+    if (ir != nullptr && tiering == Tiering::tiered) {
+      if (const IfuncMain stored = link_stored(id, *ir)) {  // compiled by an earlier run
+        result.tier = 1;
+        result.from_code_cache = true;
+        return stored;
+      }
+    }
+    const IfuncMain entry = link(id, CodecId::binary, *object, nullptr);
+    result.tier = 0;
+    if (ir != nullptr && tiering == Tiering::tiered) {
+      Promotion promotion{next_serial++, promote_after_calls, false, *ir,
+                          store ? store_key(id, *ir) : std::string()};
+      auto [it, inserted] = promotions.insert_or_assign(id, std::move(promotion));
+      if (it->second.calls_left == 0) submit(id, it->second);
+    }
+    return entry;
+  }
+
+  struct Promotion {
+    uint64_t serial = 0;
+    uint32_t calls_left = 0;
+    bool submitted = false;
+    ParsedImage ir;  // its bytes go to the compiler; name, triple and deps stay
+    std::string store_key;
+  };
+
+  void submit(CodeId id, Promotion& promotion) {
+    if (!compiler) {
+      compiler = std::make_unique<BackgroundCompiler>(*host_builder, optimisation_level, policy,
+                                                      store ? &*store : nullptr);
+    }
+    ParsedImage image = promotion.ir;
+    promotion.ir.bytes.clear();
+    promotion.submitted = true;
+    compiler->submit({promotion.serial, id, std::move(image), promotion.store_key});
+  }
+
+  void note_call(CodeId id) {
+    const auto it = promotions.find(id);
+    if (it == promotions.end() || it->second.submitted) return;
+    if (it->second.calls_left > 0) --it->second.calls_left;
+    if (it->second.calls_left == 0) submit(id, it->second);
+  }
+
+  // Links finished tier-1 code; returns the new entries and what failed.
+  std::vector<std::pair<CodeId, IfuncMain>> promote_ready(std::vector<std::string>& failures) {
+    std::vector<std::pair<CodeId, IfuncMain>> promoted;
+    if (!compiler || !compiler->has_finished()) return promoted;
+    for (BackgroundCompiler::Result& done : compiler->take_finished()) {
+      const auto it = promotions.find(done.id);
+      if (it == promotions.end() || it->second.serial != done.serial) continue;  // evicted since
+      const Promotion promotion = std::move(it->second);
+      promotions.erase(it);
+      if (!done.error.empty()) {
+        failures.push_back("ifunc '" + promotion.ir.name + "': compiling tier 1 for this CPU: " +
+                           done.error + " (tier 0 keeps running)");
+        continue;
+      }
+      try {
+        promoted.emplace_back(done.id, link(done.id, CodecId::bitcode, promotion.ir, &done.object));
+      } catch (const Error& e) {
+        failures.push_back("ifunc '" + promotion.ir.name + "': linking tier 1: " + e.what() +
+                           " (tier 0 keeps running)");
+      }
+    }
+    return promoted;
+  }
+
+  [[nodiscard]] std::size_t awaiting_calls() const noexcept {
+    std::size_t n = 0;
+    for (const auto& [id, promotion] : promotions) n += promotion.submitted ? 0 : 1;
+    return n;
+  }
+
   // Links `image` (or, for bitcode, `object` compiled from it earlier) into a
   // JITDylib of its own and returns its entry point.
   IfuncMain link(CodeId id, CodecId codec, const ParsedImage& image,
                  const std::vector<std::byte>* object) {
     const std::string entry_name = image.name + "_main";
-    auto dylib = jit->createJITDylib("ifunc-" + image.name + "-" + hex_id(id));
+    // Tier 1 of an ifunc joins its tier 0 under a name of its own.
+    const auto existing = dylibs.find(id);
+    const std::size_t tier_count = existing == dylibs.end() ? 0 : existing->second.size();
+    auto dylib = jit->createJITDylib("ifunc-" + image.name + "-" + hex_id(id) +
+                                     (tier_count == 0 ? "" : "-" + std::to_string(tier_count)));
     if (!dylib)
       throw Error(errc::jit_failed, "cannot create a JITDylib: " + message_of(dylib.takeError()));
     llvm::orc::JITDylib& jd = *dylib;
@@ -402,7 +512,7 @@ struct JitCache::Impl {
         }
         throw Error(failure.code, "ifunc '" + image.name + "' (" + image.triple + "): " + why);
       }
-      dylibs.emplace(id, &jd);
+      dylibs[id].push_back(&jd);
       return address->toPtr<IfuncMain>();
     } catch (...) {
       if (llvm::Error e = jit->getExecutionSession().removeJITDylib(jd))
@@ -412,13 +522,18 @@ struct JitCache::Impl {
   }
 
   bool evict(CodeId id) {
+    promotions.erase(id);  // a compile under way is dropped when it finishes
     const auto it = dylibs.find(id);
     if (it == dylibs.end()) return false;
-    if (llvm::Error e = jit->getExecutionSession().removeJITDylib(*it->second)) {
-      throw Error(errc::jit_failed,
-                  "evicting ifunc " + hex_id(id) + ": " + message_of(std::move(e)));
-    }
+    std::vector<llvm::orc::JITDylib*> tiers = std::move(it->second);
     dylibs.erase(it);
+    std::string errors;
+    for (llvm::orc::JITDylib* dylib : tiers) {
+      if (llvm::Error e = jit->getExecutionSession().removeJITDylib(*dylib))
+        errors += (errors.empty() ? "" : "; ") + message_of(std::move(e));
+    }
+    if (!errors.empty())
+      throw Error(errc::jit_failed, "evicting ifunc " + hex_id(id) + ": " + errors);
     return true;
   }
 
@@ -433,8 +548,15 @@ struct JitCache::Impl {
   bool capturing = false;           // a compile for the store is running
   std::vector<std::byte> captured;  // the object it produced
   int captured_objects = 0;
-  std::unordered_map<CodeId, llvm::orc::JITDylib*> dylibs;
-  std::unordered_map<std::string, llvm::orc::JITDylib*> dependencies;  // live as long as the JIT
+  std::optional<llvm::orc::JITTargetMachineBuilder> host_builder;  // for the background compiler
+  int optimisation_level = 2;
+  Tiering tiering = Tiering::tiered;
+  uint32_t promote_after_calls = 1;
+  std::unordered_map<CodeId, Promotion> promotions;  // tier-0 ifuncs with IR to compile
+  uint64_t next_serial = 1;
+  std::unique_ptr<BackgroundCompiler> compiler;  // started by the first promotion
+  std::unordered_map<CodeId, std::vector<llvm::orc::JITDylib*>> dylibs;  // tier 0 first
+  std::unordered_map<std::string, llvm::orc::JITDylib*> dependencies;    // live as long as the JIT
 };
 
 JitCache::JitCache(const JitOptions& options) : impl_(std::make_unique<Impl>(options)) {}
@@ -451,32 +573,66 @@ LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> c
                                                   hex_id(id));
   }
   const std::vector<ParsedImage> images = parse_container(code);
-  const ParsedImage* chosen = nullptr;
+  const ParsedImage* object = nullptr;
+  const ParsedImage* ir = nullptr;
   std::string available;
   for (const ParsedImage& image : images) {
     available += (available.empty() ? "" : ", ") + image.triple;
-    if (chosen == nullptr && same_target(image.triple, impl_->triple)) chosen = &image;
+    if (!same_target(image.triple, impl_->triple)) continue;
+    const ParsedImage*& slot = image.kind == CodecId::binary ? object : ir;
+    if (slot == nullptr) slot = &image;
   }
-  if (chosen == nullptr) {
+  if (object == nullptr && ir == nullptr) {
     throw Error(errc::no_image_for_target, "ifunc '" + images.front().name + "' has no image for " +
                                                impl_->triple + " (it carries: " + available + ")");
   }
-  if (chosen->kind != codec) {
-    throw Error(errc::bad_codec, "frame says " + std::string(to_string(codec)) + " but ifunc '" +
-                                     chosen->name + "' carries " + to_string(chosen->kind));
+  LoadResult result;
+  const ParsedImage& any = object != nullptr ? *object : *ir;
+  result.name = any.name;
+  if (codec == CodecId::tiered) {
+    result.entry = impl_->load_tiered(id, object, ir, result);
+    result.triple = (result.tier == 0 ? object : ir)->triple;
+  } else {
+    const ParsedImage* chosen = codec == CodecId::bitcode ? ir : object;
+    if (chosen == nullptr) {
+      throw Error(errc::bad_codec, "frame says " + std::string(to_string(codec)) + " but ifunc '" +
+                                       any.name + "' carries " + to_string(any.kind));
+    }
+    result.entry = impl_->load(id, codec, *chosen, result.from_code_cache);
+    result.tier = codec == CodecId::bitcode ? 1 : 0;
+    result.triple = chosen->triple;
   }
-  bool from_store = false;
-  const IfuncMain entry = impl_->load(id, codec, *chosen, from_store);
-  entries_.emplace(id, entry);
-  return {entry, std::chrono::steady_clock::now() - start, chosen->triple, chosen->name,
-          from_store};
+  entries_.emplace(id, result.entry);
+  sync_promotion_counts();
+  result.compile_time = std::chrono::steady_clock::now() - start;
+  return result;
+}
+
+void JitCache::note_call(CodeId id) {
+  impl_->note_call(id);
+  sync_promotion_counts();
+}
+
+Promotions JitCache::promote_ready() {
+  Promotions out;
+  for (const auto& [id, entry] : impl_->promote_ready(out.failures)) {
+    entries_[id] = entry;
+    ++out.promoted;
+  }
+  sync_promotion_counts();
+  return out;
+}
+
+void JitCache::sync_promotion_counts() noexcept {
+  awaiting_calls_ = impl_->awaiting_calls();
+  compiling_ = impl_->promotions.size() - awaiting_calls_;
 }
 
 void* JitCache::lookup(CodeId id, const std::string& symbol) {
   const auto it = impl_->dylibs.find(id);
   if (it == impl_->dylibs.end()) return nullptr;
   impl_->failure = {};
-  auto address = impl_->jit->lookup(*it->second, symbol);
+  auto address = impl_->jit->lookup(*it->second.back(), symbol);  // the newest tier
   if (!address) {
     llvm::consumeError(address.takeError());
     return nullptr;
@@ -485,9 +641,10 @@ void* JitCache::lookup(CodeId id, const std::string& symbol) {
 }
 
 bool JitCache::evict(CodeId id) {
-  if (!impl_->evict(id)) return false;
   entries_.erase(id);
-  return true;
+  const bool evicted = impl_->evict(id);
+  sync_promotion_counts();
+  return evicted;
 }
 
 }  // namespace threechains

@@ -483,6 +483,10 @@ ucs_status_t ucp_poll_ifunc(ucp_context_h context, void* buffer, size_t buffer_s
     return failed(std::string("frame rejected: ") + e.what(), UCS_ERR_CANCELED);
   }
   ContextState& state = *found;
+  // Tiered code compiled meanwhile takes over here, before this frame runs;
+  // a failed tier-1 compile leaves tier 0 running and is not this frame's error.
+  if (state.cache.promotions_pending()) [[unlikely]]
+    (void)state.cache.promote_ready();
   tc::IfuncMain entry = state.cache.find(view.code_id());
   if (entry == nullptr) [[unlikely]] {
     try {
@@ -492,6 +496,7 @@ ucs_status_t ucp_poll_ifunc(ucp_context_h context, void* buffer, size_t buffer_s
       return failed(std::string("frame rejected: ") + e.what(), UCS_ERR_CANCELED);
     }
   }
+  state.cache.count_call(view.code_id());
   entry(bytes + kPayloadStart, view.payload().size(), target_args);
   clear();
   return UCS_OK;

@@ -1,0 +1,75 @@
+// BackgroundCompiler: tier 1 of tiered code. One thread compiles IR images for
+// this host (the same checks, host pipeline and code generation as a
+// synchronous bitcode load) into relocatable objects; the JitCache links them
+// on its own thread, between dispatches. The thread touches no JIT state: it
+// has its own TargetMachines, and hands back bytes.
+#pragma once
+
+#include "jit/container_images.hpp"
+#include "jit/object_store.hpp"
+
+#include <threechains/import_policy.hpp>
+
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace threechains {
+
+class BackgroundCompiler {
+ public:
+  struct Job {
+    uint64_t serial = 0;  // tells a result from one for an evicted, reloaded ifunc
+    CodeId id = 0;
+    ParsedImage image;      // the IR image for this host
+    std::string store_key;  // non-empty: also store the object under it
+  };
+  struct Result {
+    uint64_t serial = 0;
+    CodeId id = 0;
+    std::vector<std::byte> object;  // empty on failure
+    std::string error;              // why it failed
+  };
+
+  // `host` describes this host exactly as the JIT's compiler does; `store`
+  // (may be null, outlives this) keeps what is compiled for a restart.
+  BackgroundCompiler(llvm::orc::JITTargetMachineBuilder host, int optimisation_level,
+                     ImportPolicy policy, const ObjectStore* store);
+  // Stops the thread: a compile under way finishes first (milliseconds).
+  ~BackgroundCompiler();
+  BackgroundCompiler(const BackgroundCompiler&) = delete;
+  BackgroundCompiler& operator=(const BackgroundCompiler&) = delete;
+
+  void submit(Job job);
+  // Cheap enough for every poll: whether take_finished() has anything.
+  [[nodiscard]] bool has_finished() const noexcept {
+    return finished_count_.load(std::memory_order_acquire) != 0;
+  }
+  [[nodiscard]] std::vector<Result> take_finished();
+
+ private:
+  void run(const std::stop_token& stop);
+  [[nodiscard]] Result compile(Job& job);  // on the thread only: uses host_
+
+  llvm::orc::JITTargetMachineBuilder host_;
+  int optimisation_level_;
+  ImportPolicy policy_;
+  const ObjectStore* store_;
+
+  std::mutex mutex_;
+  std::condition_variable_any wake_;
+  std::deque<Job> jobs_;
+  std::vector<Result> finished_;
+  std::atomic<std::size_t> finished_count_{0};
+  std::jthread thread_;  // last: started after, and stopped before, what it uses
+};
+
+}  // namespace threechains
