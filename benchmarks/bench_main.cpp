@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tc = threechains;
@@ -57,6 +58,9 @@ struct Options {
   std::string json;
   std::string bitcode = THREECHAINS_BENCH_BITCODE;
   std::string binary = THREECHAINS_BENCH_BINARY;
+  std::string tiered = THREECHAINS_BENCH_TIERED;
+  uint32_t first_gap_ms = 30;
+  uint32_t promote_after = tc::JitOptions{}.promote_after_calls;
   uint16_t port = 0;
   int port_fd = -1;
 };
@@ -132,7 +136,8 @@ int run_target(const Options& o) {
                                  .limits = {.max_ring_bytes_per_peer = std::size_t{1} << 40,
                                             .max_ring_bytes = std::size_t{1} << 40},
                                  .max_slot_size = o.max_size + (64 << 10),
-                                 .target_args = &state.ran});
+                                 .target_args = &state.ran,
+                                 .jit = {.promote_after_calls = o.promote_after}});
   worker.set_am_handler(kAmBench, &on_bench_am, &state);
   worker.set_am_handler(kAmTotals, &on_totals, &state);
   const std::string port = std::to_string(receiver.port()) + "\n";
@@ -178,8 +183,9 @@ int run_target(const Options& o) {
     return 1;
   }
   fmt::print("  target: {} ifuncs and {} AMs ran, as many as were sent\n", state.ran, state.am_ran);
-  // The source sends --first-rounds frames of bitcode, then as many of binary.
-  for (const char* codec : {"bitcode", "binary"}) {
+  // The source sends --first-rounds frames of bitcode, then as many of binary,
+  // then of tiered (whose first call links its object: tier 0).
+  for (const char* codec : {"bitcode", "binary", "tiered"}) {
     const std::size_t n = std::min<std::size_t>(o.first_rounds, compile_us.size());
     if (n == 0) break;
     std::vector<double> rounds(compile_us.begin(),
@@ -219,6 +225,12 @@ class JsonOut {
         "\"unit\":\"{}\",\"frame_bytes\":{},\"delivery\":\"{}\"}}\n",
         r.transport, r.mode, r.metric, r.size, r.value, r.metric == "rate" ? "Mmsg/s" : "us",
         r.frame_bytes, delivery);
+    std::fflush(file_);
+  }
+  void write_ratio(const std::string& transport, const std::string& name, double value) {
+    if (file_ == nullptr) return;
+    fmt::print(file_, "{{\"transport\":\"{}\",\"ratio\":\"{}\",\"value\":{:.4f}}}\n", transport,
+               name, value);
     std::fflush(file_);
   }
 
@@ -283,8 +295,10 @@ int run_source(const Options& o) {
   tc::Worker worker(tc::Context({.transport = tc::parse_transport(transport)}));
   const tc::Ifunc bitcode = tc::Ifunc::load(o.bitcode);
   const tc::Ifunc binary = tc::Ifunc::load(o.binary);
+  const tc::Ifunc tiered = tc::Ifunc::load(o.tiered);
   tc::Source source(worker);
-  const std::size_t code = std::max(bitcode.code().size(), binary.code().size());
+  const std::size_t code =
+      std::max({bitcode.code().size(), binary.code().size(), tiered.code().size()});
   tc::Channel channel = source.connect("127.0.0.1", o.port,
                                        {.slots = o.window,
                                         .slot_size = o.max_size + code + 128,
@@ -368,11 +382,16 @@ int run_source(const Options& o) {
     }
   }
 
-  // First calls: fresh code on the target each round (it evicts after each frame).
+  // First calls: fresh code on the target each round (it evicts after each
+  // frame), measured as a round trip (send, then flush: the target consumed
+  // it). Rounds are --first-gap-ms apart, so each finds the target idle: a
+  // tiered round's background compile of the round before is over.
   if (std::find(o.metrics.begin(), o.metrics.end(), "first") != o.metrics.end()) {
-    for (const tc::Ifunc* ifunc : {&bitcode, &binary}) {
+    std::map<std::string, double> first_rtt;
+    for (const tc::Ifunc* ifunc : {&bitcode, &binary, &tiered}) {
       std::vector<double> rtt;
       for (uint64_t i = 0; i < o.first_rounds; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(o.first_gap_ms));
         channel.forget_held_code();
         const auto start = Clock::now();
         (void)tc::send(channel, *ifunc, std::span<const std::byte>(payload.data(), 8));
@@ -380,15 +399,32 @@ int run_source(const Options& o) {
         rtt.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
       }
       std::sort(rtt.begin(), rtt.end());
-      Result r{transport,
-               std::string("ifunc-") + tc::to_string(ifunc->codec()),
-               "first",
-               8,
-               rtt[rtt.size() / 2],
-               channel.stats().last_frame_size};
+      const std::string mode = std::string("ifunc-") + tc::to_string(ifunc->codec());
+      Result r{transport, mode, "first", 8, rtt[rtt.size() / 2], channel.stats().last_frame_size};
+      first_rtt[mode] = r.value;
       json.write(r, delivery);
       results.push_back(r);
     }
+    // The cached AM round trip in the same run, for the ratios the first call
+    // is held to.
+    std::vector<double> am_rtt;
+    for (uint32_t round = 0; round < o.rounds; ++round)
+      am_rtt.push_back(2 * measure("am", "latency", 8).value);
+    std::sort(am_rtt.begin(), am_rtt.end());
+    const double am_us = am_rtt[am_rtt.size() / 2];
+    const double tiered_vs_object = first_rtt["ifunc-tiered"] / first_rtt["ifunc-binary"];
+    const double object_vs_am = first_rtt["ifunc-binary"] / am_us;
+    const double bitcode_vs_object = first_rtt["ifunc-bitcode"] / first_rtt["ifunc-binary"];
+    fmt::print(
+        "  first call (round trip, median of {}): bitcode {:.1f} us, binary {:.1f} us, tiered "
+        "{:.1f} us; cached AM round trip {:.2f} us\n"
+        "  ratios: tiered / binary {:.2f}x, binary / cached AM round trip {:.2f}x, bitcode / "
+        "binary {:.2f}x\n",
+        o.first_rounds, first_rtt["ifunc-bitcode"], first_rtt["ifunc-binary"],
+        first_rtt["ifunc-tiered"], am_us, tiered_vs_object, object_vs_am, bitcode_vs_object);
+    json.write_ratio(transport, "first_tiered_vs_binary", tiered_vs_object);
+    json.write_ratio(transport, "first_binary_vs_am_rtt", object_vs_am);
+    json.write_ratio(transport, "first_bitcode_vs_binary", bitcode_vs_object);
   }
 
   // The table: every figure beside am's for the same metric and size.
@@ -484,6 +520,10 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json, "append one JSON line per measurement to this file");
   app.add_option("--bitcode", o.bitcode, "counter ifunc, bitcode container");
   app.add_option("--binary", o.binary, "counter ifunc, binary container");
+  app.add_option("--tiered", o.tiered, "counter ifunc, tiered container (first calls)");
+  app.add_option("--first-gap-ms", o.first_gap_ms, "pause before each first call (ms)");
+  app.add_option("--promote-after", o.promote_after,
+                 "target: compile tiered code for its CPU once it ran this many times");
   app.add_option("--port", o.port);
   app.add_option("--port-fd", o.port_fd);
   CLI11_PARSE(app, argc, argv);

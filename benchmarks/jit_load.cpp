@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <vector>
 
 namespace tc = threechains;
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   int optimisation_level = 2;
   std::string dump_objects_to;
   std::string code_cache_directory;
+  bool wait_for_tier1 = false;
   app.add_option("containers", containers, ".tcc files")->required();
   app.add_option("-r,--repeats", repeats, "evict + load rounds per container");
   app.add_option("-O,--codegen-level", codegen_level, "JIT codegen level 0..3");
@@ -33,6 +35,9 @@ int main(int argc, char** argv) {
   app.add_option("--code-cache", code_cache_directory,
                  "persistent code cache directory: after the first load, bitcode is linked "
                  "from it (what a restarted target pays)");
+  app.add_flag("--wait-for-tier1", wait_for_tier1,
+               "tiered containers: after each load, call once and wait for tier 1 (loads are "
+               "still what is timed)");
   CLI11_PARSE(app, argc, argv);
 
   tc::JitCache cache({.optimisation_level = optimisation_level,
@@ -50,6 +55,15 @@ int main(int argc, char** argv) {
       rounds.push_back(std::chrono::duration<double, std::micro>(
                            cache.load(ifunc.id(), ifunc.codec(), ifunc.code()).compile_time)
                            .count());
+      if (wait_for_tier1) {
+        // As a Receiver would: the call that makes tiered code due, then
+        // polls until its tier-1 code took over (before the next eviction).
+        cache.count_call(ifunc.id());
+        while (cache.promotions_pending()) {
+          if (!cache.promote_ready().failures.empty()) break;
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+      }
     }
     // What a Receiver adds before a first load: the signature check (BLAKE2b
     // of the container, one Ed25519 verification), side by side with the load.

@@ -53,7 +53,7 @@ TEST_CASE("a tiered container carries both kinds per triple", "[jit][tiered]") {
 TEST_CASE("tiered code runs the object at once and switches to the IR compiled here",
           "[jit][tiered]") {
   const Ifunc counter = Ifunc::load(TC_COUNTER_TIERED);
-  JitCache cache;  // default: tiered, promoted after one call
+  JitCache cache({.promote_after_calls = 1});
   const LoadResult loaded = cache.load(counter.id(), counter.codec(), counter.code());
   CHECK(loaded.tier == 0);
   CHECK(cache.promotions_pending());
@@ -90,6 +90,15 @@ TEST_CASE("the tiering policy decides what runs", "[jit][tiered]") {
     CHECK(loaded.tier == 1);
     CHECK_FALSE(cache.promotions_pending());
     CHECK(run_counter(loaded.entry) == 8);
+  }
+  SECTION("by default, promoted from the second call") {
+    JitCache cache;
+    const LoadResult loaded = cache.load(counter.id(), counter.codec(), counter.code());
+    cache.count_call(counter.id());
+    CHECK(wait_for_promotion(cache, std::chrono::milliseconds(300)).promoted == 0);
+    cache.count_call(counter.id());
+    CHECK(wait_for_promotion(cache).promoted == 1);
+    CHECK(cache.find(counter.id()) != loaded.entry);
   }
   SECTION("promoted after three calls, not before") {
     JitCache cache({.promote_after_calls = 3});
@@ -133,7 +142,8 @@ TEST_CASE("evicting tiered code while its tier 1 compiles drops the compile", "[
 
 TEST_CASE("a restarted target links stored tier-1 code at once", "[jit][tiered][code_cache]") {
   const test::TempDir dir("tiered-store");
-  const JitOptions options{.code_cache_directory = (dir.path() / "objects").string()};
+  const JitOptions options{.code_cache_directory = (dir.path() / "objects").string(),
+                           .promote_after_calls = 1};
   const Ifunc counter = Ifunc::load(TC_COUNTER_TIERED);
   {
     JitCache cache(options);
@@ -153,7 +163,7 @@ TEST_CASE("tier 0 runs baseline vectors, tier 1 this host's", "[jit][tiered][cpu
 #if defined(__x86_64__)
   const test::TempDir dump("tiered-objects");
   const Ifunc saxpy = Ifunc::load(TC_SAXPY_TIERED);
-  JitCache cache({.dump_objects_to = dump.path().string()});
+  JitCache cache({.dump_objects_to = dump.path().string(), .promote_after_calls = 1});
   (void)cache.load(saxpy.id(), saxpy.codec(), saxpy.code());
   cache.count_call(saxpy.id());
   REQUIRE(wait_for_promotion(cache).promoted == 1);

@@ -47,9 +47,13 @@ struct JitOptions {
   std::string code_cache_directory;
   // Tiered containers: which tier runs, and when tier 1 is compiled: once the
   // tier-0 code has run this many times (0: as soon as it is loaded). Code
-  // called fewer times never pays for a compile.
+  // called fewer times never pays for a compile: 2 by default, so code sent
+  // to run once (a control message) costs a link and nothing more. A compile
+  // runs at nice 10 beside the dispatch loop, and still leaves the caches
+  // cold for what runs next (a JITLink load after a compile: 150 us, against
+  // 63 us back to back; docs/performance.md).
   Tiering tiering = Tiering::tiered;
-  uint32_t promote_after_calls = 1;
+  uint32_t promote_after_calls = 2;
   // What injected code may import (symbols, dependency libraries); checked
   // when it is linked, before any of it runs. Default: the safe set.
   ImportPolicy imports;
@@ -118,6 +122,11 @@ class JitCache {
   [[nodiscard]] bool promotions_pending() const noexcept {
     return awaiting_calls_ + compiling_ != 0;
   }
+  // Hands the compiles whose call count was reached to the background thread.
+  // A dispatch loop calls it after its credits went out: a waking compiler
+  // thread must not delay the call that woke it. promote_ready() does it too.
+  void start_due_compiles();
+  // Starts due compiles, then links what finished and switches to it.
   Promotions promote_ready();
 
   // Evicts everything.
@@ -133,7 +142,7 @@ class JitCache {
 
   std::unordered_map<CodeId, IfuncMain> entries_;
   std::size_t awaiting_calls_ = 0;  // tier-0 ifuncs whose compile waits for calls
-  std::size_t compiling_ = 0;       // tier-1 compiles submitted, not yet linked
+  std::size_t compiling_ = 0;       // tier-1 compiles due or submitted, not yet linked
 };
 
 }  // namespace threechains

@@ -14,7 +14,13 @@ namespace threechains::detail {
 unsigned Engine::poll() {
   const unsigned dispatched = poll_without_credits();
   return_credits();
+  start_due_compiles();
   return dispatched;
+}
+
+void Engine::start_due_compiles() {
+  if (target_->cache.promotions_pending()) [[unlikely]]
+    target_->cache.start_due_compiles();
 }
 
 unsigned Engine::poll_without_credits() {

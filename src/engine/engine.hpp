@@ -131,6 +131,8 @@ class Engine {
   // loop that waits on something else (a flush) and polls no more.
   enum class CreditTiming { may_defer, now };
   void return_credits(CreditTiming timing = CreditTiming::may_defer);
+  // Tier-1 compiles whose call count was reached start here, after credits.
+  void start_due_compiles();
   // Loads `ifunc` into the cache (and the code store) if it is not there.
   void install(const Ifunc& ifunc);
   // A kept ifunc by identity or by name; nullptr if none.

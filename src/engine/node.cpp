@@ -97,6 +97,7 @@ struct NodeCore {
     unsigned work = engine->poll_without_credits();
     work += drain_queue();
     engine->return_credits();  // what no queued frame carried back
+    engine->start_due_compiles();
     return work;
   }
 

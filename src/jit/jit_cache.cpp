@@ -375,10 +375,11 @@ struct JitCache::Impl {
     const IfuncMain entry = link(id, CodecId::binary, *object, nullptr);
     result.tier = 0;
     if (ir != nullptr && tiering == Tiering::tiered) {
-      Promotion promotion{next_serial++, promote_after_calls, false, *ir,
-                          store ? store_key(id, *ir) : std::string()};
+      Promotion promotion{next_serial++, promote_after_calls,
+                          false,         false,
+                          *ir,           store ? store_key(id, *ir) : std::string()};
       auto [it, inserted] = promotions.insert_or_assign(id, std::move(promotion));
-      if (it->second.calls_left == 0) submit(id, it->second);
+      if (it->second.calls_left == 0) it->second.due = true;
     }
     return entry;
   }
@@ -386,6 +387,7 @@ struct JitCache::Impl {
   struct Promotion {
     uint64_t serial = 0;
     uint32_t calls_left = 0;
+    bool due = false;  // called often enough: to be submitted (start_due_compiles)
     bool submitted = false;
     ParsedImage ir;  // its bytes go to the compiler; name, triple and deps stay
     std::string store_key;
@@ -404,13 +406,20 @@ struct JitCache::Impl {
 
   void note_call(CodeId id) {
     const auto it = promotions.find(id);
-    if (it == promotions.end() || it->second.submitted) return;
+    if (it == promotions.end() || it->second.due || it->second.submitted) return;
     if (it->second.calls_left > 0) --it->second.calls_left;
-    if (it->second.calls_left == 0) submit(id, it->second);
+    if (it->second.calls_left == 0) it->second.due = true;
+  }
+
+  void start_due_compiles() {
+    for (auto& [id, promotion] : promotions) {
+      if (promotion.due && !promotion.submitted) submit(id, promotion);
+    }
   }
 
   // Links finished tier-1 code; returns the new entries and what failed.
   std::vector<std::pair<CodeId, IfuncMain>> promote_ready(std::vector<std::string>& failures) {
+    start_due_compiles();
     std::vector<std::pair<CodeId, IfuncMain>> promoted;
     if (!compiler || !compiler->has_finished()) return promoted;
     for (BackgroundCompiler::Result& done : compiler->take_finished()) {
@@ -435,7 +444,8 @@ struct JitCache::Impl {
 
   [[nodiscard]] std::size_t awaiting_calls() const noexcept {
     std::size_t n = 0;
-    for (const auto& [id, promotion] : promotions) n += promotion.submitted ? 0 : 1;
+    for (const auto& [id, promotion] : promotions)
+      n += promotion.due || promotion.submitted ? 0 : 1;
     return n;
   }
 
@@ -611,6 +621,10 @@ LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> c
 void JitCache::note_call(CodeId id) {
   impl_->note_call(id);
   sync_promotion_counts();
+}
+
+void JitCache::start_due_compiles() {
+  impl_->start_due_compiles();
 }
 
 Promotions JitCache::promote_ready() {
