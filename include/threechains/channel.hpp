@@ -127,6 +127,14 @@ class Channel {
     return with_code ? SendStatus::sent_with_code : SendStatus::sent_cached;
   }
 
+  // Sends `payload` as it is. Over Active Message delivery (tcp) a payload of
+  // kGatherBytes or more travels from the caller's buffer, gathered behind
+  // the header by UCX, without a copy into the channel's staging slot; the
+  // call then returns once UCX has let go of the buffer. Otherwise as
+  // send_with with a copy.
+  SendStatus send_bytes(const Ifunc& ifunc, std::span<const std::byte> payload);
+  static constexpr std::size_t kGatherBytes = 16 * 1024;
+
   // Progresses until the target has consumed every frame sent so far; throws
   // errc::timeout after `limit`, or the UCX error if the target went away.
   void flush();
@@ -224,11 +232,10 @@ SendStatus send(Channel& channel, const Ifunc& ifunc, const T& value) {
                            [&](std::byte* payload) { std::memcpy(payload, &value, sizeof(T)); });
 }
 
-// Sends raw bytes as the payload.
+// Sends raw bytes as the payload (Channel::send_bytes: large ones over tcp
+// without a copy).
 inline SendStatus send(Channel& channel, const Ifunc& ifunc, std::span<const std::byte> payload) {
-  return channel.send_with(ifunc, payload.size(), [&](std::byte* out) {
-    if (!payload.empty()) std::memcpy(out, payload.data(), payload.size());
-  });
+  return channel.send_bytes(ifunc, payload);
 }
 
 template <TriviallyCopyablePayload T>

@@ -5,6 +5,9 @@
 
 #include <threechains/channel.hpp>
 
+#include <array>
+#include <cstring>
+
 namespace threechains {
 namespace {
 
@@ -91,6 +94,25 @@ bool prepare_code(Link& link, const Ifunc& ifunc, std::size_t payload_size) {
   return frame_size(payload_size, ifunc.code().size()) <= out.hot.capacity();
 }
 
+namespace {
+
+// AM delivery: the header of a frame's Active Message. With both directions
+// open, the frame carries our consumed count of the peer's frames, so a busy
+// pair needs no separate credit messages; only when the reverse direction's
+// credits are AMs too: a credit put could otherwise land after, and undo, a
+// newer piggybacked count. Returns the header's length (0: none).
+std::size_t am_frame_header(Link& link, std::size_t slot, const void*& header) {
+  header = nullptr;
+  if (!link.receiving() || !link.in.by_active_message) return 0;
+  uint64_t& credit = link.out->am_headers[slot];
+  credit = link.in.expected - 1;
+  link.in.reported = credit;
+  header = &credit;
+  return sizeof(credit);
+}
+
+}  // namespace
+
 void put_frame(Engine& engine, Link& link, std::size_t slot, std::size_t frame_bytes) {
   Outbound& out = *link.out;
   std::byte* staging = out.staging->data() + slot * out.hot.slot_size;
@@ -99,19 +121,8 @@ void put_frame(Engine& engine, Link& link, std::size_t slot, std::size_t frame_b
     if (out.delivery == Delivery::active_message) {
       // The commit word travels too: it puts the payload 16-byte aligned in the
       // target's (16-aligned) receive buffer, and it repeats the sequence.
-      // With both directions open, the frame carries our consumed count of the
-      // peer's frames, so a busy pair needs no separate credit messages.
       const void* header = nullptr;
-      std::size_t header_length = 0;
-      // Only when the reverse direction's credits are AMs too: a credit put
-      // could otherwise land after, and undo, a newer piggybacked count.
-      if (link.receiving() && link.in.by_active_message) {
-        uint64_t& credit = out.am_headers[slot];
-        credit = link.in.expected - 1;
-        link.in.reported = credit;
-        header = &credit;
-        header_length = sizeof(credit);
-      }
+      const std::size_t header_length = am_frame_header(link, slot, header);
       requests[0] = link.endpoint.am_send(kAmFrame, header, header_length, staging,
                                           kCommitWordSize + frame_bytes);
       return;
@@ -145,9 +156,76 @@ void throw_frame_too_large(const Link& link, const Ifunc& ifunc, std::size_t pay
                   " bytes of payload at most)");
 }
 
+// AM delivery of a large payload: the commit word and header from the staging
+// slot, the payload from the caller and the code from the Ifunc, gathered by
+// UCX into one Active Message (the target sees the same contiguous frame).
+// Waits until UCX has let go of the caller's buffer.
+SendStatus send_gathered(Engine& engine, Link& link, const Ifunc& ifunc,
+                         std::span<const std::byte> payload) {
+  Outbound& out = *link.out;
+  OutboundRing& ring = out.hot;
+  const uint64_t sequence = ring.next_sequence;
+  const std::size_t slot = (sequence - 1) % ring.slots;
+  std::byte* at = staging_slot(engine, link, slot);
+  bool with_code = false;
+  if (!ring.last_held_valid || ring.last_held != ifunc.id()) [[unlikely]]
+    with_code = prepare_code(link, ifunc, payload.size());
+  const std::size_t code_size = with_code ? ifunc.code().size() : 0;
+  FrameBuilder frame(std::span<std::byte>(at + kCommitWordSize, ring.capacity()));
+  if (frame.begin(ifunc.codec(), ifunc.id(), static_cast<uint32_t>(sequence), payload.size(),
+                  code_size) != errc::ok) [[unlikely]] {
+    throw_frame_too_large(link, ifunc, payload.size(), payload.size());
+  }
+  std::memcpy(at, &sequence, sizeof(sequence));
+  std::array<ucp_dt_iov_t, 3> pieces{};
+  std::size_t count = 0;
+  pieces[count++] = {at, kCommitWordSize + sizeof(FrameHeader)};
+  pieces[count++] = {const_cast<std::byte*>(payload.data()), payload.size()};
+  // The code stays alive in out.sent (prepare_code keeps it for resends).
+  if (with_code) pieces[count++] = {const_cast<std::byte*>(ifunc.code().data()), code_size};
+  Request& request = out.in_flight[slot * 2];
+  try {
+    const void* header = nullptr;
+    const std::size_t header_length = am_frame_header(link, slot, header);
+    request = link.endpoint.am_send_gathered(kAmFrame, header, header_length, pieces.data(), count);
+  } catch (const Error& error) {
+    throw Error(error.ucs_status().value_or(UCS_ERR_IO_ERROR),
+                "channel to " + link.peer_name + ": ucp_am_send_nbx");
+  }
+  ring.next_sequence = sequence + 1;
+  ++ring.stats.frames_sent;
+  ring.stats.last_frame_size = frame.size();
+  ring.stats.frames_with_code += with_code ? 1 : 0;
+  // The caller's buffer (and `pieces`) must outlive UCX's use of them.
+  const auto deadline = std::chrono::steady_clock::now() + out.timeout;
+  ucs_status_t status;
+  while ((status = request.reap()) == UCS_INPROGRESS) {
+    engine.progress();
+    if (std::chrono::steady_clock::now() > deadline) [[unlikely]] {
+      throw Error(errc::timeout, "channel to " + link.peer_name + ": send: UCX did not take a " +
+                                     std::to_string(payload.size()) + "-byte payload in " +
+                                     std::to_string(out.timeout.count()) + " ms");
+    }
+  }
+  if (status != UCS_OK) [[unlikely]]
+    throw Error(status, "channel to " + link.peer_name + ": ucp_am_send_nbx");
+  return with_code ? SendStatus::sent_with_code : SendStatus::sent_cached;
+}
+
 }  // namespace detail
 
 // ---- Channel -------------------------------------------------------------------
+
+SendStatus Channel::send_bytes(const Ifunc& ifunc, std::span<const std::byte> payload) {
+  if (payload.size() < kGatherBytes || ring_->direct_ring != nullptr ||
+      link_->out->delivery != Delivery::active_message) {
+    return send_with(ifunc, payload.size(), [&](std::byte* out) {
+      if (!payload.empty()) std::memcpy(out, payload.data(), payload.size());
+    });
+  }
+  while (ring_->full()) wait_for_credit();
+  return detail::send_gathered(*engine_, *link_, ifunc, payload);
+}
 
 Channel::Channel(std::shared_ptr<detail::Engine> engine,
                  std::shared_ptr<detail::Link> link) noexcept

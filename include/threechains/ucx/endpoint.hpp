@@ -81,6 +81,19 @@ class Endpoint {
             "ucp_am_send_nbx"};
   }
 
+  // The same, with the data gathered from `count` pieces (UCX's IOV datatype).
+  // `iov` and what it points to must stay valid until the Request completes.
+  [[nodiscard]] Request am_send_gathered(unsigned id, const void* header,
+                                         std::size_t header_length, const ucp_dt_iov_t* iov,
+                                         std::size_t count) const {
+    ucp_request_param_t params{};
+    params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_DATATYPE;
+    params.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    params.datatype = ucp_dt_make_iov();
+    return {ucp_am_send_nbx(state_->handle, id, header, header_length, iov, count, &params),
+            "ucp_am_send_nbx"};
+  }
+
   // One-sided put of `length` bytes at `data` to `remote` (rkey from a RemoteBuffer).
   [[nodiscard]] Request put(const void* data, std::size_t length, uint64_t remote,
                             ucp_rkey_h rkey) const {
