@@ -12,6 +12,8 @@
 // ifunc-{bitcode,binary}-{cached,uncached} (uncached: every frame carries its
 // code; the target looks it up in its cache). Output: a table with each mode's
 // ratio to am, and one JSON line per measurement (--json).
+#include "strong_am.hpp"
+
 #include <threechains/threechains.hpp>
 
 #include <fmt/core.h>
@@ -41,8 +43,12 @@ constexpr unsigned kAmTotals = 0x7D03;  // source -> target: what it sent, to ch
 struct Options {
   std::string role = "driver";
   std::vector<std::string> transports{"shm", "tcp"};
-  std::vector<std::string> modes{"am", "ifunc-bitcode-cached", "ifunc-bitcode-uncached",
-                                 "ifunc-binary-cached", "ifunc-binary-uncached"};
+  std::vector<std::string> modes{"am",
+                                 "am-strong",
+                                 "ifunc-bitcode-cached",
+                                 "ifunc-bitcode-uncached",
+                                 "ifunc-binary-cached",
+                                 "ifunc-binary-uncached"};
   std::vector<std::string> metrics{"latency", "rate", "first"};
   std::size_t min_size = 8;
   std::size_t max_size = 8;
@@ -62,6 +68,7 @@ struct Options {
   uint32_t first_gap_ms = 30;
   uint32_t promote_after = tc::JitOptions{}.promote_after_calls;
   uint16_t port = 0;
+  std::string am_address;  // the target's strong-baseline worker, in hex
   int port_fd = -1;
 };
 
@@ -87,7 +94,7 @@ struct TargetState {
   uint64_t ran = 0;     // the counter ifunc increments this (target_args)
   uint64_t am_ran = 0;  // the AM handler increments this
   uint64_t acked = 0;
-  uint64_t totals[2] = {~0ull, ~0ull};  // frames, AMs the source says it sent
+  uint64_t totals[3] = {~0ull, ~0ull, ~0ull};  // frames, AMs, strong AMs the source sent
   std::vector<std::byte> rndv_buffer;
   ucp_worker_h worker = nullptr;
   ucp_ep_h reply_ep = nullptr;  // where acks go: learnt from the first AM
@@ -116,9 +123,41 @@ ucs_status_t on_bench_am(void* arg, const void*, std::size_t, void* data, std::s
   return UCS_OK;
 }
 
+// The AM baseline's acknowledgement mirrors the ring's credits: after each
+// poll, if more have run, tell the source how many (from outside the handler).
+class Acker {
+ public:
+  ~Acker() { finish(); }
+  void maybe_ack(TargetState& state) {
+    if (state.am_ran == state.acked || state.reply_ep == nullptr) return;
+    if (request_ != nullptr && ucp_request_check_status(request_) == UCS_INPROGRESS) return;
+    if (request_ != nullptr) ucp_request_free(request_);
+    value_ = state.am_ran;
+    worker_ = state.worker;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+    ucs_status_ptr_t r =
+        ucp_am_send_nbx(state.reply_ep, kAmAck, &value_, sizeof(value_), nullptr, 0, &p);
+    request_ = UCS_PTR_IS_ERR(r) ? nullptr : r;
+    state.acked = value_;
+  }
+  void finish() {
+    if (request_ == nullptr) return;
+    while (ucp_request_check_status(request_) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+    ucp_request_free(request_);
+    request_ = nullptr;
+  }
+
+ private:
+  uint64_t value_ = 0;
+  void* request_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+};
+
 ucs_status_t on_totals(void* arg, const void* header, std::size_t length, void*, std::size_t,
                        const ucp_am_recv_param_t*) {
-  if (length == 2 * sizeof(uint64_t))
+  if (length == 3 * sizeof(uint64_t))
     std::memcpy(static_cast<TargetState*>(arg)->totals, header, length);
   return UCS_OK;
 }
@@ -140,14 +179,26 @@ int run_target(const Options& o) {
                                  .jit = {.promote_after_calls = o.promote_after}});
   worker.set_am_handler(kAmBench, &on_bench_am, &state);
   worker.set_am_handler(kAmTotals, &on_totals, &state);
-  const std::string port = std::to_string(receiver.port()) + "\n";
+  // The strong AM baseline: a worker of its own, reached by its address.
+  bench::StrongAmPeer strong(tc::parse_transport(o.transports.front()));
+  TargetState strong_state;
+  strong_state.worker = strong.worker();
+  {
+    ucp_am_handler_param_t handler{};
+    handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                         UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    handler.id = kAmBench;
+    handler.cb = &on_bench_am;
+    handler.arg = &strong_state;
+    tc::check(ucp_worker_set_am_recv_handler(strong.worker(), &handler),
+              "ucp_worker_set_am_recv_handler");
+  }
+  const std::string port = std::to_string(receiver.port()) + " " + strong.address_hex() + "\n";
   if (write(o.port_fd, port.data(), port.size()) != static_cast<ssize_t>(port.size())) return 3;
   close(o.port_fd);
 
-  // The AM baseline's acknowledgement mirrors the ring's credits: after each
-  // poll, if more have run, tell the source how many (from outside the handler).
-  uint64_t ack_value = 0;
-  void* ack_request = nullptr;
+  Acker ack;
+  Acker strong_ack;
   std::vector<double> compile_us;
   receiver.run([&] {
     if (evict_each && receiver.cache().size() != 0) {
@@ -155,34 +206,26 @@ int run_target(const Options& o) {
           std::chrono::duration<double, std::micro>(receiver.stats().last_load_time).count());
       receiver.cache().clear();
     }
-    if (state.am_ran != state.acked && state.reply_ep != nullptr) {
-      if (ack_request != nullptr && ucp_request_check_status(ack_request) == UCS_INPROGRESS)
-        return false;
-      if (ack_request != nullptr) ucp_request_free(ack_request);
-      ack_value = state.am_ran;
-      ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = UCP_AM_SEND_FLAG_EAGER;
-      ucs_status_ptr_t r =
-          ucp_am_send_nbx(state.reply_ep, kAmAck, &ack_value, sizeof(ack_value), nullptr, 0, &p);
-      ack_request = UCS_PTR_IS_ERR(r) ? nullptr : r;
-      state.acked = ack_value;
-    }
+    ucp_worker_progress(strong.worker());
+    ack.maybe_ack(state);
+    strong_ack.maybe_ack(strong_state);
     // Done when the ifunc channel said goodbye (the AM connection just goes away).
     return receiver.stats().peers_closed - receiver.stats().peers_lost >= 1;
   });
-  if (ack_request != nullptr) {
-    while (ucp_request_check_status(ack_request) == UCS_INPROGRESS) worker.progress();
-    ucp_request_free(ack_request);
-  }
+  ack.finish();
+  strong_ack.finish();
   // Every message the source sent ran exactly once.
   if (state.totals[0] != state.ran || state.totals[1] != state.am_ran ||
-      state.ran != receiver.stats().frames_dispatched) {
-    fmt::print(stderr, "bench target: ran {} ifuncs and {} AMs, the source sent {} and {}\n",
-               state.ran, state.am_ran, state.totals[0], state.totals[1]);
+      state.totals[2] != strong_state.am_ran || state.ran != receiver.stats().frames_dispatched) {
+    fmt::print(stderr,
+               "bench target: ran {} ifuncs, {} AMs and {} strong AMs, the source sent {}, {} "
+               "and {}\n",
+               state.ran, state.am_ran, strong_state.am_ran, state.totals[0], state.totals[1],
+               state.totals[2]);
     return 1;
   }
-  fmt::print("  target: {} ifuncs and {} AMs ran, as many as were sent\n", state.ran, state.am_ran);
+  fmt::print("  target: {} ifuncs, {} AMs and {} strong AMs ran, as many as were sent\n", state.ran,
+             state.am_ran, strong_state.am_ran);
   // The source sends --first-rounds frames of bitcode, then as many of binary,
   // then of tiered (whose first call links its object: tier 0).
   for (const char* codec : {"bitcode", "binary", "tiered"}) {
@@ -208,6 +251,7 @@ struct Result {
   std::size_t size = 0;
   double value = 0;  // us for latency/first, M msg/s for rate
   std::size_t frame_bytes = 0;
+  std::string protocol;  // AM modes: eager, or UCX's choice (rendezvous when large)
 };
 
 class JsonOut {
@@ -222,9 +266,9 @@ class JsonOut {
     fmt::print(
         file_,
         "{{\"transport\":\"{}\",\"mode\":\"{}\",\"metric\":\"{}\",\"payload\":{},\"value\":{:.4f},"
-        "\"unit\":\"{}\",\"frame_bytes\":{},\"delivery\":\"{}\"}}\n",
+        "\"unit\":\"{}\",\"frame_bytes\":{},\"delivery\":\"{}\",\"protocol\":\"{}\"}}\n",
         r.transport, r.mode, r.metric, r.size, r.value, r.metric == "rate" ? "Mmsg/s" : "us",
-        r.frame_bytes, delivery);
+        r.frame_bytes, delivery, r.protocol);
     std::fflush(file_);
   }
   void write_ratio(const std::string& transport, const std::string& name, double value) {
@@ -242,51 +286,57 @@ class JsonOut {
 // like the ring's credits.
 class AmBaseline {
  public:
-  // On the channel's own endpoint: the target accepts only endpoints that
-  // authenticate (one that never says HELLO is dropped after the handshake
-  // timeout), and one connection carries both, as a user's own AMs would.
-  AmBaseline(tc::Worker worker, const tc::Endpoint& ep, bool eager)
-      : worker_(std::move(worker)), ep_(ep), o_eager_(eager) {
-    worker_.set_am_handler(kAmAck, &on_ack, this);
-    // The target learns our endpoint from the first message (REPLY flag).
+  // `eager`: every size eager (as frames go); otherwise UCX picks the protocol.
+  AmBaseline(ucp_worker_h worker, ucp_ep_h ep, bool eager)
+      : worker_(worker), ep_(ep), eager_(eager) {
+    set_ack_handler(this);
   }
-  ~AmBaseline() { worker_.set_am_handler(kAmAck, nullptr, nullptr); }
+  ~AmBaseline() { set_ack_handler(nullptr); }
+  AmBaseline(const AmBaseline&) = delete;
+  AmBaseline& operator=(const AmBaseline&) = delete;
 
   void send(const std::byte* data, std::size_t size) {
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    // Eager at every size: with error handling on, UCX 1.13 gives these
-    // contexts no shared-memory zero-copy lane, so its rendezvous would move
-    // large AMs over tcp; eager is the best AM can do here (and what frames use).
-    p.flags = UCP_AM_SEND_FLAG_REPLY | (o_eager_ ? UCP_AM_SEND_FLAG_EAGER : 0);
-    ucs_status_ptr_t r = ucp_am_send_nbx(ep_.handle(), kAmBench, nullptr, 0, data, size, &p);
+    p.flags = UCP_AM_SEND_FLAG_REPLY | (eager_ ? UCP_AM_SEND_FLAG_EAGER : 0);
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep_, kAmBench, nullptr, 0, data, size, &p);
     if (UCS_PTR_IS_ERR(r)) tc::check(UCS_PTR_STATUS(r), "ucp_am_send_nbx");
     if (r != nullptr) {
-      while (ucp_request_check_status(r) == UCS_INPROGRESS) worker_.progress();
+      while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
       ucp_request_free(r);
     }
     ++sent_;
   }
   void wait_until(uint64_t count) {
-    while (acked_ < count) worker_.progress();
+    while (acked_ < count) ucp_worker_progress(worker_);
   }
   [[nodiscard]] uint64_t sent() const { return sent_; }
   [[nodiscard]] uint64_t acked() const { return acked_; }
-  void progress() { worker_.progress(); }
-  const tc::Endpoint& endpoint() const { return ep_; }
+  [[nodiscard]] bool eager() const { return eager_; }
+  void set_eager(bool eager) { eager_ = eager; }
+  void progress() { ucp_worker_progress(worker_); }
 
  private:
+  void set_ack_handler(AmBaseline* self) {
+    ucp_am_handler_param_t handler{};
+    handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                         UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    handler.id = kAmAck;
+    handler.cb = self != nullptr ? &on_ack : nullptr;
+    handler.arg = self;
+    (void)ucp_worker_set_am_recv_handler(worker_, &handler);
+  }
   static ucs_status_t on_ack(void* arg, const void* header, std::size_t length, void*, std::size_t,
                              const ucp_am_recv_param_t*) {
     if (length == sizeof(uint64_t))
       std::memcpy(&static_cast<AmBaseline*>(arg)->acked_, header, sizeof(uint64_t));
     return UCS_OK;
   }
-  tc::Worker worker_;
-  const tc::Endpoint& ep_;  // the Channel's, which outlives this baseline
+  ucp_worker_h worker_;  // both outlive this baseline (the source's Worker and
+  ucp_ep_h ep_;          // Channel, or the StrongAmPeer declared before it)
   uint64_t sent_ = 0;
   uint64_t acked_ = 0;
-  bool o_eager_;
+  bool eager_;
 };
 
 int run_source(const Options& o) {
@@ -308,7 +358,17 @@ int run_source(const Options& o) {
                                : channel.delivery() == tc::Delivery::put  ? "put"
                                                                           : "am";
   // The AM baseline shares the worker; the target's ack handler finds it by endpoint.
-  AmBaseline am(worker, channel.endpoint(), o.am_protocol == "eager");
+  // On the channel's own endpoint: the target accepts only endpoints that
+  // authenticate, and one connection carries both, as a user's own AMs would.
+  // Eager at every size: with peer error handling UCX 1.13 gives these
+  // contexts no shared-memory zero-copy lane, so its rendezvous would move
+  // large AMs over tcp; eager is the best AM can do there (and what frames use).
+  AmBaseline am(worker.handle(), channel.endpoint().handle(), o.am_protocol == "eager");
+  bench::StrongAmPeer strong(tc::parse_transport(transport));
+  if (o.am_address.empty())
+    throw std::runtime_error("no --am-address: the strong AM baseline needs the target's");
+  strong.connect(o.am_address);
+  AmBaseline strong_am(strong.worker(), strong.endpoint(), false);
   // The counter adds the payload's first 8 bytes (little-endian): make that 1.
   std::vector<std::byte> payload(std::max<std::size_t>(o.max_size, 8), std::byte{0});
   payload[0] = std::byte{1};
@@ -318,17 +378,20 @@ int run_source(const Options& o) {
   // Target acks AMs to the endpoint it learns from the first AM: prime it.
   am.send(payload.data(), 8);
   am.wait_until(1);
+  strong_am.send(payload.data(), 8);
+  strong_am.wait_until(1);
 
   // Modes take turns, round after round, and each figure is the median of its
   // rounds: on a shared, noisy machine that keeps the ratios honest.
-  const auto measure = [&](const std::string& mode, const std::string& metric,
-                           std::size_t size) -> Result {
-    const bool is_am = mode == "am";
+  const auto measure_one = [&](const std::string& mode, const std::string& metric,
+                               std::size_t size) -> Result {
+    const bool is_am = mode == "am" || mode == "am-strong";
+    AmBaseline& base = mode == "am-strong" ? strong_am : am;
     const tc::Ifunc& ifunc = mode.find("binary") != std::string::npos ? binary : bitcode;
     const bool uncached = mode.find("uncached") != std::string::npos;
     const auto send_one = [&] {
       if (is_am) {
-        am.send(payload.data(), size);
+        base.send(payload.data(), size);
       } else {
         if (uncached) channel.forget_held_code();
         (void)tc::send(channel, ifunc, std::span<const std::byte>(payload.data(), size));
@@ -336,12 +399,12 @@ int run_source(const Options& o) {
     };
     const auto wait_all = [&] {
       if (is_am) {
-        am.wait_until(am.sent());
+        base.wait_until(base.sent());
       } else {
         channel.flush();
       }
     };
-    const auto in_flight = [&]() -> uint64_t { return am.sent() - am.acked(); };
+    const auto in_flight = [&]() -> uint64_t { return base.sent() - base.acked(); };
     const bool pingpong = metric == "latency";
     const bool windowed_am = !pingpong && is_am;
     const uint64_t n = pingpong ? std::max<uint64_t>(o.iterations / 4, 100) : o.iterations;
@@ -353,7 +416,7 @@ int run_source(const Options& o) {
     const auto start = Clock::now();
     for (uint64_t i = 0; i < n; ++i) {
       if (windowed_am) {
-        while (in_flight() >= o.window) am.progress();
+        while (in_flight() >= o.window) base.progress();
       }
       send_one();
       if (pingpong) wait_all();
@@ -362,7 +425,22 @@ int run_source(const Options& o) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     Result r{transport, mode, metric, size, 0, is_am ? size : channel.stats().last_frame_size};
     r.value = metric == "latency" ? seconds * 1e6 / double(n) / 2 : double(n) / seconds / 1e6;
+    if (is_am) r.protocol = base.eager() ? "eager" : "auto";
     return r;
+  };
+  // The strong baseline is what a user would pick at each size: eager, or
+  // UCX's own choice (rendezvous, zero copy over cma on shared memory), the
+  // better of the two in each round.
+  const auto measure = [&](const std::string& mode, const std::string& metric,
+                           std::size_t size) -> Result {
+    if (mode != "am-strong") return measure_one(mode, metric, size);
+    strong_am.set_eager(true);
+    const Result eager = measure_one(mode, metric, size);
+    strong_am.set_eager(false);
+    const Result automatic = measure_one(mode, metric, size);
+    const bool eager_wins =
+        metric == "rate" ? eager.value >= automatic.value : eager.value <= automatic.value;
+    return eager_wins ? eager : automatic;
   };
   for (std::size_t size = o.min_size; size <= o.max_size; size *= 2) {
     for (const std::string& metric : o.metrics) {
@@ -427,29 +505,35 @@ int run_source(const Options& o) {
     json.write_ratio(transport, "first_bitcode_vs_binary", bitcode_vs_object);
   }
 
-  // The table: every figure beside am's for the same metric and size.
+  // The table: every figure beside both baselines' for the same metric and size.
   std::map<std::pair<std::string, std::size_t>, double> am_value;
+  std::map<std::pair<std::string, std::size_t>, double> strong_value;
   for (const Result& r : results) {
     if (r.mode == "am") am_value[{r.metric, r.size}] = r.value;
+    if (r.mode == "am-strong") strong_value[{r.metric, r.size}] = r.value;
   }
-  fmt::print("  {:<24} {:<8} {:>9} {:>12} {:>10} {:>11}  (delivery: {})\n", "mode", "metric",
-             "payload", "value", "vs am", "frame B", delivery);
+  const auto ratio = [](const auto& values, const Result& r) {
+    const auto it = values.find({r.metric, r.size});
+    return it == values.end() || r.mode.rfind("am", 0) == 0
+               ? std::string()
+               : fmt::format("{:.2f}x", r.value / it->second);
+  };
+  fmt::print("  {:<24} {:<8} {:>9} {:>12} {:>8} {:>10} {:>10}  (delivery: {})\n", "mode", "metric",
+             "payload", "value", "vs am", "vs strong", "frame B", delivery);
   for (const Result& r : results) {
-    const auto it = am_value.find({r.metric, r.size});
-    const std::string ratio =
-        it != am_value.end() && r.mode != "am" ? fmt::format("{:.2f}x", r.value / it->second) : "";
-    fmt::print("  {:<24} {:<8} {:>9} {:>9.3f} {:<2} {:>10} {:>11}\n", r.mode, r.metric, r.size,
-               r.value, r.metric == "rate" ? "M/s" : "us", ratio, r.frame_bytes);
+    fmt::print("  {:<24} {:<8} {:>9} {:>9.3f} {:<2} {:>8} {:>10} {:>10}  {}\n", r.mode, r.metric,
+               r.size, r.value, r.metric == "rate" ? "M/s" : "us", ratio(am_value, r),
+               ratio(strong_value, r), r.frame_bytes, r.protocol);
   }
   std::fflush(stdout);
   channel.flush();
-  const uint64_t totals[2] = {channel.stats().frames_sent, am.sent()};
+  const uint64_t totals[3] = {channel.stats().frames_sent, am.sent(), strong_am.sent()};
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_EAGER;
-  tc::Request request(
-      ucp_am_send_nbx(am.endpoint().handle(), kAmTotals, totals, sizeof(totals), nullptr, 0, &p),
-      "ucp_am_send_nbx(totals)");
+  tc::Request request(ucp_am_send_nbx(channel.endpoint().handle(), kAmTotals, totals,
+                                      sizeof(totals), nullptr, 0, &p),
+                      "ucp_am_send_nbx(totals)");
   tc::check(request.wait(worker, std::chrono::seconds(10)), "ucp_am_send_nbx(totals)");
   channel.close();
   return 0;
@@ -460,12 +544,10 @@ int drive(const std::string& transport, const std::vector<std::string>& args) {
   std::fflush(stdout);
   int fds[2];
   if (pipe(fds) != 0) return 2;
-  const auto exec_self = [&](const std::string& role, const std::string& extra_name,
-                             const std::string& extra) {
+  const auto exec_self = [&](const std::string& role, const std::vector<std::string>& extra) {
     std::vector<std::string> argv{"/proc/self/exe", "--role", role, "--transports", transport};
     argv.insert(argv.end(), args.begin(), args.end());
-    argv.push_back(extra_name);
-    argv.push_back(extra);
+    argv.insert(argv.end(), extra.begin(), extra.end());
     std::vector<char*> c;
     for (std::string& a : argv) c.push_back(a.data());
     c.push_back(nullptr);
@@ -475,14 +557,20 @@ int drive(const std::string& transport, const std::vector<std::string>& args) {
   const pid_t target = fork();
   if (target == 0) {
     close(fds[0]);
-    exec_self("target", "--port-fd", std::to_string(fds[1]));
+    exec_self("target", {"--port-fd", std::to_string(fds[1])});
   }
   close(fds[1]);
-  char buffer[32] = {};
-  if (read(fds[0], buffer, sizeof(buffer) - 1) <= 0) return 2;
+  // "<port> <strong-baseline worker address in hex>\n"
+  std::string line;
+  char c = 0;
+  while (read(fds[0], &c, 1) == 1 && c != '\n') line += c;
   close(fds[0]);
+  const std::size_t space = line.find(' ');
+  if (line.empty() || space == std::string::npos) return 2;
+  const std::string port = line.substr(0, space);
+  const std::string address = line.substr(space + 1);
   const pid_t source = fork();
-  if (source == 0) exec_self("source", "--port", std::to_string(std::stoi(buffer)));
+  if (source == 0) exec_self("source", {"--port", port, "--am-address", address});
   int s = 0;
   int t = 0;
   waitpid(source, &s, 0);
@@ -525,6 +613,7 @@ int main(int argc, char** argv) {
   app.add_option("--promote-after", o.promote_after,
                  "target: compile tiered code for its CPU once it ran this many times");
   app.add_option("--port", o.port);
+  app.add_option("--am-address", o.am_address);
   app.add_option("--port-fd", o.port_fd);
   CLI11_PARSE(app, argc, argv);
   try {
