@@ -342,3 +342,12 @@ TEMPLATE_TEST_CASE("a source that dies without closing does not stop the Receive
   CHECK(result.counter == 10 + 500);
   if (TestType::transport == Transport::tcp) CHECK(result.lost == 1);
 }
+
+TEST_CASE("a user's Active Message handler cannot take one of the library's ids", "[ucx]") {
+  const Worker worker(Context({.transport = Transport::shared_memory}));
+  const auto nothing = [](void*, const void*, std::size_t, void*, std::size_t,
+                          const ucp_am_recv_param_t*) { return UCS_OK; };
+  CHECK_THROWS_AS(worker.set_am_handler(Worker::kFirstLibraryAmId + 1, nothing, nullptr), Error);
+  CHECK_THROWS_AS(worker.set_am_handler(Worker::kLastLibraryAmId, nothing, nullptr), Error);
+  CHECK_NOTHROW(worker.set_am_handler(Worker::kLastLibraryAmId + 1, nothing, nullptr));
+}

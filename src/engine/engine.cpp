@@ -61,7 +61,7 @@ Engine::Engine(Worker worker) : worker_(std::move(worker)) {
       {kAmCode, &on_code},   {kAmCredit, &on_credit},   {kAmFrame, &on_frame},
       {kAmBye, &on_bye},     {kAmChallenge, &on_challenge}, {kAmProof, &on_proof},
       {kAmCodeRefused, &on_code_refused}};
-  for (const auto& [id, handler] : handlers) worker_.set_am_handler(id, handler, this);
+  for (const auto& [id, handler] : handlers) worker_.set_library_am_handler(id, handler, this);
 }
 
 Engine::~Engine() {
@@ -69,7 +69,7 @@ Engine::~Engine() {
   for (unsigned id : {kAmHello, kAmWelcome, kAmNeedCode, kAmCode, kAmCredit, kAmFrame, kAmBye,
                       kAmChallenge, kAmProof, kAmCodeRefused}) {
     try {
-      worker_.set_am_handler(id, nullptr, nullptr);
+      worker_.set_library_am_handler(id, nullptr, nullptr);
     } catch (...) {  // a destructor never throws; UCX only refuses a bad id
     }
   }

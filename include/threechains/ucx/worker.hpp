@@ -13,6 +13,10 @@
 
 namespace threechains {
 
+namespace detail {
+class Engine;
+}  // namespace detail
+
 struct WorkerOptions {
   // Alignment UCX guarantees for Active Message data handed to handlers. Frames
   // delivered by AM carry an 8-byte word before their header, so 16 puts the
@@ -55,8 +59,27 @@ class Worker {
     }
   }
 
-  // Registers `callback(arg, ...)` for Active Messages with `id` on this worker.
+  // Active Message ids ThreeChains itself uses on a worker that has a
+  // Receiver, Source or Node: [kFirstLibraryAmId, kLastLibraryAmId].
+  static constexpr unsigned kFirstLibraryAmId = 0x7C00;
+  static constexpr unsigned kLastLibraryAmId = 0x7CFF;
+
+  // Registers `callback(arg, ...)` for Active Messages with `id` on this
+  // worker. Throws errc::invalid_argument for an id in the library's range:
+  // replacing one of its handlers would silently break every channel.
   void set_am_handler(unsigned id, ucp_am_recv_callback_t callback, void* arg) const {
+    if (id >= kFirstLibraryAmId && id <= kLastLibraryAmId) {
+      throw Error(errc::invalid_argument,
+                  "Active Message id " + std::to_string(id) + " is ThreeChains' own (" +
+                      std::to_string(kFirstLibraryAmId) + ".." + std::to_string(kLastLibraryAmId) +
+                      "): pick another");
+    }
+    set_library_am_handler(id, callback, arg);
+  }
+
+ private:
+  friend class detail::Engine;
+  void set_library_am_handler(unsigned id, ucp_am_recv_callback_t callback, void* arg) const {
     ucp_am_handler_param_t params{};
     params.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                         UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
@@ -67,7 +90,6 @@ class Worker {
     check(ucp_worker_set_am_recv_handler(handle_.get(), &params), "ucp_worker_set_am_recv_handler");
   }
 
- private:
   Context context_;
   std::shared_ptr<ucp_worker> handle_;
 };
