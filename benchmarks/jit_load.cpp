@@ -1,7 +1,12 @@
 // threechains-bench-jit: what turning a code section into an entry point costs
 // on this host — the very first load in a process (JIT start-up included), and
 // then repeated loads of code the JIT no longer holds (evict, load again), for
-// each container given. Prints a table and one JSON line per container.
+// each container given. Prints a table and one JSON line per container; then,
+// side by side in the same process, the research prototype's way of loading
+// (dlopen + dlsym of the counter built as a shared object, from tmpfs) against
+// the binary counter, and a stock ORC LLJIT against the bitcode counter.
+#include "load_baselines.hpp"
+
 #include <threechains/ifunc.hpp>
 #include <threechains/jit_cache.hpp>
 #include <threechains/trust.hpp>
@@ -11,6 +16,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -25,6 +35,10 @@ int main(int argc, char** argv) {
   std::string dump_objects_to;
   std::string code_cache_directory;
   bool wait_for_tier1 = false;
+  std::string shared_object = THREECHAINS_BENCH_COUNTER_SO;
+  std::string binary_counter = THREECHAINS_BENCH_BINARY;
+  std::string bitcode_counter = THREECHAINS_BENCH_BITCODE;
+  std::string counter_ir = THREECHAINS_BENCH_COUNTER_BC;
   app.add_option("containers", containers, ".tcc files")->required();
   app.add_option("-r,--repeats", repeats, "evict + load rounds per container");
   app.add_option("-O,--codegen-level", codegen_level, "JIT codegen level 0..3");
@@ -38,7 +52,14 @@ int main(int argc, char** argv) {
   app.add_flag("--wait-for-tier1", wait_for_tier1,
                "tiered containers: after each load, call once and wait for tier 1 (loads are "
                "still what is timed)");
+  app.add_option("--shared-object", shared_object,
+                 "the counter as a shared object, for the dlopen baseline (\"\": none)");
+  app.add_option("--stock-bitcode", counter_ir,
+                 "the counter's bitcode for this host, for the stock LLJIT baseline (\"\": none)");
   CLI11_PARSE(app, argc, argv);
+  std::map<std::string, double> median_of;  // container path (canonical) -> median load (us)
+  binary_counter = std::filesystem::weakly_canonical(binary_counter).string();
+  bitcode_counter = std::filesystem::weakly_canonical(bitcode_counter).string();
 
   tc::JitCache cache({.optimisation_level = optimisation_level,
                       .codegen_level = codegen_level,
@@ -81,6 +102,7 @@ int main(int argc, char** argv) {
     const double median = rounds.empty() ? 0 : rounds[rounds.size() / 2];
     const double best = rounds.empty() ? 0 : rounds.front();
     const double first_ms = std::chrono::duration<double, std::milli>(first).count();
+    median_of[std::filesystem::weakly_canonical(path).string()] = median;
     fmt::print("{:<40} {:>8} {:>10} {:>10.3f} {:>10.1f} {:>10.1f} {:>10.1f}\n",
                ifunc.name() + " (" + path.substr(path.rfind('/') + 1) + ")",
                tc::to_string(ifunc.codec()), ifunc.code().size(), first_ms, median, best, check_us);
@@ -91,6 +113,36 @@ int main(int argc, char** argv) {
                "\"optimisation_level\":{}}}\n",
                path, tc::to_string(ifunc.codec()), ifunc.code().size(), first_ms, median, best,
                check_us, codegen_level, optimisation_level);
+  }
+  // Baselines, when their counter was measured above.
+  if (!shared_object.empty() && median_of.contains(binary_counter)) {
+    const double dl = bench::dlopen_median_us(shared_object, "counter_main", std::max(repeats, 1));
+    const double ratio = median_of[binary_counter] / dl;
+    fmt::print(
+        "dlopen + dlsym of the counter .so from tmpfs: median {:.1f} us; binary load / "
+        "dlopen = {:.2f}x\n",
+        dl, ratio);
+    fmt::print(stderr, "{{\"bench\":\"dlopen_baseline\",\"median_us\":{:.1f},\"ratio\":{:.3f}}}\n",
+               dl, ratio);
+  }
+  if (!counter_ir.empty() && median_of.contains(bitcode_counter)) {
+    std::ifstream in(counter_ir, std::ios::binary);
+    const std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<std::byte> ir(raw.size());
+    std::memcpy(ir.data(), raw.data(), raw.size());
+    const double stock =
+        bench::stock_lljit_median_us(ir, "counter_main", optimisation_level, std::max(repeats, 1));
+    const double bare = bench::stock_lljit_median_us(ir, "counter_main", 0, std::max(repeats, 1));
+    const double ratio = median_of[bitcode_counter] / stock;
+    fmt::print(
+        "stock LLJIT, the same bitcode: with the O{} pipeline median {:.1f} us (without: "
+        "{:.1f} us); bitcode load / stock = {:.2f}x\n",
+        optimisation_level, stock, bare, ratio);
+    fmt::print(
+        stderr,
+        "{{\"bench\":\"stock_lljit_baseline\",\"median_us\":{:.1f},\"without_pipeline_us\":{:.1f},"
+        "\"ratio\":{:.3f}}}\n",
+        stock, bare, ratio);
   }
   // The handshake's cryptography, per connection: the source signs the
   // transcript (about 200 bytes), the target verifies it.

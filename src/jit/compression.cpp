@@ -38,8 +38,21 @@ std::vector<std::byte> decompress(std::span<const std::byte> bytes) {
     throw Error(errc::bad_container,
                 "code container would inflate to " + std::to_string(size) + " bytes");
   }
+  // One decompression context per thread, kept: ZSTD_decompress makes and
+  // frees one per call (a ~100 KB allocation), which cost a third of a binary
+  // ifunc's whole load (threechains-bench-jit, perf).
+  struct Context {
+    ZSTD_DCtx* handle = ZSTD_createDCtx();
+    Context() = default;
+    Context(const Context&) = delete;
+    Context& operator=(const Context&) = delete;
+    ~Context() { ZSTD_freeDCtx(handle); }
+  };
+  thread_local const Context context;
+  if (context.handle == nullptr) throw Error(errc::bad_container, "zstd: no decompression context");
   std::vector<std::byte> out(size);
-  const std::size_t n = ZSTD_decompress(out.data(), out.size(), bytes.data(), bytes.size());
+  const std::size_t n =
+      ZSTD_decompressDCtx(context.handle, out.data(), out.size(), bytes.data(), bytes.size());
   if (ZSTD_isError(n) || n != size) {
     throw Error(errc::bad_container, std::string("code container: zstd: ") +
                                          (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short frame"));

@@ -12,9 +12,13 @@
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/DebugUtils.h>
+#include <llvm/ExecutionEngine/Orc/EHFrameRegistrationPlugin.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/MapperJITLinkMemoryManager.h>
+#include <llvm/ExecutionEngine/Orc/MemoryMapper.h>
+#include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
 #include <llvm/ExecutionEngine/Orc/ObjectTransformLayer.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/LLVMContext.h>
@@ -154,6 +158,27 @@ std::unique_ptr<llvm::orc::AbsoluteSymbolsMaterializationUnit> runtime_symbols(
 }
 }  // namespace
 
+namespace {
+// LLJIT's own object linking layer for in-process JITLink (eh-frames
+// registered, so unwinding through JIT'd code works), with one change: code
+// memory comes from reserved slabs that are reused after an eviction, not
+// from an mmap per load and an munmap per eviction (a fifth of a binary
+// ifunc's load, and most of its eviction, in threechains-bench-jit's profile).
+llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> object_linking_layer(
+    llvm::orc::ExecutionSession& session) {
+  constexpr std::size_t kReservation = std::size_t{1} << 20;
+  auto memory =
+      llvm::orc::MapperJITLinkMemoryManager::CreateWithMapper<llvm::orc::InProcessMemoryMapper>(
+          kReservation);
+  if (!memory) return memory.takeError();
+  auto layer = std::make_unique<llvm::orc::ObjectLinkingLayer>(session, std::move(*memory));
+  auto eh_frames = llvm::orc::EHFrameRegistrationPlugin::Create(session);
+  if (!eh_frames) return eh_frames.takeError();
+  layer->addPlugin(std::move(*eh_frames));
+  return layer;
+}
+}  // namespace
+
 struct JitCache::Impl {
   explicit Impl(const JitOptions& options) : policy(options.imports) {
     initialise_native_target_once();
@@ -196,6 +221,7 @@ struct JitCache::Impl {
     auto created =
         llvm::orc::LLJITBuilder()
             .setJITTargetMachineBuilder(std::move(*builder))
+            .setObjectLinkingLayerCreator(object_linking_layer)
             .setProcessSymbolsJITDylibSetup(
                 [this](llvm::orc::LLJIT& j) -> llvm::Expected<llvm::orc::JITDylibSP> {
                   auto& jd = j.getExecutionSession().createBareJITDylib("<Process Symbols>");
@@ -454,14 +480,7 @@ struct JitCache::Impl {
   IfuncMain link(CodeId id, CodecId codec, const ParsedImage& image,
                  const std::vector<std::byte>* object) {
     const std::string entry_name = image.name + "_main";
-    // Tier 1 of an ifunc joins its tier 0 under a name of its own.
-    const auto existing = dylibs.find(id);
-    const std::size_t tier_count = existing == dylibs.end() ? 0 : existing->second.size();
-    auto dylib = jit->createJITDylib("ifunc-" + image.name + "-" + hex_id(id) +
-                                     (tier_count == 0 ? "" : "-" + std::to_string(tier_count)));
-    if (!dylib)
-      throw Error(errc::jit_failed, "cannot create a JITDylib: " + message_of(dylib.takeError()));
-    llvm::orc::JITDylib& jd = *dylib;
+    llvm::orc::JITDylib& jd = acquire_dylib();
     try {
       for (const std::string& library : image.deps)
         jd.addToLinkOrder(dependency(library, image.name));
@@ -531,6 +550,43 @@ struct JitCache::Impl {
     }
   }
 
+  // A JITDylib for one ifunc's code (each its own, so helper symbols of two
+  // ifuncs never clash): an emptied one if there is one, else a new one.
+  // Making one costs more than linking a small object (threechains-bench-jit,
+  // perf), so evicted ones are emptied and kept.
+  llvm::orc::JITDylib& acquire_dylib() {
+    if (!spare_dylibs.empty()) {
+      llvm::orc::JITDylib& jd = *spare_dylibs.back();
+      spare_dylibs.pop_back();
+      jd.setLinkOrder(default_links, true);  // itself, then what LLJIT links every JITDylib to
+      return jd;
+    }
+    auto dylib = jit->createJITDylib("ifunc-" + std::to_string(dylib_count++));
+    if (!dylib)
+      throw Error(errc::jit_failed, "cannot create a JITDylib: " + message_of(dylib.takeError()));
+    if (dylib_count == 1) {
+      dylib->withLinkOrderDo([this, &dylib](const llvm::orc::JITDylibSearchOrder& order) {
+        for (const auto& entry : order)
+          if (entry.first != &*dylib) default_links.push_back(entry);
+      });
+    }
+    return *dylib;
+  }
+
+  // Empties `jd` for reuse (or removes it, if emptying fails).
+  llvm::Error release_dylib(llvm::orc::JITDylib& jd) {
+    constexpr std::size_t kSpares = 64;
+    if (spare_dylibs.size() < kSpares) {
+      if (llvm::Error e = jd.clear()) {
+        llvm::consumeError(std::move(e));
+      } else {
+        spare_dylibs.push_back(&jd);
+        return llvm::Error::success();
+      }
+    }
+    return jit->getExecutionSession().removeJITDylib(jd);
+  }
+
   bool evict(CodeId id) {
     promotions.erase(id);  // a compile under way is dropped when it finishes
     const auto it = dylibs.find(id);
@@ -539,7 +595,7 @@ struct JitCache::Impl {
     dylibs.erase(it);
     std::string errors;
     for (llvm::orc::JITDylib* dylib : tiers) {
-      if (llvm::Error e = jit->getExecutionSession().removeJITDylib(*dylib))
+      if (llvm::Error e = release_dylib(*dylib))
         errors += (errors.empty() ? "" : "; ") + message_of(std::move(e));
     }
     if (!errors.empty())
@@ -566,7 +622,10 @@ struct JitCache::Impl {
   uint64_t next_serial = 1;
   std::unique_ptr<BackgroundCompiler> compiler;  // started by the first promotion
   std::unordered_map<CodeId, std::vector<llvm::orc::JITDylib*>> dylibs;  // tier 0 first
-  std::unordered_map<std::string, llvm::orc::JITDylib*> dependencies;    // live as long as the JIT
+  std::vector<llvm::orc::JITDylib*> spare_dylibs;  // emptied by evictions, for reuse
+  llvm::orc::JITDylibSearchOrder default_links;    // LLJIT's links of a new JITDylib
+  std::size_t dylib_count = 0;
+  std::unordered_map<std::string, llvm::orc::JITDylib*> dependencies;  // live as long as the JIT
 };
 
 JitCache::JitCache(const JitOptions& options) : impl_(std::make_unique<Impl>(options)) {}
@@ -588,7 +647,8 @@ LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> c
   std::string available;
   for (const ParsedImage& image : images) {
     available += (available.empty() ? "" : ", ") + image.triple;
-    if (!same_target(image.triple, impl_->triple)) continue;
+    // Containers store normalised triples: equal strings need no parsing.
+    if (image.triple != impl_->triple && !same_target(image.triple, impl_->triple)) continue;
     const ParsedImage*& slot = image.kind == CodecId::binary ? object : ir;
     if (slot == nullptr) slot = &image;
   }

@@ -1,0 +1,120 @@
+#include "load_baselines.hpp"
+
+#include <dlfcn.h>
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/IRTransformLayer.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/TargetSelect.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <stdexcept>
+
+namespace bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values.empty() ? 0 : values[values.size() / 2];
+}
+
+double since_us(Clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
+template <class T>
+T check(llvm::Expected<T> value, const char* what) {
+  if (!value)
+    throw std::runtime_error(std::string(what) + ": " + llvm::toString(value.takeError()));
+  return std::move(*value);
+}
+
+void check(llvm::Error error, const char* what) {
+  if (error) throw std::runtime_error(std::string(what) + ": " + llvm::toString(std::move(error)));
+}
+
+}  // namespace
+
+double dlopen_median_us(const std::string& shared_object, const std::string& symbol, int rounds) {
+  const std::filesystem::path copy =
+      std::filesystem::path("/dev/shm") / ("tc-bench-" + std::to_string(::getpid()) + ".so");
+  std::filesystem::copy_file(shared_object, copy,
+                             std::filesystem::copy_options::overwrite_existing);
+  std::vector<double> times;
+  for (int i = 0; i < rounds; ++i) {
+    const auto start = Clock::now();
+    void* handle = dlopen(copy.c_str(), RTLD_NOW | RTLD_LOCAL);
+    void* entry = handle != nullptr ? dlsym(handle, symbol.c_str()) : nullptr;
+    times.push_back(since_us(start));
+    if (handle == nullptr || entry == nullptr) {
+      std::filesystem::remove(copy);
+      throw std::runtime_error("dlopen/dlsym of " + shared_object + " failed");
+    }
+    dlclose(handle);  // the last reference: the next round maps it again
+  }
+  std::filesystem::remove(copy);
+  return median(times);
+}
+
+double stock_lljit_median_us(const std::vector<std::byte>& bitcode, const std::string& symbol,
+                             int optimisation_level, int rounds) {
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  auto jit = check(llvm::orc::LLJITBuilder().create(), "LLJIT");
+  llvm::orc::JITTargetMachineBuilder host =
+      check(llvm::orc::JITTargetMachineBuilder::detectHost(), "detectHost");
+  auto machine = check(host.createTargetMachine(), "TargetMachine");
+  if (optimisation_level > 0) {
+    const llvm::OptimizationLevel level = optimisation_level == 1   ? llvm::OptimizationLevel::O1
+                                          : optimisation_level == 3 ? llvm::OptimizationLevel::O3
+                                                                    : llvm::OptimizationLevel::O2;
+    jit->getIRTransformLayer().setTransform(
+        [&machine, level](llvm::orc::ThreadSafeModule module,
+                          llvm::orc::MaterializationResponsibility&)
+            -> llvm::Expected<llvm::orc::ThreadSafeModule> {
+          module.withModuleDo([&](llvm::Module& m) {
+            llvm::LoopAnalysisManager loops;
+            llvm::FunctionAnalysisManager functions;
+            llvm::CGSCCAnalysisManager sccs;
+            llvm::ModuleAnalysisManager modules;
+            llvm::PassBuilder builder(machine.get());
+            builder.registerModuleAnalyses(modules);
+            builder.registerCGSCCAnalyses(sccs);
+            builder.registerFunctionAnalyses(functions);
+            builder.registerLoopAnalyses(loops);
+            builder.crossRegisterProxies(loops, functions, sccs, modules);
+            builder.buildPerModuleDefaultPipeline(level).run(m, modules);
+          });
+          return std::move(module);
+        });
+  }
+  const llvm::StringRef bytes(reinterpret_cast<const char*>(bitcode.data()), bitcode.size());
+  std::vector<double> times;
+  for (int i = 0; i < rounds; ++i) {
+    const auto start = Clock::now();
+    auto created = jit->createJITDylib("stock-" + std::to_string(i));
+    if (!created) throw std::runtime_error("createJITDylib: " + llvm::toString(created.takeError()));
+    llvm::orc::JITDylib& dylib = *created;
+    auto context = std::make_unique<llvm::LLVMContext>();
+    auto module = check(llvm::parseBitcodeFile(llvm::MemoryBufferRef(bytes, "stock"), *context),
+                        "parseBitcodeFile");
+    check(
+        jit->addIRModule(dylib, llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
+        "addIRModule");
+    (void)check(jit->lookup(dylib, symbol), "lookup");
+    times.push_back(since_us(start));
+    check(jit->getExecutionSession().removeJITDylib(dylib), "removeJITDylib");
+  }
+  return median(times);
+}
+
+}  // namespace bench
