@@ -65,56 +65,63 @@ double dlopen_median_us(const std::string& shared_object, const std::string& sym
   return median(times);
 }
 
-double stock_lljit_median_us(const std::vector<std::byte>& bitcode, const std::string& symbol,
-                             int optimisation_level, int rounds) {
+struct StockLljit::Impl {
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  std::unique_ptr<llvm::TargetMachine> machine;
+  int count = 0;
+};
+
+StockLljit::StockLljit(int optimisation_level) : impl_(std::make_unique<Impl>()) {
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
-  auto jit = check(llvm::orc::LLJITBuilder().create(), "LLJIT");
+  impl_->jit = check(llvm::orc::LLJITBuilder().create(), "LLJIT");
   llvm::orc::JITTargetMachineBuilder host =
       check(llvm::orc::JITTargetMachineBuilder::detectHost(), "detectHost");
-  auto machine = check(host.createTargetMachine(), "TargetMachine");
-  if (optimisation_level > 0) {
-    const llvm::OptimizationLevel level = optimisation_level == 1   ? llvm::OptimizationLevel::O1
-                                          : optimisation_level == 3 ? llvm::OptimizationLevel::O3
-                                                                    : llvm::OptimizationLevel::O2;
-    jit->getIRTransformLayer().setTransform(
-        [&machine, level](llvm::orc::ThreadSafeModule module,
-                          llvm::orc::MaterializationResponsibility&)
-            -> llvm::Expected<llvm::orc::ThreadSafeModule> {
-          module.withModuleDo([&](llvm::Module& m) {
-            llvm::LoopAnalysisManager loops;
-            llvm::FunctionAnalysisManager functions;
-            llvm::CGSCCAnalysisManager sccs;
-            llvm::ModuleAnalysisManager modules;
-            llvm::PassBuilder builder(machine.get());
-            builder.registerModuleAnalyses(modules);
-            builder.registerCGSCCAnalyses(sccs);
-            builder.registerFunctionAnalyses(functions);
-            builder.registerLoopAnalyses(loops);
-            builder.crossRegisterProxies(loops, functions, sccs, modules);
-            builder.buildPerModuleDefaultPipeline(level).run(m, modules);
-          });
-          return std::move(module);
+  impl_->machine = check(host.createTargetMachine(), "TargetMachine");
+  if (optimisation_level <= 0) return;
+  const llvm::OptimizationLevel level = optimisation_level == 1   ? llvm::OptimizationLevel::O1
+                                        : optimisation_level == 3 ? llvm::OptimizationLevel::O3
+                                                                  : llvm::OptimizationLevel::O2;
+  llvm::TargetMachine* machine = impl_->machine.get();
+  impl_->jit->getIRTransformLayer().setTransform(
+      [machine, level](llvm::orc::ThreadSafeModule module,
+                       llvm::orc::MaterializationResponsibility&)
+          -> llvm::Expected<llvm::orc::ThreadSafeModule> {
+        module.withModuleDo([&](llvm::Module& m) {
+          llvm::LoopAnalysisManager loops;
+          llvm::FunctionAnalysisManager functions;
+          llvm::CGSCCAnalysisManager sccs;
+          llvm::ModuleAnalysisManager modules;
+          llvm::PassBuilder builder(machine);
+          builder.registerModuleAnalyses(modules);
+          builder.registerCGSCCAnalyses(sccs);
+          builder.registerFunctionAnalyses(functions);
+          builder.registerLoopAnalyses(loops);
+          builder.crossRegisterProxies(loops, functions, sccs, modules);
+          builder.buildPerModuleDefaultPipeline(level).run(m, modules);
         });
-  }
+        return std::move(module);
+      });
+}
+
+StockLljit::~StockLljit() = default;
+
+double StockLljit::load_us(const std::vector<std::byte>& bitcode, const std::string& symbol) {
+  llvm::orc::LLJIT& jit = *impl_->jit;
   const llvm::StringRef bytes(reinterpret_cast<const char*>(bitcode.data()), bitcode.size());
-  std::vector<double> times;
-  for (int i = 0; i < rounds; ++i) {
-    const auto start = Clock::now();
-    auto created = jit->createJITDylib("stock-" + std::to_string(i));
-    if (!created) throw std::runtime_error("createJITDylib: " + llvm::toString(created.takeError()));
-    llvm::orc::JITDylib& dylib = *created;
-    auto context = std::make_unique<llvm::LLVMContext>();
-    auto module = check(llvm::parseBitcodeFile(llvm::MemoryBufferRef(bytes, "stock"), *context),
-                        "parseBitcodeFile");
-    check(
-        jit->addIRModule(dylib, llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
+  const auto start = Clock::now();
+  auto created = jit.createJITDylib("stock-" + std::to_string(impl_->count++));
+  if (!created) throw std::runtime_error("createJITDylib: " + llvm::toString(created.takeError()));
+  llvm::orc::JITDylib& dylib = *created;
+  auto context = std::make_unique<llvm::LLVMContext>();
+  auto module = check(llvm::parseBitcodeFile(llvm::MemoryBufferRef(bytes, "stock"), *context),
+                      "parseBitcodeFile");
+  check(jit.addIRModule(dylib, llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
         "addIRModule");
-    (void)check(jit->lookup(dylib, symbol), "lookup");
-    times.push_back(since_us(start));
-    check(jit->getExecutionSession().removeJITDylib(dylib), "removeJITDylib");
-  }
-  return median(times);
+  (void)check(jit.lookup(dylib, symbol), "lookup");
+  const double us = since_us(start);
+  check(jit.getExecutionSession().removeJITDylib(dylib), "removeJITDylib");
+  return us;
 }
 
 }  // namespace bench

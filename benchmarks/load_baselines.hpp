@@ -4,6 +4,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,13 +17,22 @@ namespace bench {
 [[nodiscard]] double dlopen_median_us(const std::string& shared_object, const std::string& symbol,
                                       int rounds);
 
-// Median microseconds of `rounds` loads of `bitcode` (one module) by a stock
-// LLJIT (LLJITBuilder defaults: host CPU, JITLink): a JITDylib with the
-// process's symbols, parse, LLVM's O<level> pipeline on the module (none if
-// 0) with the JIT's TargetMachine, code generation, link, lookup of
-// `symbol`, and removal of the JITDylib.
-[[nodiscard]] double stock_lljit_median_us(const std::vector<std::byte>& bitcode,
-                                           const std::string& symbol, int optimisation_level,
-                                           int rounds);
+// A stock LLJIT (LLJITBuilder defaults: host CPU, JITLink) doing what the
+// JitCache does with bitcode: load() makes a JITDylib with the process's
+// symbols, parses, runs LLVM's O<level> pipeline on the module (none if 0)
+// with the JIT's TargetMachine, generates code, links, looks up `symbol`,
+// and removes the JITDylib; it returns the microseconds that took.
+class StockLljit {
+ public:
+  explicit StockLljit(int optimisation_level);
+  ~StockLljit();
+  StockLljit(const StockLljit&) = delete;
+  StockLljit& operator=(const StockLljit&) = delete;
+  [[nodiscard]] double load_us(const std::vector<std::byte>& bitcode, const std::string& symbol);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace bench
