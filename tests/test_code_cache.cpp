@@ -132,3 +132,34 @@ TEST_CASE("a code cache directory others can write to is refused", "[jit][code_c
     CHECK_THAT(e.what(), Catch::Contains("writable by nobody else"));
   }
 }
+
+TEST_CASE("a code cache reached through a symbolic link, or open to the group, is refused",
+          "[jit][code_cache]") {
+  const test::TempDir dir("code-cache-links");
+  const fs::path real = dir.path() / "real";
+  fs::create_directory(real);
+  fs::permissions(real, fs::perms::owner_all, fs::perm_options::replace);
+  const fs::path link = dir.path() / "link";
+  fs::create_directory_symlink(real, link);
+  CHECK_THROWS_AS(JitCache({.code_cache_directory = link.string()}), Error);
+  fs::permissions(real, fs::perms::owner_all | fs::perms::group_write, fs::perm_options::replace);
+  CHECK_THROWS_AS(JitCache({.code_cache_directory = real.string()}), Error);
+}
+
+TEST_CASE("a code cache entry that is a symbolic link is not followed", "[jit][code_cache]") {
+  const test::TempDir dir("code-cache-entry-link");
+  const fs::path cache_dir = dir.path() / "objects";
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  const JitOptions options{.code_cache_directory = cache_dir.string()};
+  {
+    JitCache first(options);
+    (void)first.load(counter.id(), counter.codec(), counter.code());
+  }
+  // The entry moved elsewhere and a link left in its place: a link is never read.
+  const fs::path entry = only_entry(cache_dir);
+  const fs::path elsewhere = dir.path() / "elsewhere.tco";
+  fs::rename(entry, elsewhere);
+  fs::create_symlink(elsewhere, entry);
+  JitCache restarted(options);
+  CHECK_FALSE(restarted.load(counter.id(), counter.codec(), counter.code()).from_code_cache);
+}

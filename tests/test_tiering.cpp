@@ -1,6 +1,7 @@
 // Tiered code: a container with, per triple, an object (tier 0, linked at
 // once) and IR (tier 1, compiled for this CPU by a background thread and
 // switched to between calls), under each JitOptions::tiering policy.
+#include "ifuncs/matrix/matrix.h"
 #include "support/disassembly.hpp"
 #include "support/temp_dir.hpp"
 
@@ -127,9 +128,12 @@ TEST_CASE("the tiering policy decides what runs", "[jit][tiered]") {
 
 TEST_CASE("evicting tiered code while its tier 1 compiles drops the compile", "[jit][tiered]") {
   const Ifunc counter = Ifunc::load(TC_COUNTER_TIERED);
-  JitCache cache({.promote_after_calls = 0});  // compiled from the load on
+  JitCache cache({.promote_after_calls = 0});  // due from the load on
   (void)cache.load(counter.id(), counter.codec(), counter.code());
+  cache.start_due_compiles();  // as a dispatch loop would after its credits: the compile runs
+  CHECK(cache.compiles_in_progress());
   CHECK(cache.evict(counter.id()));
+  CHECK_FALSE(cache.compiles_in_progress());
   CHECK_FALSE(cache.promotions_pending());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   CHECK(cache.promote_ready().promoted == 0);  // the finished compile is for evicted code
@@ -185,4 +189,54 @@ TEST_CASE("tier 0 runs baseline vectors, tier 1 this host's", "[jit][tiered][cpu
 #else
   WARN("not an x86-64 host: the register check is written for x86-64 (skipped)");
 #endif
+}
+
+TEST_CASE("code with writable globals stays at tier 0, its state intact", "[jit][tiered]") {
+  // static_data keeps counters in .data and .bss: tier 1, linked apart, would
+  // start from fresh copies of them.
+  const Ifunc stateful = Ifunc::load(TC_STATIC_DATA_TIERED);
+  JitCache cache({.promote_after_calls = 1});
+  const LoadResult loaded = cache.load(stateful.id(), stateful.codec(), stateful.code());
+  REQUIRE(loaded.tier == 0);
+  matrix_result r{};
+  cache.count_call(stateful.id());
+  loaded.entry(nullptr, 0, &r);
+  CHECK(r.values[0] == 40);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  Promotions done;
+  while (cache.promotions_pending() && std::chrono::steady_clock::now() < deadline) {
+    const Promotions round = cache.promote_ready();
+    done.promoted += round.promoted;
+    done.stay_at_tier0 += round.stay_at_tier0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(done.promoted == 0);
+  CHECK(done.stay_at_tier0 == 1);
+  CHECK(cache.find(stateful.id()) == loaded.entry);
+  cache.find(stateful.id())(nullptr, 0, &r);
+  CHECK(r.values[0] == 41);  // the same .data as the first call
+  CHECK(r.calls == 2);
+}
+
+TEST_CASE("an evicted ifunc's JITDylib, reused, gives the next one fresh state", "[jit]") {
+  // Evicted JITDylibs are emptied and reused; what loads into one must see
+  // its own data from scratch, as in a new JITDylib.
+  JitCache cache;
+  for (const char* path : {TC_MATRIX_STATIC_DATA_BITCODE, TC_MATRIX_STATIC_DATA_BINARY,
+                           TC_MATRIX_THREAD_LOCAL_BITCODE, TC_MATRIX_CXX_BITCODE}) {
+    const Ifunc ifunc = Ifunc::load(path);
+    for (int round = 0; round < 3; ++round) {
+      INFO(path << ", round " << round);
+      const LoadResult loaded = cache.load(ifunc.id(), ifunc.codec(), ifunc.code());
+      matrix_result r{};
+      loaded.entry(nullptr, 0, &r);
+      CHECK(r.calls == 1);
+      if (std::string(path) != TC_MATRIX_THREAD_LOCAL_BITCODE &&
+          std::string(path) != TC_MATRIX_CXX_BITCODE) {
+        CHECK(r.values[0] == 40);  // static_data's .data, as initialised
+        CHECK(r.values[1] == 1);   // its .bss, zeroed
+      }
+      CHECK(cache.evict(ifunc.id()));
+    }
+  }
 }

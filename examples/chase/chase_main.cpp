@@ -166,6 +166,8 @@ tc::NodeOptions mesh_options(void* target_args) {
       tc::Trust().allow_peer(key.public_key()).allow_code_signer(key.public_key());
   options.receiver.target_args = target_args;
   options.channel.identity = key;
+  // Request-reply between ranks: replies carry the credits (docs/design.md).
+  options.defer_credits = true;
   return options;
 }
 

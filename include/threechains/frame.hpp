@@ -146,7 +146,7 @@ class FrameView {
                std::to_string(FrameHeader::kVersion);
       case errc::bad_codec:
         return "frame rejected: codec id " + std::to_string(h.codec) +
-               " is not bitcode (1) or binary (2)";
+               " is not bitcode (1), binary (2) or tiered (3)";
       case errc::truncated_frame:
         if (bytes.size() < sizeof(FrameHeader)) {
           return "frame rejected: " + std::to_string(bytes.size()) + " bytes is shorter than the " +

@@ -74,6 +74,7 @@ struct LoadResult {
 // compiles that failed (those keep running tier 0).
 struct Promotions {
   unsigned promoted = 0;
+  unsigned stay_at_tier0 = 0;  // code with writable globals: tier 1 would lose their state
   std::vector<std::string> failures;
 };
 
@@ -98,7 +99,8 @@ class JitCache {
   // compiles or links it. Throws Error (bad_container, no_image_for_target,
   // code_identity_mismatch, dependency_not_found, symbol_not_found,
   // import_refused, jit_failed)
-  // and leaves the cache as it was. Loading an id already cached returns it.
+  // and leaves the cache as it was. Loading an id already cached returns its
+  // entry (with tier, from_code_cache and compile_time not reported).
   LoadResult load(CodeId id, CodecId codec, std::span<const std::byte> code);
 
   // Another symbol of a loaded ifunc (e.g. <name>_payload_init), or nullptr if
@@ -119,9 +121,13 @@ class JitCache {
     if (awaiting_calls_ != 0) [[unlikely]]
       note_call(id);
   }
+  // Whether a tier-0 ifunc may still be promoted (waiting for calls, or compiling).
   [[nodiscard]] bool promotions_pending() const noexcept {
     return awaiting_calls_ + compiling_ != 0;
   }
+  // Whether a compile is due, under way or finished but not linked: what a
+  // dispatch loop checks each poll (code waiting for calls costs it nothing).
+  [[nodiscard]] bool compiles_in_progress() const noexcept { return compiling_ != 0; }
   // Hands the compiles whose call count was reached to the background thread.
   // A dispatch loop calls it after its credits went out: a waking compiler
   // thread must not delay the call that woke it. promote_ready() does it too.

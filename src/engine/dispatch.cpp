@@ -19,13 +19,13 @@ unsigned Engine::poll() {
 }
 
 void Engine::start_due_compiles() {
-  if (target_->cache.promotions_pending()) [[unlikely]]
+  if (target_->cache.compiles_in_progress()) [[unlikely]]
     target_->cache.start_due_compiles();
 }
 
 unsigned Engine::poll_without_credits() {
   // Tiered code finished compiling is switched to here, between dispatches.
-  if (target_->cache.promotions_pending()) [[unlikely]]
+  if (target_->cache.compiles_in_progress()) [[unlikely]]
     promote_tiers();
   progress();
   unsigned dispatched = 0;
@@ -39,17 +39,13 @@ void Engine::return_credits(CreditTiming timing) {
     Inbound& in = link->in;
     const uint64_t consumed = in.expected - 1;
     if (in.reported == consumed) continue;
-    // Over AM delivery (tcp) a credit is a message of its own, a send and a
-    // receive on the wire. A Node has a channel back to every source, and its
-    // frames there carry credits for free: while frames keep arriving, a Node
-    // waits one poll, during which its program's reply (the next request of a
-    // request-reply loop) takes the credit along. The next poll with nothing
-    // new from that source sends it, and so does half a ring unreported, a
-    // send that waits, a flush and close. Without this every request-reply
-    // round over tcp cost one extra message (the pointer chase: 0.87x of the
-    // AM chase). Put credits (shared memory) are a store: never deferred; nor
-    // are a plain Receiver's, which has no frames going back.
-    if (timing == CreditTiming::may_defer && runtime_hooks_ != nullptr && in.by_active_message &&
+    // NodeOptions::defer_credits: over AM delivery a credit is a message of
+    // its own; while frames keep arriving from a rank this Node sends to (its
+    // frames there carry the credit in their AM header), wait one poll. The
+    // next poll with nothing new from it, half a ring unreported, a send that
+    // waits, a flush and close send it at once. Put credits (shared memory)
+    // are a store: never deferred.
+    if (timing == CreditTiming::may_defer && defer_credits_ && in.by_active_message && link->out &&
         consumed != in.consumed_at_last_look &&
         consumed - in.reported < std::max<uint64_t>(in.slots / 2, 1)) {
       in.consumed_at_last_look = consumed;

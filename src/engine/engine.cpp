@@ -163,6 +163,7 @@ void Engine::open_outbound(Link& link, const ChannelOptions& options, int64_t my
   }
   out.in_flight.resize(std::size_t{out.hot.slots} * 2);
   out.am_headers.assign(out.hot.slots, 0);
+  out.am_pieces.assign(out.hot.slots, {});
   out.delivery = resolve_delivery(options.delivery, link);
   if (out.delivery != Delivery::direct) {
     out.staging.emplace(context, std::size_t{out.hot.slots} * out.hot.slot_size);
@@ -278,6 +279,10 @@ void Engine::check_sendable(const Link& link, const char* operation) const {
   if (link.removed) [[unlikely]] {
     throw Error(errc::peer_gone, "channel to " + link.peer_name + ": " + operation +
                                      ": the target closed the connection");
+  }
+  if (link.out && !link.out->broken.empty()) [[unlikely]] {
+    throw Error(errc::timeout,
+                "channel to " + link.peer_name + ": " + operation + ": " + link.out->broken);
   }
   if (!link.out || link.out->state != Outbound::State::open) [[unlikely]] {
     throw Error(errc::invalid_argument,

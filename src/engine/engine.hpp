@@ -156,9 +156,10 @@ class Engine {
 
   // ---- Node ----------------------------------------------------------------
   // Keep loaded code so injected code can send it onward; the runtime to expose.
-  void serve_as_node(const RuntimeHooks* hooks) noexcept {
+  void serve_as_node(const RuntimeHooks* hooks, bool defer_credits) noexcept {
     runtime_hooks_ = hooks;
     keep_code_ = true;
+    defer_credits_ = defer_credits;
   }
   // The link to `rank` whose inbound direction is open (the peer connected here).
   [[nodiscard]] std::shared_ptr<Link> inbound_link_of_rank(int64_t rank) const;
@@ -245,6 +246,7 @@ class Engine {
   uint32_t rounds_ = 0;
   bool keep_code_ = false;
   const RuntimeHooks* runtime_hooks_ = nullptr;
+  bool defer_credits_ = false;  // NodeOptions::defer_credits
   std::unique_ptr<Target> target_;
   [[nodiscard]] bool on_other_thread() const noexcept {
     return threaded_.load(std::memory_order_acquire) &&

@@ -65,6 +65,11 @@ struct Outbound {
   std::chrono::milliseconds timeout{30000};
   std::vector<Request> in_flight;    // per slot: body, commit (put) or the AM
   std::vector<uint64_t> am_headers;  // per slot: the credit piggybacked on its AM
+  // Per slot: the pieces of a gathered send (UCX reads them until it is done).
+  std::vector<std::array<ucp_dt_iov_t, 3>> am_pieces;
+  // Why the channel cannot go on (a gathered send that had to be cancelled
+  // left a hole in the sequence), or empty.
+  std::string broken;
   std::unordered_set<CodeId> held;   // code the target holds (or will, once it reads)
   // What we can resend on a cache miss, with the last sequence sent in cached
   // form; let go (beyond max_code_kept) only once the target consumed that.

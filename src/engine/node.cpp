@@ -19,7 +19,7 @@ struct NodeCore {
         ranks(rank_count),
         options(std::move(node_options)),
         receiver(started(engine, options.receiver)) {
-    engine->serve_as_node(&hooks);
+    engine->serve_as_node(&hooks, options.defer_credits);
     hooks.node = this;
     hooks.rank = [](void* p) { return static_cast<NodeCore*>(p)->rank; };
     hooks.ranks = [](void* p) { return static_cast<NodeCore*>(p)->ranks; };

@@ -100,15 +100,19 @@ namespace {
 // open, the frame carries our consumed count of the peer's frames, so a busy
 // pair needs no separate credit messages; only when the reverse direction's
 // credits are AMs too: a credit put could otherwise land after, and undo, a
-// newer piggybacked count. Returns the header's length (0: none).
+// newer piggybacked count. Returns the header's length (0: none); once the
+// send is handed to UCX, note_header_sent() records the credit as reported.
 std::size_t am_frame_header(Link& link, std::size_t slot, const void*& header) {
   header = nullptr;
   if (!link.receiving() || !link.in.by_active_message) return 0;
   uint64_t& credit = link.out->am_headers[slot];
   credit = link.in.expected - 1;
-  link.in.reported = credit;
   header = &credit;
   return sizeof(credit);
+}
+
+void note_header_sent(Link& link, std::size_t slot, std::size_t header_length) {
+  if (header_length != 0) link.in.reported = link.out->am_headers[slot];
 }
 
 }  // namespace
@@ -125,6 +129,7 @@ void put_frame(Engine& engine, Link& link, std::size_t slot, std::size_t frame_b
       const std::size_t header_length = am_frame_header(link, slot, header);
       requests[0] = link.endpoint.am_send(kAmFrame, header, header_length, staging,
                                           kCommitWordSize + frame_bytes);
+      note_header_sent(link, slot, header_length);
       return;
     }
     // Ring: body first, then (after a fence) the commit word, so the target
@@ -177,7 +182,7 @@ SendStatus send_gathered(Engine& engine, Link& link, const Ifunc& ifunc,
     throw_frame_too_large(link, ifunc, payload.size(), payload.size());
   }
   std::memcpy(at, &sequence, sizeof(sequence));
-  std::array<ucp_dt_iov_t, 3> pieces{};
+  std::array<ucp_dt_iov_t, 3>& pieces = out.am_pieces[slot];
   std::size_t count = 0;
   pieces[count++] = {at, kCommitWordSize + sizeof(FrameHeader)};
   pieces[count++] = {const_cast<std::byte*>(payload.data()), payload.size()};
@@ -188,6 +193,7 @@ SendStatus send_gathered(Engine& engine, Link& link, const Ifunc& ifunc,
     const void* header = nullptr;
     const std::size_t header_length = am_frame_header(link, slot, header);
     request = link.endpoint.am_send_gathered(kAmFrame, header, header_length, pieces.data(), count);
+    note_header_sent(link, slot, header_length);
   } catch (const Error& error) {
     throw Error(error.ucs_status().value_or(UCS_ERR_IO_ERROR),
                 "channel to " + link.peer_name + ": ucp_am_send_nbx");
@@ -196,19 +202,27 @@ SendStatus send_gathered(Engine& engine, Link& link, const Ifunc& ifunc,
   ++ring.stats.frames_sent;
   ring.stats.last_frame_size = frame.size();
   ring.stats.frames_with_code += with_code ? 1 : 0;
-  // The caller's buffer (and `pieces`) must outlive UCX's use of them.
+  ++ring.stats.frames_gathered;
+  // The caller's buffer must outlive UCX's use of it: wait. A send UCX has
+  // not finished by the timeout is cancelled (and waited for, bounded) before
+  // the caller gets its buffer back; the frame may or may not have gone, so
+  // the sequence has a hole and the channel cannot go on.
   const auto deadline = std::chrono::steady_clock::now() + out.timeout;
   ucs_status_t status;
   while ((status = request.reap()) == UCS_INPROGRESS) {
     engine.progress();
     if (std::chrono::steady_clock::now() > deadline) [[unlikely]] {
-      throw Error(errc::timeout, "channel to " + link.peer_name + ": send: UCX did not take a " +
-                                     std::to_string(payload.size()) + "-byte payload in " +
-                                     std::to_string(out.timeout.count()) + " ms");
+      request.cancel(engine.worker());
+      out.broken = "a " + std::to_string(payload.size()) +
+                   "-byte payload was not sent within " + std::to_string(out.timeout.count()) +
+                   " ms and was cancelled; the channel cannot go on";
+      throw Error(errc::timeout, "channel to " + link.peer_name + ": send: " + out.broken);
     }
   }
-  if (status != UCS_OK) [[unlikely]]
+  if (status != UCS_OK) [[unlikely]] {
+    out.broken = "a gathered send failed; the channel cannot go on";
     throw Error(status, "channel to " + link.peer_name + ": ucp_am_send_nbx");
+  }
   return with_code ? SendStatus::sent_with_code : SendStatus::sent_cached;
 }
 

@@ -7,6 +7,7 @@
 
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/ExecutionEngine/Orc/CompileUtils.h>
+#include <llvm/IR/GlobalVariable.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Support/Error.h>
@@ -58,12 +59,16 @@ void BackgroundCompiler::run(const std::stop_token& stop) {
     Job job;
     {
       std::unique_lock lock(mutex_);
-      if (!wake_.wait(lock, stop, [this] { return !jobs_.empty(); })) return;
+      // A stop request ends the thread even with jobs queued (a compile
+      // under way finishes first): a destructor must not wait for a queue.
+      if (!wake_.wait(lock, stop, [this] { return !jobs_.empty(); }) || stop.stop_requested())
+        return;
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
     Result result = compile(job);
-    if (result.error.empty() && !job.store_key.empty() && store_ != nullptr)
+    if (result.error.empty() && result.stays_at_tier0.empty() && !job.store_key.empty() &&
+        store_ != nullptr)
       (void)store_->store(job.store_key, result.object);
     const std::lock_guard lock(mutex_);
     finished_.push_back(std::move(result));
@@ -94,6 +99,16 @@ BackgroundCompiler::Result BackgroundCompiler::compile(Job& job) {
       return result;
     }
     check_bitcode(**module, job.image.name, policy_);
+    // Tier 1 links into a JITDylib of its own: writable globals (a static
+    // counter, a lazily built table, thread-local state) would start afresh
+    // there while tier 0's copies hold what the calls so far did. Such code
+    // stays at tier 0; constant data is fine.
+    for (const llvm::GlobalVariable& global : (*module)->globals()) {
+      if (global.isDeclaration() || (global.isConstant() && !global.isThreadLocal())) continue;
+      result.stays_at_tier0 = "it defines writable global '" + global.getName().str() +
+                              "' (tier 1 would start with a fresh copy)";
+      return result;
+    }
     const HostOptimiser optimiser(std::move(*optimiser_machine), optimisation_level_);
     (void)optimiser.run(**module);
     llvm::orc::SimpleCompiler compiler(**codegen_machine);

@@ -37,6 +37,9 @@ class BackgroundCompiler {
     CodeId id = 0;
     std::vector<std::byte> object;  // empty on failure
     std::string error;              // why it failed
+    // Not an error: why this code stays at tier 0 (tier 1 would start with
+    // fresh copies of the module's writable globals, losing tier 0's state).
+    std::string stays_at_tier0;
   };
 
   // `host` describes this host exactly as the JIT's compiler does; `store`

@@ -9,6 +9,9 @@
 #include <threechains/error.hpp>
 #include <threechains/jit_cache.hpp>
 
+#include "trust/sodium.hpp"
+
+#include <llvm-c/Core.h>
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/DebugUtils.h>
@@ -28,6 +31,7 @@
 #include <llvm/Support/TargetSelect.h>
 
 #include <dlfcn.h>
+#include <sodium.h>
 #include <link.h>
 
 #include <algorithm>
@@ -202,7 +206,17 @@ struct JitCache::Impl {
       std::sort(features.begin(), features.end());
       std::string joined;
       for (const std::string& feature : features) joined += feature + ",";
-      host_key = "host " + builder->getTargetTriple().str() + "\ncpu " + builder->getCPU() +
+      unsigned llvm_major = 0;
+      unsigned llvm_minor = 0;
+      unsigned llvm_patch = 0;
+      LLVMGetVersion(&llvm_major, &llvm_minor, &llvm_patch);  // the libLLVM loaded, not the headers
+      // kChecks: bump when the bitcode checks or the host pipeline change, so
+      // objects compiled under the old rules are not linked under the new.
+      constexpr int kChecks = 1;
+      host_key = "threechains " THREECHAINS_VERSION_STRING "\nchecks " + std::to_string(kChecks) +
+                 "\nllvm-runtime " + std::to_string(llvm_major) + "." + std::to_string(llvm_minor) +
+                 "." + std::to_string(llvm_patch) + "\nhost " +
+                 builder->getTargetTriple().str() + "\ncpu " + builder->getCPU() +
                  "\nfeatures " + joined + "\nllvm " LLVM_VERSION_STRING "\noptimisation " +
                  std::to_string(options.optimisation_level) + "\ncodegen " +
                  std::to_string(options.codegen_level) + "\nrestricted " +
@@ -341,8 +355,23 @@ struct JitCache::Impl {
     return jd;
   }
 
+  // The store's key for `image`: the code's identity (and, since XXH3 is no
+  // cryptographic hash, the image's BLAKE2b), and everything of this host and
+  // build that decides the object's bytes or what was checked before.
   [[nodiscard]] std::string store_key(CodeId id, const ParsedImage& image) const {
-    return "threechains object 1\nid " + hex_id(id) + "\nimage " + image.triple + "\n" + host_key;
+    ensure_sodium();
+    std::array<unsigned char, crypto_generichash_BYTES> digest{};
+    crypto_generichash(digest.data(), digest.size(),
+                       reinterpret_cast<const unsigned char*>(image.bytes.data()),
+                       image.bytes.size(), nullptr, 0);
+    std::string blake2b;
+    static constexpr char kDigits[] = "0123456789abcdef";
+    for (const unsigned char byte : digest) {
+      blake2b += kDigits[byte >> 4];
+      blake2b += kDigits[byte & 15];
+    }
+    return "threechains object 1\nid " + hex_id(id) + "\nimage " + image.triple + "\nblake2b " +
+           blake2b + "\n" + host_key;
   }
 
   // The entry of `image` (IR) linked from the store, or nullptr.
@@ -404,8 +433,15 @@ struct JitCache::Impl {
       Promotion promotion{next_serial++, promote_after_calls,
                           false,         false,
                           *ir,           store ? store_key(id, *ir) : std::string()};
-      auto [it, inserted] = promotions.insert_or_assign(id, std::move(promotion));
-      if (it->second.calls_left == 0) it->second.due = true;
+      drop_promotion(id);
+      auto [it, inserted] = promotions.emplace(id, std::move(promotion));
+      if (it->second.calls_left == 0) {
+        it->second.due = true;
+        due.push_back(id);
+        ++in_progress;
+      } else {
+        ++awaiting;
+      }
     }
     return entry;
   }
@@ -434,17 +470,37 @@ struct JitCache::Impl {
     const auto it = promotions.find(id);
     if (it == promotions.end() || it->second.due || it->second.submitted) return;
     if (it->second.calls_left > 0) --it->second.calls_left;
-    if (it->second.calls_left == 0) it->second.due = true;
-  }
-
-  void start_due_compiles() {
-    for (auto& [id, promotion] : promotions) {
-      if (promotion.due && !promotion.submitted) submit(id, promotion);
+    if (it->second.calls_left == 0) {
+      it->second.due = true;
+      due.push_back(id);
+      --awaiting;
+      ++in_progress;
     }
   }
 
+  // Forgets `id`'s promotion (a compile under way is dropped when it finishes).
+  void drop_promotion(CodeId id) {
+    const auto it = promotions.find(id);
+    if (it == promotions.end()) return;
+    if (it->second.due || it->second.submitted) {
+      --in_progress;
+    } else {
+      --awaiting;
+    }
+    promotions.erase(it);
+  }
+
+  void start_due_compiles() {
+    for (const CodeId id : due) {
+      const auto it = promotions.find(id);
+      if (it != promotions.end() && it->second.due && !it->second.submitted) submit(id, it->second);
+    }
+    due.clear();
+  }
+
   // Links finished tier-1 code; returns the new entries and what failed.
-  std::vector<std::pair<CodeId, IfuncMain>> promote_ready(std::vector<std::string>& failures) {
+  std::vector<std::pair<CodeId, IfuncMain>> promote_ready(std::vector<std::string>& failures,
+                                                          unsigned& kept_at_tier0) {
     start_due_compiles();
     std::vector<std::pair<CodeId, IfuncMain>> promoted;
     if (!compiler || !compiler->has_finished()) return promoted;
@@ -453,6 +509,11 @@ struct JitCache::Impl {
       if (it == promotions.end() || it->second.serial != done.serial) continue;  // evicted since
       const Promotion promotion = std::move(it->second);
       promotions.erase(it);
+      --in_progress;
+      if (!done.stays_at_tier0.empty()) {
+        ++kept_at_tier0;
+        continue;
+      }
       if (!done.error.empty()) {
         failures.push_back("ifunc '" + promotion.ir.name + "': compiling tier 1 for this CPU: " +
                            done.error + " (tier 0 keeps running)");
@@ -468,12 +529,6 @@ struct JitCache::Impl {
     return promoted;
   }
 
-  [[nodiscard]] std::size_t awaiting_calls() const noexcept {
-    std::size_t n = 0;
-    for (const auto& [id, promotion] : promotions)
-      n += promotion.due || promotion.submitted ? 0 : 1;
-    return n;
-  }
 
   // Links `image` (or, for bitcode, `object` compiled from it earlier) into a
   // JITDylib of its own and returns its entry point.
@@ -577,7 +632,13 @@ struct JitCache::Impl {
   llvm::Error release_dylib(llvm::orc::JITDylib& jd) {
     constexpr std::size_t kSpares = 64;
     if (spare_dylibs.size() < kSpares) {
-      if (llvm::Error e = jd.clear()) {
+      // clear() also removes what the session's platform defined in every
+      // new JITDylib (LLJIT's: __dso_handle, an atexit that runs at removal):
+      // set it up again, so a reused JITDylib is what a new one would be.
+      llvm::orc::Platform* platform = jit->getExecutionSession().getPlatform();
+      llvm::Error e = jd.clear();
+      if (!e && platform != nullptr) e = platform->setupJITDylib(jd);
+      if (e) {
         llvm::consumeError(std::move(e));
       } else {
         spare_dylibs.push_back(&jd);
@@ -588,7 +649,7 @@ struct JitCache::Impl {
   }
 
   bool evict(CodeId id) {
-    promotions.erase(id);  // a compile under way is dropped when it finishes
+    drop_promotion(id);
     const auto it = dylibs.find(id);
     if (it == dylibs.end()) return false;
     std::vector<llvm::orc::JITDylib*> tiers = std::move(it->second);
@@ -617,8 +678,11 @@ struct JitCache::Impl {
   std::optional<llvm::orc::JITTargetMachineBuilder> host_builder;  // for the background compiler
   int optimisation_level = 2;
   Tiering tiering = Tiering::tiered;
-  uint32_t promote_after_calls = 1;
+  uint32_t promote_after_calls = 2;
   std::unordered_map<CodeId, Promotion> promotions;  // tier-0 ifuncs with IR to compile
+  std::vector<CodeId> due;         // promotions to submit (start_due_compiles)
+  std::size_t awaiting = 0;        // promotions waiting for calls
+  std::size_t in_progress = 0;     // due, submitted or compiled, not yet linked
   uint64_t next_serial = 1;
   std::unique_ptr<BackgroundCompiler> compiler;  // started by the first promotion
   std::unordered_map<CodeId, std::vector<llvm::orc::JITDylib*>> dylibs;  // tier 0 first
@@ -689,7 +753,7 @@ void JitCache::start_due_compiles() {
 
 Promotions JitCache::promote_ready() {
   Promotions out;
-  for (const auto& [id, entry] : impl_->promote_ready(out.failures)) {
+  for (const auto& [id, entry] : impl_->promote_ready(out.failures, out.stay_at_tier0)) {
     entries_[id] = entry;
     ++out.promoted;
   }
@@ -698,8 +762,8 @@ Promotions JitCache::promote_ready() {
 }
 
 void JitCache::sync_promotion_counts() noexcept {
-  awaiting_calls_ = impl_->awaiting_calls();
-  compiling_ = impl_->promotions.size() - awaiting_calls_;
+  awaiting_calls_ = impl_->awaiting;
+  compiling_ = impl_->in_progress;
 }
 
 void* JitCache::lookup(CodeId id, const std::string& symbol) {

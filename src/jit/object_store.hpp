@@ -11,7 +11,11 @@
 //
 // What an entry holds is native code linked without the container's signature
 // being checked again, so the directory must be private: owned by this user
-// and writable by nobody else, or the store refuses it.
+// and writable by nobody else, or the store refuses it. It is opened once,
+// never through a symbolic link, and entries are opened relative to it
+// (openat, O_NOFOLLOW), each checked to be a regular file of this user's
+// before it is read. The directories above it are not checked: put it where
+// only this user can replace it.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +32,9 @@ class ObjectStore {
   // Creates `directory` (mode 0700) if it does not exist. Throws Error
   // (invalid_argument) if it cannot be used or is not private.
   explicit ObjectStore(std::filesystem::path directory);
+  ~ObjectStore();
+  ObjectStore(const ObjectStore&) = delete;
+  ObjectStore& operator=(const ObjectStore&) = delete;
 
   // The object stored under `key`, or nothing (absent, corrupt or foreign).
   [[nodiscard]] std::optional<std::vector<std::byte>> find(const std::string& key) const;
@@ -41,7 +48,10 @@ class ObjectStore {
   [[nodiscard]] std::filesystem::path path_of(const std::string& key) const;
 
  private:
+  [[nodiscard]] static std::string name_of(const std::string& key);
+
   std::filesystem::path directory_;
+  int dir_fd_ = -1;  // the directory, opened and checked once
 };
 
 }  // namespace threechains

@@ -485,8 +485,12 @@ ucs_status_t ucp_poll_ifunc(ucp_context_h context, void* buffer, size_t buffer_s
   ContextState& state = *found;
   // Tiered code compiled meanwhile takes over here, before this frame runs;
   // a failed tier-1 compile leaves tier 0 running and is not this frame's error.
-  if (state.cache.promotions_pending()) [[unlikely]]
-    (void)state.cache.promote_ready();
+  if (state.cache.compiles_in_progress()) [[unlikely]] {
+    try {
+      (void)state.cache.promote_ready();
+    } catch (const std::exception&) {  // tier 0 runs on; nothing may cross the C ABI
+    }
+  }
   tc::IfuncMain entry = state.cache.find(view.code_id());
   if (entry == nullptr) [[unlikely]] {
     try {

@@ -17,6 +17,7 @@ class Ifunc;
 struct ChannelStats {
   uint64_t frames_sent = 0;
   uint64_t frames_with_code = 0;
+  uint64_t frames_gathered = 0;       // sent from the caller's buffer (Channel::send_bytes)
   uint64_t code_requests_served = 0;  // cache misses the target reported
   std::size_t last_frame_size = 0;
 };
