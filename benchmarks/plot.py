@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 STYLE = {
     "am": dict(color="black", marker="o", linestyle="-"),
+    "am-strong": dict(color="grey", marker="o", linestyle="--"),
     "ifunc-bitcode-cached": dict(color="tab:blue", marker="s", linestyle="-"),
     "ifunc-bitcode-uncached": dict(color="tab:blue", marker="s", linestyle=":"),
     "ifunc-binary-cached": dict(color="tab:orange", marker="^", linestyle="-"),
@@ -28,7 +29,7 @@ def main(source: str, out_dir: str) -> None:
     rows = [json.loads(line) for line in Path(source).read_text().splitlines() if line.strip()]
     series = defaultdict(lambda: defaultdict(list))  # (transport, metric) -> mode -> [(size, value)]
     for r in rows:
-        if r["metric"] in ("latency", "rate"):
+        if r.get("metric") in ("latency", "rate"):
             series[(r["transport"], r["metric"])][r["mode"]].append((r["payload"], r["value"]))
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     for transport in sorted({t for t, _ in series}):
