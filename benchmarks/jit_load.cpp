@@ -21,6 +21,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   std::string dump_objects_to;
   std::string code_cache_directory;
   bool wait_for_tier1 = false;
+  std::string compile_between;
   std::string shared_object = THREECHAINS_BENCH_COUNTER_SO;
   std::string binary_counter = THREECHAINS_BENCH_BINARY;
   std::string bitcode_counter = THREECHAINS_BENCH_BITCODE;
@@ -50,13 +52,19 @@ int main(int argc, char** argv) {
                  "persistent code cache directory: after the first load, bitcode is linked "
                  "from it (what a restarted target pays)");
   app.add_flag("--wait-for-tier1", wait_for_tier1,
-               "tiered containers: after each load, call once and wait for tier 1 (loads are "
-               "still what is timed)");
+               "tiered containers: after each load, call until tier 1 is due and wait for it "
+               "(loads are still what is timed)");
+  app.add_option("--compile-between", compile_between,
+                 "a bitcode container another JitCache compiles before each timed load "
+                 "(untimed): loads with caches a compile has just used");
   app.add_option("--shared-object", shared_object,
                  "the counter as a shared object, for the dlopen baseline (\"\": none)");
   app.add_option("--stock-bitcode", counter_ir,
                  "the counter's bitcode for this host, for the stock LLJIT baseline (\"\": none)");
   CLI11_PARSE(app, argc, argv);
+  std::optional<tc::Ifunc> polluter;
+  if (!compile_between.empty()) polluter.emplace(tc::Ifunc::load(compile_between));
+  tc::JitCache other_jit;
   std::map<std::string, double> median_of;  // container path (canonical) -> median load (us)
   binary_counter = std::filesystem::weakly_canonical(binary_counter).string();
   bitcode_counter = std::filesystem::weakly_canonical(bitcode_counter).string();
@@ -73,14 +81,23 @@ int main(int argc, char** argv) {
     std::vector<double> rounds;
     for (int i = 0; i < repeats; ++i) {
       (void)cache.evict(ifunc.id());
+      if (polluter) {
+        // Another JIT compiles something first (untimed), as a tier-1
+        // compile would beside the dispatch loop: what does that leave the
+        // next load?
+        (void)other_jit.evict(polluter->id());
+        (void)other_jit.load(polluter->id(), polluter->codec(), polluter->code());
+      }
       rounds.push_back(std::chrono::duration<double, std::micro>(
                            cache.load(ifunc.id(), ifunc.codec(), ifunc.code()).compile_time)
                            .count());
       if (wait_for_tier1) {
-        // As a Receiver would: the call that makes tiered code due, then
-        // polls until its tier-1 code took over (before the next eviction).
-        cache.count_call(ifunc.id());
-        while (cache.promotions_pending()) {
+        // As a Receiver would: calls until the tiered code's compile is due
+        // (JitOptions::promote_after_calls), then polls until its tier-1
+        // code took over (before the next eviction).
+        while (cache.promotions_pending() && !cache.compiles_in_progress())
+          cache.count_call(ifunc.id());
+        while (cache.compiles_in_progress()) {
           if (!cache.promote_ready().failures.empty()) break;
           std::this_thread::sleep_for(std::chrono::microseconds(100));
         }

@@ -1,6 +1,7 @@
 // The persistent code cache (JitOptions::code_cache_directory): a restarted
 // target (a new JitCache on the same directory) links what an earlier one
 // compiled; corrupt, foreign and differently-built entries are not used.
+#include "support/run_counter.hpp"
 #include "support/temp_dir.hpp"
 
 #include <threechains/error.hpp>
@@ -16,6 +17,7 @@
 
 using namespace threechains;
 namespace fs = std::filesystem;
+using test::run_counter;
 
 namespace {
 
@@ -29,14 +31,6 @@ fs::path only_entry(const fs::path& dir) {
   }
   REQUIRE(count == 1);
   return found;
-}
-
-uint64_t run_counter(IfuncMain entry) {
-  uint64_t total = 0;
-  uint64_t increment = 7;
-  entry(&increment, sizeof(increment), &total);
-  entry(nullptr, 0, &total);
-  return total;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // switched to between calls), under each JitOptions::tiering policy.
 #include "ifuncs/matrix/matrix.h"
 #include "support/disassembly.hpp"
+#include "support/run_counter.hpp"
 #include "support/temp_dir.hpp"
 
 #include <threechains/codec.hpp>
@@ -17,16 +18,9 @@
 
 using namespace threechains;
 namespace fs = std::filesystem;
+using test::run_counter;
 
 namespace {
-
-uint64_t run_counter(IfuncMain entry) {
-  uint64_t total = 0;
-  uint64_t increment = 7;
-  entry(&increment, sizeof(increment), &total);
-  entry(nullptr, 0, &total);
-  return total;
-}
 
 // Calls promote_ready() as a dispatch loop would until something is promoted
 // (or failed), for at most `limit`.

@@ -50,8 +50,9 @@ struct JitOptions {
   // called fewer times never pays for a compile: 2 by default, so code sent
   // to run once (a control message) costs a link and nothing more. A compile
   // runs at nice 10 beside the dispatch loop, and still leaves the caches
-  // cold for what runs next (a JITLink load after a compile: 150 us, against
-  // 63 us back to back; docs/performance.md).
+  // cold for what runs next (a JITLink load right after a compile: 84 us,
+  // against 28 us back to back; threechains-bench-jit --compile-between,
+  // docs/performance.md).
   Tiering tiering = Tiering::tiered;
   uint32_t promote_after_calls = 2;
   // What injected code may import (symbols, dependency libraries); checked

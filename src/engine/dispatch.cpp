@@ -200,10 +200,7 @@ IfuncMain Engine::load(Link& link, CodeId id, CodecId codec, std::span<const std
       t.code_store.insert_or_assign(
           id, Target::StoredCode{std::vector<std::byte>(code.begin(), code.end()), std::nullopt});
     }
-    ++t.stats.code_loads;
-    t.stats.last_load_time = result.compile_time;
-    t.stats.last_load_tier = result.tier;
-    t.stats.total_load_time += result.compile_time;
+    count_load(result);
     return result.entry;
   } catch (const Error& error) {
     if (error.is(errc::code_refused) || error.is(errc::import_refused) ||
@@ -217,6 +214,14 @@ IfuncMain Engine::load(Link& link, CodeId id, CodecId codec, std::span<const std
     send_code_refusal(link, id, error);
     return nullptr;
   }
+}
+
+void Engine::count_load(const LoadResult& result) noexcept {
+  ReceiverStats& stats = target_->stats;
+  ++stats.code_loads;
+  stats.last_load_time = result.compile_time;
+  stats.last_load_tier = result.tier;
+  stats.total_load_time += result.compile_time;
 }
 
 void Engine::note_loaded(CodeId id, std::size_t bytes) {
@@ -275,10 +280,7 @@ void Engine::install(const Ifunc& ifunc) {
     const LoadResult result = t.cache.load(ifunc.id(), ifunc.codec(), ifunc.code());
     note_loaded(ifunc.id(), ifunc.code().size());
     trim_cache(ifunc.id());
-    ++t.stats.code_loads;
-    t.stats.last_load_time = result.compile_time;
-    t.stats.last_load_tier = result.tier;
-    t.stats.total_load_time += result.compile_time;
+    count_load(result);
   }
   t.code_by_name[ifunc.name()] = ifunc.id();
   t.code_store.insert_or_assign(ifunc.id(), Target::StoredCode{{}, ifunc});

@@ -199,6 +199,7 @@ class Engine {
   // Checks (size, signature) and loads code that arrived from `link`; a
   // refusal is reported, and told to the source. nullptr if it cannot run.
   IfuncMain load(Link& link, CodeId id, CodecId codec, std::span<const std::byte> code);
+  void count_load(const LoadResult& result) noexcept;  // the stats of a load that worked
   void note_loaded(CodeId id, std::size_t bytes);
   void touch(CodeId id) noexcept;
   // Evicts least recently used ifuncs (never `keep`) until the cache fits its limits.

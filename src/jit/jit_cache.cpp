@@ -31,8 +31,8 @@
 #include <llvm/Support/TargetSelect.h>
 
 #include <dlfcn.h>
-#include <sodium.h>
 #include <link.h>
+#include <sodium.h>
 
 #include <algorithm>
 #include <mutex>
@@ -215,9 +215,9 @@ struct JitCache::Impl {
       constexpr int kChecks = 1;
       host_key = "threechains " THREECHAINS_VERSION_STRING "\nchecks " + std::to_string(kChecks) +
                  "\nllvm-runtime " + std::to_string(llvm_major) + "." + std::to_string(llvm_minor) +
-                 "." + std::to_string(llvm_patch) + "\nhost " +
-                 builder->getTargetTriple().str() + "\ncpu " + builder->getCPU() +
-                 "\nfeatures " + joined + "\nllvm " LLVM_VERSION_STRING "\noptimisation " +
+                 "." + std::to_string(llvm_patch) + "\nhost " + builder->getTargetTriple().str() +
+                 "\ncpu " + builder->getCPU() + "\nfeatures " + joined +
+                 "\nllvm " LLVM_VERSION_STRING "\noptimisation " +
                  std::to_string(options.optimisation_level) + "\ncodegen " +
                  std::to_string(options.codegen_level) + "\nrestricted " +
                  (policy.is_unrestricted() ? "0" : "1") + "\n";
@@ -374,10 +374,10 @@ struct JitCache::Impl {
            blake2b + "\n" + host_key;
   }
 
-  // The entry of `image` (IR) linked from the store, or nullptr.
-  IfuncMain link_stored(CodeId id, const ParsedImage& image) {
+  // The entry of `image` (IR) linked from the store under `key`, or nullptr.
+  IfuncMain link_stored(CodeId id, const ParsedImage& image, const std::string& key) {
     if (!store) return nullptr;
-    if (const std::optional<std::vector<std::byte>> object = store->find(store_key(id, image))) {
+    if (const std::optional<std::vector<std::byte>> object = store->find(key)) {
       try {
         return link(id, CodecId::bitcode, image, &*object);
       } catch (const Error&) {
@@ -392,7 +392,7 @@ struct JitCache::Impl {
     from_store = false;
     if (codec != CodecId::bitcode || !store) return link(id, codec, image, nullptr);
     const std::string key = store_key(id, image);
-    if (const IfuncMain entry = link_stored(id, image)) {
+    if (const IfuncMain entry = link_stored(id, image, key)) {
       from_store = true;
       return entry;
     }
@@ -420,8 +420,11 @@ struct JitCache::Impl {
       result.tier = 1;
       return load(id, CodecId::bitcode, *ir, result.from_code_cache);
     }
-    if (ir != nullptr && tiering == Tiering::tiered) {
-      if (const IfuncMain stored = link_stored(id, *ir)) {  // compiled by an earlier run
+    // The key (a BLAKE2b of the IR among it) once, for the lookup and the promotion.
+    const std::string key =
+        ir != nullptr && tiering == Tiering::tiered && store ? store_key(id, *ir) : std::string();
+    if (!key.empty()) {
+      if (const IfuncMain stored = link_stored(id, *ir, key)) {  // compiled by an earlier run
         result.tier = 1;
         result.from_code_cache = true;
         return stored;
@@ -430,9 +433,7 @@ struct JitCache::Impl {
     const IfuncMain entry = link(id, CodecId::binary, *object, nullptr);
     result.tier = 0;
     if (ir != nullptr && tiering == Tiering::tiered) {
-      Promotion promotion{next_serial++, promote_after_calls,
-                          false,         false,
-                          *ir,           store ? store_key(id, *ir) : std::string()};
+      Promotion promotion{next_serial++, promote_after_calls, false, false, *ir, key};
       drop_promotion(id);
       auto [it, inserted] = promotions.emplace(id, std::move(promotion));
       if (it->second.calls_left == 0) {
@@ -460,8 +461,10 @@ struct JitCache::Impl {
       compiler = std::make_unique<BackgroundCompiler>(*host_builder, optimisation_level, policy,
                                                       store ? &*store : nullptr);
     }
-    ParsedImage image = promotion.ir;
-    promotion.ir.bytes.clear();
+    // The bytes go to the compiler; name, triple and deps stay for the link.
+    ParsedImage image{promotion.ir.name, promotion.ir.triple, promotion.ir.kind, promotion.ir.deps,
+                      std::move(promotion.ir.bytes)};
+    promotion.ir.bytes = {};
     promotion.submitted = true;
     compiler->submit({promotion.serial, id, std::move(image), promotion.store_key});
   }
@@ -528,7 +531,6 @@ struct JitCache::Impl {
     }
     return promoted;
   }
-
 
   // Links `image` (or, for bitcode, `object` compiled from it earlier) into a
   // JITDylib of its own and returns its entry point.
@@ -680,9 +682,9 @@ struct JitCache::Impl {
   Tiering tiering = Tiering::tiered;
   uint32_t promote_after_calls = 2;
   std::unordered_map<CodeId, Promotion> promotions;  // tier-0 ifuncs with IR to compile
-  std::vector<CodeId> due;         // promotions to submit (start_due_compiles)
-  std::size_t awaiting = 0;        // promotions waiting for calls
-  std::size_t in_progress = 0;     // due, submitted or compiled, not yet linked
+  std::vector<CodeId> due;                           // promotions to submit (start_due_compiles)
+  std::size_t awaiting = 0;                          // promotions waiting for calls
+  std::size_t in_progress = 0;                       // due, submitted or compiled, not yet linked
   uint64_t next_serial = 1;
   std::unique_ptr<BackgroundCompiler> compiler;  // started by the first promotion
   std::unordered_map<CodeId, std::vector<llvm::orc::JITDylib*>> dylibs;  // tier 0 first

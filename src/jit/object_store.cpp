@@ -69,9 +69,8 @@ bool write_exactly(int fd, const void* data, std::size_t size) {
 
 ObjectStore::ObjectStore(std::filesystem::path directory) : directory_(std::move(directory)) {
   if (::mkdir(directory_.c_str(), 0700) != 0 && errno != EEXIST) {
-    throw Error(errc::invalid_argument,
-                "code cache directory '" + directory_.string() + "' cannot be created: " +
-                    std::strerror(errno));
+    throw Error(errc::invalid_argument, "code cache directory '" + directory_.string() +
+                                            "' cannot be created: " + std::strerror(errno));
   }
   // Opened once, not following a symbolic link, and used for every entry from
   // then on (openat, renameat): what was checked is what is used, whatever
@@ -106,13 +105,8 @@ std::string ObjectStore::name_of(const std::string& key) {
   return name;
 }
 
-std::filesystem::path ObjectStore::path_of(const std::string& key) const {
-  return directory_ / name_of(key);
-}
-
 std::optional<std::vector<std::byte>> ObjectStore::find(const std::string& key) const {
-  const Descriptor file(
-      ::openat(dir_fd_, name_of(key).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  const Descriptor file(::openat(dir_fd_, name_of(key).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (file.get() < 0) return std::nullopt;
   // Ours, a regular file, and of a size its header can agree with: checked
   // before anything is allocated from what the file says.

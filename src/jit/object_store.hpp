@@ -44,9 +44,6 @@ class ObjectStore {
   // store is a cache, so a failed write loses nothing but time.
   bool store(const std::string& key, std::span<const std::byte> object) const noexcept;
 
-  // Where the entry for `key` lives (tests corrupt it on purpose).
-  [[nodiscard]] std::filesystem::path path_of(const std::string& key) const;
-
  private:
   [[nodiscard]] static std::string name_of(const std::string& key);
 
