@@ -38,9 +38,9 @@ struct Case {
 TEMPLATE_TEST_CASE("an ifunc runs on another process, then runs cached", "[ucx][channel]",
                    (Case<Shm, BitcodeCodec>), (Case<Shm, BinaryCodec>), (Case<Tcp, BitcodeCodec>),
                    (Case<Tcp, BinaryCodec>)) {
-  auto target = counter_target(TestType::transport);
+  auto target = counter_target(context_for<TestType>());
   const Ifunc counter = Ifunc::load(counter_container<typename TestType::codec>());
-  TestSource source(TestType::transport, target.port());
+  TestSource source(context_for<TestType>(), target.port());
 
   CHECK(send(source.channel, counter, uint64_t{10}) == SendStatus::sent_with_code);
   const std::size_t full = source.channel.stats().last_frame_size;
@@ -59,8 +59,8 @@ TEMPLATE_TEST_CASE("an ifunc runs on another process, then runs cached", "[ucx][
 }
 
 TEMPLATE_TEST_CASE("shared memory puts land in the target's memory directly", "[ucx][shm]", Shm) {
-  auto target = counter_target(TestType::transport);
-  TestSource source(TestType::transport, target.port());
+  auto target = counter_target(context_for<TestType>());
+  TestSource source(context_for<TestType>(), target.port());
   const std::string lanes = source.channel.endpoint().describe();
   INFO(lanes);
   CHECK_THAT(lanes, Catch::Contains("posix") || Catch::Contains("sysv"));
@@ -84,13 +84,13 @@ TEMPLATE_TEST_CASE("a cached frame for evicted code is recovered and runs exactl
                    "[ucx][cache-miss]", Shm, Tcp, TcpPut, ShmPut, ShmAm) {
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   const CodeId id = counter.id();
-  auto target = counter_target(TestType::transport, [id](ChildContext& context) {
+  auto target = counter_target(context_for<TestType>(), [id](ChildContext& context) {
     // Serve the first frame, then evict its code when the test says so.
     REQUIRE(ChildTarget<CounterResult>::wait_command(context) == 'e');
     if (!context.receiver.cache().evict(id)) throw std::runtime_error("nothing to evict");
     context.ack();
   });
-  TestSource source(TestType::transport, target.port(), options_for<TestType>());
+  TestSource source(context_for<TestType>(), target.port(), options_for<TestType>());
   CHECK(send(source.channel, counter, uint64_t{1}) == SendStatus::sent_with_code);
   source.channel.flush();
   target.command_and_wait('e');
@@ -110,11 +110,11 @@ TEMPLATE_TEST_CASE("a cached frame for evicted code is recovered and runs exactl
 }
 
 TEMPLATE_TEST_CASE("new code under an old name is new code", "[ucx][identity]", Shm, Tcp) {
-  auto target = counter_target(TestType::transport);
+  auto target = counter_target(context_for<TestType>());
   const Ifunc one = Ifunc::load(TC_COUNTER_BITCODE);
   const Ifunc two = Ifunc::load(TC_COUNTER_BY_TWO);
   REQUIRE(one.name() == two.name());
-  TestSource source(TestType::transport, target.port());
+  TestSource source(context_for<TestType>(), target.port());
   CHECK(send(source.channel, one, uint64_t{1}) == SendStatus::sent_with_code);
   CHECK(send(source.channel, two, uint64_t{1}) == SendStatus::sent_with_code);
   CHECK(send(source.channel, one, uint64_t{1}) == SendStatus::sent_cached);
@@ -128,13 +128,13 @@ TEMPLATE_TEST_CASE("new code under an old name is new code", "[ucx][identity]", 
 TEMPLATE_TEST_CASE("a full ring pushes back instead of losing frames", "[ucx][flow]", Shm, Tcp,
                    TcpPut, ShmPut, ShmAm) {
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
-  auto target = counter_target(TestType::transport, [](ChildContext& context) {
+  auto target = counter_target(context_for<TestType>(), [](ChildContext& context) {
     // Serve the connection set-up, then stop polling until told: the ring fills up.
     REQUIRE(ChildTarget<CounterResult>::wait_command(context) == 'w');
     char c = 0;
     if (read(context.commands, &c, 1) != 1 || c != 'g') throw std::runtime_error("expected go");
   });
-  TestSource source(TestType::transport, target.port(),
+  TestSource source(context_for<TestType>(), target.port(),
                     options_for<TestType>({.slots = 4, .slot_size = 16 * 1024}));
   REQUIRE(source.channel.slots() == 4);
   target.command('w');
@@ -152,9 +152,9 @@ TEMPLATE_TEST_CASE("a full ring pushes back instead of losing frames", "[ucx][fl
 
 TEMPLATE_TEST_CASE("bad frames are rejected and the Receiver keeps serving", "[ucx][reject]", Shm,
                    Tcp, TcpPut, ShmPut, ShmAm) {
-  auto target = counter_target(TestType::transport);
+  auto target = counter_target(context_for<TestType>());
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
-  TestSource source(TestType::transport, target.port(), options_for<TestType>());
+  TestSource source(context_for<TestType>(), target.port(), options_for<TestType>());
   Channel& channel = source.channel;
 
   std::vector<std::byte> frame(frame_size(8, 0));
@@ -275,14 +275,14 @@ TEST_CASE("a frame too large for a slot is refused on the source with a clear er
 
 TEMPLATE_TEST_CASE("a C library's payload helpers build the payload on the source", "[ucx][c-abi]",
                    Shm, Tcp) {
-  auto target = counter_target(TestType::transport);
+  auto target = counter_target(context_for<TestType>());
   const Ifunc greeter = Ifunc::load(TC_GREETER);
   JitCache local;  // the source's own copy of the library, for its helpers
   const std::optional<CPayloadHelpers> helpers = CPayloadHelpers::find(greeter, local);
   REQUIRE(helpers.has_value());
   CHECK_FALSE(CPayloadHelpers::find(Ifunc::load(TC_COUNTER_BITCODE), local).has_value());
 
-  TestSource source(TestType::transport, target.port());
+  TestSource source(context_for<TestType>(), target.port());
   char text[] = "hello";
   CHECK(send_init(source.channel, greeter, *helpers, text, 5) == SendStatus::sent_with_code);
   CHECK(send_init(source.channel, greeter, *helpers, text, 5) == SendStatus::sent_cached);
@@ -321,7 +321,7 @@ TEMPLATE_TEST_CASE("a source that dies without closing does not stop the Receive
   const pid_t doomed = fork();
   if (doomed == 0) {
     try {
-      TestSource source(TestType::transport, target.port());
+      TestSource source(context_for<TestType>(), target.port());
       for (int i = 0; i < 10; ++i) (void)send(source.channel, counter, uint64_t{1});
       source.channel.flush();
       _exit(0);  // inside the scope: no destructor closes anything
@@ -334,7 +334,7 @@ TEMPLATE_TEST_CASE("a source that dies without closing does not stop the Receive
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 0);
 
-  TestSource source(TestType::transport, target.port());
+  TestSource source(context_for<TestType>(), target.port());
   for (int i = 0; i < 5; ++i) (void)send(source.channel, counter, uint64_t{100});
   source.channel.close();
   const CounterResult result = target.result();

@@ -44,7 +44,7 @@ void fill_pattern(std::byte* out, uint64_t index, std::size_t size) {
 TEMPLATE_TEST_CASE("100,000 random-size frames through a 4-slot ring arrive whole and in order",
                    "[ucx][stress]", Shm, Tcp, TcpPut, ShmPut, ShmAm) {
   const uint64_t frames = frame_count();
-  ChildTarget<pattern_state> target(TestType::transport, [](ChildContext& context) {
+  ChildTarget<pattern_state> target(context_for<TestType>(), [](ChildContext& context) {
     static pattern_state state{kSeed, kMaxPayload, 0, 0, 0, 0};
     context.receiver.set_target_args(&state);
     ChildTarget<pattern_state>::serve_until_closed(context.receiver, 1, std::chrono::seconds(600));
@@ -53,7 +53,7 @@ TEMPLATE_TEST_CASE("100,000 random-size frames through a 4-slot ring arrive whol
   });
   const Ifunc checker = Ifunc::load(TC_CHECKER_BITCODE);
   TestSource source(
-      TestType::transport, target.port(),
+      context_for<TestType>(), target.port(),
       options_for<TestType>({.slots = 4, .slot_size = kMaxPayload + 64 + checker.code().size()}));
   REQUIRE(source.channel.slots() == 4);
   // Odd frames go from one reused buffer through send(span): over tcp, those

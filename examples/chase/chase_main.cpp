@@ -297,6 +297,14 @@ struct Client {
   tc::Node node;
 };
 
+// The GET baseline needs remote memory access (ContextOptions::remote_memory_access),
+// which a Receiver exposed to untrusted peers leaves off: over tcp it lets any
+// peer read and write the process. The chase asks for it only when it runs GETs.
+tc::ContextOptions chase_context(const Options& o, tc::Transport transport) {
+  const bool gets = std::find(o.modes.begin(), o.modes.end(), "get") != o.modes.end();
+  return {.transport = transport, .remote_memory_access = gets};
+}
+
 // ---- one mesh: N servers in child processes, the client here -------------------
 
 std::vector<Measurement> run_mesh(const Options& o, const std::string& transport_name,
@@ -318,7 +326,7 @@ std::vector<Measurement> run_mesh(const Options& o, const std::string& transport
       close(down[1]);
       int rc = 0;
       try {
-        const tc::Worker worker(tc::Context({.transport = transport}));
+        const tc::Worker worker(tc::Context(chase_context(o, transport)));
         Server server(worker, r, ranks, table, unconnected_node(worker, r, ranks));
         const uint16_t port = server.node.port();
         if (write(up[1], &port, sizeof(port)) != sizeof(port)) throw std::runtime_error("pipe");
@@ -346,7 +354,7 @@ std::vector<Measurement> run_mesh(const Options& o, const std::string& transport
     children.push_back({pid, up[0], down[1]});
   }
 
-  Client client(unconnected_node(tc::Worker(tc::Context({.transport = transport})), 0, ranks));
+  Client client(unconnected_node(tc::Worker(tc::Context(chase_context(o, transport))), 0, ranks));
   tc::Node& node = client.node;
   std::vector<uint16_t> ports{node.port()};
   for (const Child& c : children) {
@@ -518,7 +526,7 @@ int run_launched(const Options& o, tc::Launcher launcher) {
     if (size < 2) throw std::runtime_error("run at least 2 ranks (a client and a server)");
     const tc::Transport transport = tc::parse_transport(o.transports.front());
     const std::vector<uint64_t> table = make_table(o.log_entries, o.seed);
-    const tc::Worker worker(tc::Context({.transport = transport}));
+    const tc::Worker worker(tc::Context(chase_context(o, transport)));
     const MakeNode bootstrapped = [&](tc::NodeOptions options,
                                       const std::function<void(tc::Node&)>& prepare) {
       return tc::bootstrap(worker, launch, std::move(options), prepare);

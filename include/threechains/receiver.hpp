@@ -33,7 +33,8 @@ struct NodeCore;
 // cache-miss path when a frame needs it again.
 struct ReceiverLimits {
   uint32_t max_peers = 64;              // connected, or still proving who they are
-  uint32_t max_pending_handshakes = 8;  // connected, not yet proven: the rest wait outside
+  // Connected, not yet proven: a newer connection evicts the one proving longest.
+  uint32_t max_pending_handshakes = 8;
   std::size_t max_ring_bytes_per_peer = std::size_t{8} << 20;
   std::size_t max_ring_bytes = std::size_t{256} << 20;  // all peers together
   std::size_t max_code_bytes = std::size_t{16} << 20;   // one container as it travels
@@ -41,7 +42,7 @@ struct ReceiverLimits {
   std::size_t max_cached_code_bytes = std::size_t{256} << 20;  // their containers
   // A peer that has not proven its key by then is let go (an endpoint that
   // never says HELLO too: send your own Active Messages on a Channel's).
-  std::chrono::milliseconds handshake_timeout{5000};
+  std::chrono::milliseconds handshake_timeout{2000};
 };
 
 struct ReceiverOptions {

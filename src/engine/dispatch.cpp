@@ -114,7 +114,7 @@ bool Engine::dispatch(Link& link, std::byte* frame_bytes, std::size_t available)
                         : FrameView::describe(e, bytes)));
     return true;
   }
-  IfuncMain entry = t.cache.find(frame.code_id());
+  IfuncMain entry = in.has_shown(frame.code_id()) ? t.cache.find(frame.code_id()) : nullptr;
   if (entry == nullptr) [[unlikely]] {
     if (!frame.has_code()) return request_code(link, frame);
     entry = load(link, frame.code_id(), frame.codec(), frame.code());
@@ -189,9 +189,30 @@ IfuncMain Engine::load(Link& link, CodeId id, CodecId codec, std::span<const std
                       std::to_string(t.options.limits.max_code_bytes) +
                       " this Receiver accepts (ReceiverLimits::max_code_bytes)");
     }
+    const ContentDigest digest = content_digest(code);
+    if (const auto known = t.digests.find(id); known != t.digests.end()) {
+      // Loaded already, for another peer (or for this one before): the same
+      // code runs from the cache; other code under its identity never does.
+      if (known->second != digest) {
+        throw Error(errc::code_refused,
+                    "its code identity " + std::to_string(id) +
+                        " names other code here (identities are a shorthand; code is "
+                        "known by its BLAKE2b-256)");
+      }
+      if (IfuncMain entry = t.cache.find(id)) {
+        link.in.shown.insert(id);
+        return entry;
+      }
+    } else if (t.cache.contains(id)) {
+      throw Error(errc::code_refused,
+                  "its code identity " + std::to_string(id) +
+                      " is taken by code this process loaded into Receiver::cache() itself");
+    }
     // Before anything parses it: whose code is this, and is it intact?
     check_code_trust(t.options.trust, code);
     const LoadResult result = t.cache.load(id, codec, code);
+    t.digests.insert_or_assign(id, digest);
+    link.in.shown.insert(id);
     note_loaded(id, code.size());
     trim_cache(id);  // after a load that worked: bad code never costs good code its place
     if (keep_code_) {
@@ -269,6 +290,10 @@ void Engine::forget(CodeId id) {
     t.cache_use.erase(it);
   }
   t.code_store.erase(id);
+  t.digests.erase(id);
+  // Whoever showed it must show it again: the next code under this identity
+  // may be another's.
+  for (const auto& [ep, link] : links_) link->in.forget_shown(id);
   std::erase_if(t.code_by_name, [id](const auto& entry) { return entry.second == id; });
   if (t.last_dispatched == id) t.last_dispatched = 0;
 }
@@ -278,6 +303,7 @@ void Engine::install(const Ifunc& ifunc) {
   if (t.cache.contains(ifunc.id()) && t.code_store.contains(ifunc.id())) return;
   if (!t.cache.contains(ifunc.id())) {
     const LoadResult result = t.cache.load(ifunc.id(), ifunc.codec(), ifunc.code());
+    t.digests.insert_or_assign(ifunc.id(), content_digest(ifunc.code()));
     note_loaded(ifunc.id(), ifunc.code().size());
     trim_cache(ifunc.id());
     count_load(result);
@@ -331,7 +357,8 @@ void Engine::accept_code(Link& link, Inbound::CodeArrival& arrival) {
     }
     return;
   }
-  if (target_->cache.contains(arrival.header.code_id)) return;
+  if (in.has_shown(arrival.header.code_id) && target_->cache.contains(arrival.header.code_id))
+    return;
   if (arrival.too_large != 0) {
     const Error error(errc::limit_exceeded,
                       "code of " + std::to_string(arrival.too_large) + " bytes from " +
@@ -373,19 +400,27 @@ void Engine::return_credit(Link& link) {
   if (link.removed) return;  // its endpoint is closing
   Inbound& in = link.in;
   if (in.credit_request.reap() == UCS_INPROGRESS) return;  // one credit in flight at a time
+  const bool stored = !in.by_active_message && !in.credit;  // the credit line, not a message
+  // A code refusal went out first: the credit must not overtake it. A stored
+  // credit waits until the refusal's send completed (it is then in the
+  // source's queue); a message or a put is fenced behind it.
+  if (in.fence_before_credit && stored && !outbox_.empty()) return;
   in.credit_value = in.expected - 1;
   try {
-    if (in.fence_before_credit) {  // a code refusal went out first: keep it first
-      worker_.fence();
+    if (in.fence_before_credit) {
+      if (!stored) worker_.fence();
       in.fence_before_credit = false;
     }
     if (in.by_active_message) {
       // Where RMA is emulated (tcp) an AM back is cheaper than a put.
       in.credit_request =
           link.endpoint.am_send(kAmCredit, &in.credit_value, sizeof(uint64_t), nullptr, 0);
-    } else {
+    } else if (!stored) {
       in.credit_request = link.endpoint.put(&in.credit_value, sizeof(uint64_t),
                                             in.credit->address(), in.credit->rkey());
+    } else {
+      // The source maps the ring: it reads the credit where we store it.
+      std::atomic_ref<uint64_t>(*in.credit_line).store(in.credit_value, std::memory_order_release);
     }
     in.reported = in.credit_value;
   } catch (const Error&) {
@@ -404,7 +439,7 @@ ucs_status_t Engine::on_frame(void* arg, const void* header, std::size_t header_
     return UCS_OK;
   link->in.by_active_message = true;
   // Both directions open: the frame carries what the peer consumed of ours.
-  if (header_length == sizeof(uint64_t) && link->out) {
+  if (header_length == sizeof(uint64_t) && link->out && link->out->credit_is_local()) {
     uint64_t consumed;
     std::memcpy(&consumed, header, sizeof(consumed));
     std::atomic_ref<uint64_t> word(*link->out->hot.consumed_word);

@@ -153,7 +153,9 @@ void Engine::open_outbound(Link& link, const ChannelOptions& options, int64_t my
   out.hot.consumed_word = reinterpret_cast<uint64_t*>(out.credit.data());
   out.max_code_kept = std::max<std::size_t>(options.max_code_kept, 1);
   const Hello hello = make_hello(out, options, slot_size, my_rank);
-  outbox_.send(link.endpoint, kAmHello, hello, out.credit.pack_rkey());
+  // Our credit word's rkey goes along only if the target may put credits there.
+  if ((hello.flags & kHelloCreditByPut) != 0) out.hello_rkey = out.credit.pack_rkey();
+  outbox_.send(link.endpoint, kAmHello, hello, out.hello_rkey);
   wait_for_welcome(link, "connect " + link.peer_name, options, while_waiting);
 
   if (out.hot.slots > options.slots || out.hot.slot_size > slot_size) {
@@ -165,6 +167,16 @@ void Engine::open_outbound(Link& link, const ChannelOptions& options, int64_t my
   out.am_headers.assign(out.hot.slots, 0);
   out.am_pieces.assign(out.hot.slots, {});
   out.delivery = resolve_delivery(options.delivery, link);
+  if (out.delivery == Delivery::put && !out.credit_by_put) {
+    out.state = Outbound::State::refused;
+    throw Error(UCS_ERR_UNSUPPORTED,
+                "connect " + link.peer_name +
+                    ": Delivery::put needs remote memory access on both sides "
+                    "(ContextOptions::remote_memory_access), and " +
+                    (worker_.context().remote_memory_access() ? "the Receiver's context"
+                                                              : "this context") +
+                    " has none");
+  }
   if (out.delivery != Delivery::direct) {
     out.staging.emplace(context, std::size_t{out.hot.slots} * out.hot.slot_size);
     out.hot.staging = out.staging->data();
@@ -175,6 +187,11 @@ void Engine::open_outbound(Link& link, const ChannelOptions& options, int64_t my
       throw Error(UCS_ERR_UNSUPPORTED, "connect " + link.peer_name +
                                            ": Delivery::direct, but UCX cannot map this "
                                            "target's ring here");
+    }
+    // Credits not put to us are read where the target stores them.
+    if (!out.credit_by_put) {
+      out.hot.consumed_word = reinterpret_cast<uint64_t*>(
+          out.hot.direct_ring + std::size_t{out.hot.slots} * out.hot.slot_size);
     }
   }
 }
@@ -201,11 +218,13 @@ void Engine::wait_for_welcome(Link& link, const std::string& what, const Channel
 }
 
 // UCX 1.13 cannot be asked which transport carries RMA, so: a direct pointer
-// to the ring means shared memory; otherwise read the endpoint's lane table,
-// and if every RMA lane is tcp (RMA emulated in software), use AM.
+// to the ring means shared memory; without RMA on both sides, AM; otherwise
+// read the endpoint's lane table, and if every RMA lane is tcp (RMA emulated
+// in software), use AM.
 Delivery Engine::resolve_delivery(Delivery wanted, const Link& link) const {
   if (wanted != Delivery::automatic) return wanted;
   if (link.out->ring->direct_pointer() != nullptr) return Delivery::direct;
+  if (!link.out->credit_by_put) return Delivery::active_message;
   const std::string lanes = link.endpoint.describe();
   bool any = false;
   std::size_t at = 0;
@@ -368,39 +387,51 @@ void Engine::handle_control() {
   expire_handshakes();
 }
 
+// Admission: every connection request is accepted, never rejected (UCX
+// 1.13's tcp sockcm aborts on an assertion when it rejects a request whose
+// client already went, which a flood of connect/close makes likely); one we
+// cannot serve is closed at once. A new peer that would exceed the cap on
+// those still proving their keys evicts the one that has been proving the
+// longest, so connections that start a handshake and never finish cannot lock
+// out a source that will.
 void Engine::accept_connections() {
   Target& t = *target_;
-  for (ucp_conn_request_h request : t.pending_connections) {
+  std::vector<ucp_conn_request_h> requests;
+  requests.swap(t.pending_connections);
+  for (ucp_conn_request_h request : requests) {
+    std::shared_ptr<Link> oldest_proving;
     std::size_t proving = 0;  // accepted, not yet granted a ring nor refused
-    for (const auto& [ep, link] : links_)
-      proving += !link->receiving() && !link->out && !link->refused ? 1 : 0;
-    if (proving >= t.options.limits.max_pending_handshakes) {
-      ++t.stats.peers_refused;
-      report(Error(errc::limit_exceeded,
-                   "a connection refused: " + std::to_string(proving) +
-                       " peers are still proving their keys (ReceiverLimits::max_pending_handshakes)"));
-      t.listener.reject(request);
-      continue;
+    for (const auto& [ep, link] : links_) {
+      if (link->receiving() || link->out || link->refused) continue;
+      ++proving;
+      if (!oldest_proving || link->accepted_at < oldest_proving->accepted_at) oldest_proving = link;
     }
-    if (links_.size() >= t.options.limits.max_peers) {
-      ++t.stats.peers_refused;
-      report(Error(errc::limit_exceeded,
-                   "a connection refused: " + std::to_string(links_.size()) +
-                       " peers already (ReceiverLimits::max_peers)"));
-      t.listener.reject(request);
-      continue;
+    if (proving >= t.options.limits.max_pending_handshakes && oldest_proving) {
+      refuse_peer(*oldest_proving,
+                  "it was still proving its key when a newer connection came and " +
+                      std::to_string(proving) +
+                      " peers were proving theirs (ReceiverLimits::max_pending_handshakes)");
     }
+    const bool full = links_.size() >= t.options.limits.max_peers;
     try {
       auto link = std::make_shared<Link>(Endpoint::accept(worker_, request));
       link->peer_name = "peer " + std::to_string(t.stats.peers_connected + 1);
       link->accepted_at = std::chrono::steady_clock::now();
+      if (full) {
+        ++t.stats.peers_refused;
+        report(Error(errc::limit_exceeded,
+                     "a connection closed at once: " + std::to_string(links_.size()) +
+                         " peers already (ReceiverLimits::max_peers)"));
+        link->refused = true;
+        closing_.push_back({link, link->endpoint.start_force_close()});
+        continue;
+      }
       links_.emplace(link->endpoint.handle(), std::move(link));
       ++t.stats.peers_connected;
-    } catch (const Error& error) {
+    } catch (const Error& error) {  // the client went away before we accepted it
       report(error);
     }
   }
-  t.pending_connections.clear();
 }
 
 void Engine::close_inbound(Link& link, bool lost) noexcept {
@@ -522,7 +553,14 @@ void Engine::start_target(ReceiverOptions options) {
 
 void Engine::stop_target() noexcept {
   if (!target_) return;
-  for (ucp_conn_request_h request : target_->pending_connections) target_->listener.reject(request);
+  // Accepted and closed, never rejected (see accept_connections).
+  for (ucp_conn_request_h request : target_->pending_connections) {
+    try {
+      Endpoint endpoint = Endpoint::accept(worker_, request);
+      closing_.push_back({std::make_shared<Link>(endpoint), endpoint.start_force_close()});
+    } catch (const Error&) {  // the client went away
+    }
+  }
   target_->pending_connections.clear();
   // Every peer sending to us loses its ring: links with nothing else to carry go.
   std::vector<std::shared_ptr<Link>> snapshot;
@@ -600,9 +638,14 @@ ucs_status_t Engine::on_welcome(void* arg, const void* header, std::size_t heade
     return UCS_OK;
   }
   try {
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 || length == 0 ||
+        length > kMaxRkeySize) {
+      throw Error(errc::protocol, "a WELCOME without a usable rkey");
+    }
     out.ring.emplace(link->endpoint, welcome.ring_address,
-                     std::size_t{welcome.slots} * welcome.slot_size,
+                     std::size_t{welcome.slots} * welcome.slot_size + kCreditLineSize,
                      std::span<const std::byte>(static_cast<const std::byte*>(data), length));
+    out.credit_by_put = (welcome.flags & kWelcomeCreditByPut) != 0;
     out.hot.slots = welcome.slots;
     out.hot.slot_size = welcome.slot_size;
     out.state = Outbound::State::open;
@@ -653,7 +696,9 @@ ucs_status_t Engine::on_code(void* arg, const void* header, std::size_t header_l
 ucs_status_t Engine::on_credit(void* arg, const void* header, std::size_t header_length, void*,
                                std::size_t, const ucp_am_recv_param_t* param) {
   Link* link = static_cast<Engine*>(arg)->find(param);
-  if (link == nullptr || !link->out || header_length != sizeof(uint64_t)) return UCS_OK;
+  if (link == nullptr || !link->out || header_length != sizeof(uint64_t) ||
+      !link->out->credit_is_local())
+    return UCS_OK;
   uint64_t consumed;
   std::memcpy(&consumed, header, sizeof(consumed));
   std::atomic_ref<uint64_t> word(*link->out->hot.consumed_word);

@@ -20,6 +20,7 @@
 #include "engine/link.hpp"
 #include "engine/outbox.hpp"
 #include "engine/runtime_hooks.hpp"
+#include "trust/sodium.hpp"
 
 #include <threechains/channel.hpp>
 #include <threechains/jit_cache.hpp>
@@ -69,6 +70,10 @@ struct Target {
     uint64_t last_use = 0;
   };
   std::unordered_map<CodeId, CacheUse> cache_use;
+  // What each ifunc loaded from the network is, by content: a peer naming an
+  // identity it has not shown us must send the code, and runs it only if it
+  // is the same code (Inbound::shown).
+  std::unordered_map<CodeId, ContentDigest> digests;
   std::size_t cached_code_bytes = 0;
   uint64_t use_clock = 0;
   CodeId last_dispatched = 0;

@@ -8,8 +8,11 @@
 //                  ◀──  WELCOME {ring, rkey}   or   WELCOME {refused, reason}
 //
 // The transcript binds both nonces, the source's key and its HELLO byte for
-// byte (ring wishes, credit word, rank), so a proof cannot be replayed onto
-// another connection or another request. A peer that fails gets no ring and
+// byte (ring wishes, credit word, rank, and the rkey that follows it), so a
+// proof cannot be replayed onto another connection or another request. Before
+// the proof nothing a peer sent is used but to decide whether to challenge it:
+// its rkey is unpacked (and only when credits go by put, on a context that does
+// RMA) after the proof verified. A peer that fails gets no ring and
 // no rkey, is counted and reported, and its endpoint is closed. A target
 // whose Trust is anyone() grants at once (no extra round trip).
 #include "engine/engine.hpp"
@@ -23,9 +26,9 @@ namespace threechains::detail {
 
 namespace {
 
-constexpr char kPeerDomain[] = "threechains-peer-v2";
+constexpr char kPeerDomain[] = "threechains-peer-v3";
 std::atomic<bool> forging_proofs{false};  // HandshakeAccess (tests only)
-constexpr char kTargetDomain[] = "threechains-target-v2";
+constexpr char kTargetDomain[] = "threechains-target-v3";
 
 template <std::size_t N>
 void append(std::vector<std::byte>& out, const uint8_t (&bytes)[N]) {
@@ -38,15 +41,20 @@ void append(std::vector<std::byte>& out, std::span<const std::byte> bytes) {
 }
 
 // What the source signs: domain, the target's nonce and key, its HELLO
-// (which holds its own nonce and key). The target's key binds the proof to
-// the Receiver that asked: relayed to another Receiver, it does not verify.
-std::vector<std::byte> peer_transcript(const Hello& hello, const uint8_t (&target_nonce)[kNonceSize],
+// (which holds its own nonce and key) and the rkey sent with it, length
+// first. The target's key binds the proof to the Receiver that asked:
+// relayed to another Receiver, it does not verify.
+std::vector<std::byte> peer_transcript(const Hello& hello, std::span<const std::byte> rkey,
+                                       const uint8_t (&target_nonce)[kNonceSize],
                                        const uint8_t (&target_key)[kKeySize]) {
   std::vector<std::byte> out;
   append(out, std::as_bytes(std::span(kPeerDomain)));
   append(out, target_nonce);
   append(out, target_key);
   append(out, std::as_bytes(std::span(&hello, 1)));
+  const uint64_t rkey_size = rkey.size();
+  append(out, std::as_bytes(std::span(&rkey_size, 1)));
+  append(out, rkey);
   return out;
 }
 
@@ -96,6 +104,7 @@ Hello Engine::make_hello(Outbound& out, const ChannelOptions& options, std::size
     std::memcpy(hello.key, out.identity->public_key().bytes().data(), kKeySize);
     hello.flags |= kHelloHasKey;
   }
+  if (worker_.context().remote_memory_access()) hello.flags |= kHelloCreditByPut;
   out.hello = hello;
   return hello;
 }
@@ -132,7 +141,8 @@ void Engine::answer_challenge(Link& link) {
     return;
   }
   const KeyPair::Signature signature =
-      out.identity->sign(peer_transcript(out.hello, challenge.nonce, challenge.target_key));
+      out.identity->sign(peer_transcript(out.hello, out.hello_rkey, challenge.nonce,
+                                         challenge.target_key));
   Proof proof{};
   std::memcpy(proof.signature, signature.data(), kSignatureSize);
   if (forging_proofs.load(std::memory_order_relaxed)) [[unlikely]]
@@ -221,7 +231,7 @@ void Engine::check_proof(Link& link) {
   const PublicKey key = key_of(pending.hello.key);
   uint8_t own_key[kKeySize];
   std::memcpy(own_key, target_->options.identity->public_key().bytes().data(), kKeySize);
-  if (!verify_signature(key, peer_transcript(pending.hello, nonce, own_key),
+  if (!verify_signature(key, peer_transcript(pending.hello, pending.rkey, nonce, own_key),
                         std::as_bytes(std::span(proof.signature)))) {
     refuse_peer(link, "its proof does not verify for key " + short_key(key));
     return;
@@ -257,14 +267,27 @@ void Engine::grant_ring(Link& link, const Hello& hello, std::span<const std::byt
                           " bytes all peers may have (ReceiverLimits::max_ring_bytes)");
     return;
   }
+  // Credits by put only where both sides do RMA (real lanes: RDMA, or a
+  // closed machine that opted in); the peer's rkey is unpacked only then.
+  const bool credit_by_put =
+      (hello.flags & kHelloCreditByPut) != 0 && worker_.context().remote_memory_access();
+  if (credit_by_put && (credit_rkey.empty() || hello.credit_address == 0)) {
+    refuse_peer(link, "it asked for credits by put without a credit word to put them in");
+    return;
+  }
   Welcome welcome{kProtocolVersion, UCS_OK, 0, 0, 0, 0};
   std::vector<std::byte> rkey;
   try {
     link.rank = hello.rank;
     in.slots = slots;
     in.slot_size = slot_size;
-    in.credit.emplace(link.endpoint, hello.credit_address, sizeof(uint64_t), credit_rkey);
-    in.ring.emplace(worker_.context(), bytes);
+    if (credit_by_put) {
+      in.credit.emplace(link.endpoint, hello.credit_address, sizeof(uint64_t), credit_rkey);
+      welcome.flags |= kWelcomeCreditByPut;
+    }
+    // One registration per peer: its rkey reaches this ring and nothing else.
+    in.ring.emplace(worker_.context(), bytes + kCreditLineSize);
+    in.credit_line = reinterpret_cast<uint64_t*>(in.ring->data() + bytes);
     rkey = in.ring->pack_rkey();
     welcome.slots = in.slots;
     welcome.slot_size = in.slot_size;
@@ -275,6 +298,7 @@ void Engine::grant_ring(Link& link, const Hello& hello, std::span<const std::byt
     refresh_inbound();
   } catch (const Error& error) {
     in.ring.reset();
+    in.credit_line = nullptr;
     in.credit.reset();
     // No ring: refused like any peer we cannot serve, and let go.
     refuse_peer(link, "no ring could be made for it: " + error.context());

@@ -55,11 +55,13 @@ struct Outbound {
   std::optional<Challenge> challenge;
   bool target_proven = false;  // the target proved `target_key` (a WELCOME before it is refused)
   Hello hello{};               // as sent: the proof signs it
+  std::vector<std::byte> hello_rkey;  // our credit word's rkey as sent (empty without RMA)
   MemoryRegion credit;         // the target writes its consumed count here
   // One staging slot per granted ring slot; only for puts and Active Messages
   // (direct delivery builds frames in the target's own slots).
   std::optional<MemoryRegion> staging;
-  std::optional<RemoteBuffer> ring;
+  std::optional<RemoteBuffer> ring;  // the slots and, after them, the target's credit line
+  bool credit_by_put = false;        // the target puts credits into `credit` (kWelcomeCreditByPut)
   OutboundRing hot;  // what Channel's inline send path reads
   Delivery delivery = Delivery::put;
   std::chrono::milliseconds timeout{30000};
@@ -92,14 +94,20 @@ struct Outbound {
   // flush() progresses once more after the credits (cached sends never pay).
   bool code_unconfirmed = false;
   uint64_t code_refusals_dropped = 0;
+
+  // Credits land in our own word (by AM or put), not in the target's credit line.
+  [[nodiscard]] bool credit_is_local() const noexcept {
+    return hot.consumed_word == reinterpret_cast<const uint64_t*>(credit.data());
+  }
 };
 
 struct Inbound {
   // The ring and the source's credit word stay with the Link until it is freed
   // (after its endpoint closed): a put or credit in flight may still touch them.
   bool open = false;
-  std::optional<MemoryRegion> ring;
-  std::optional<RemoteBuffer> credit;  // the source's credit word (put delivery)
+  std::optional<MemoryRegion> ring;    // the slots, then the credit line (protocol.hpp)
+  std::optional<RemoteBuffer> credit;  // the source's credit word (credits by put)
+  uint64_t* credit_line = nullptr;     // in `ring`: what we consumed, read in place by the source
   uint32_t slots = 0;
   std::size_t slot_size = 0;
   uint64_t expected = 1;      // sequence of the next frame to dispatch
@@ -132,6 +140,21 @@ struct Inbound {
     std::size_t too_large = 0;  // the size of code refused unread (ReceiverLimits)
   };
   std::vector<CodeArrival> arrivals;  // code deliveries to load outside the handler
+  // Code identities this peer sent the code of (and whose content matched):
+  // the only ones its cached frames may name. Another peer's code under the
+  // same 64-bit identity is not reachable from here.
+  std::unordered_set<CodeId> shown;
+  CodeId last_shown = 0;  // the one its frames named last: one compare per frame
+  [[nodiscard]] bool has_shown(CodeId id) noexcept {
+    if (id == last_shown && id != 0) return true;
+    if (!shown.contains(id)) return false;
+    last_shown = id;
+    return true;
+  }
+  void forget_shown(CodeId id) noexcept {
+    shown.erase(id);
+    if (last_shown == id) last_shown = 0;
+  }
 };
 
 struct Link {

@@ -14,7 +14,9 @@
 namespace threechains::detail {
 
 // 2: authenticated handshake (HELLO, CHALLENGE, PROOF, WELCOME), code refusals.
-inline constexpr uint32_t kProtocolVersion = 2;
+// 3: the HELLO's rkey is signed too; credits by put only when both sides asked
+//    UCX for RMA, otherwise stored into a line after the ring (read in place).
+inline constexpr uint32_t kProtocolVersion = 3;
 
 // Source -> target
 inline constexpr unsigned kAmHello = 0x7C01;  // open a channel: credit word rkey, ring wishes
@@ -46,10 +48,13 @@ struct Hello {
   int64_t rank;             // the source's rank in a Node mesh, -1 outside one
   uint8_t nonce[kNonceSize];  // fresh: the target's proof (if asked for) signs it
   uint8_t key[kKeySize];      // the source's public key, if it has one (flags)
-  uint32_t flags;             // kHelloHasKey
+  uint32_t flags;             // kHelloHasKey, kHelloCreditByPut
   uint32_t reserved;
 };
 inline constexpr uint32_t kHelloHasKey = 1;
+// The source's context does RMA: it may deliver by put, and then wants its
+// credits put into its credit word (whose rkey follows the HELLO).
+inline constexpr uint32_t kHelloCreditByPut = 2;
 
 // Target -> source, when the target's Trust names its peers: sign this.
 struct Challenge {
@@ -75,14 +80,21 @@ struct CodeRefused {
 };
 
 // A refusal carries its reason, as text, in the AM data.
+// The ring is `slots * slot_size` bytes at `ring_address`, followed by one
+// credit line whose first word is the last sequence the target consumed (a
+// source that maps the ring reads it in place); the rkey covers both.
 struct Welcome {
   uint32_t version;
   int32_t status;  // UCS_OK, or why the channel was refused
   uint32_t slots;  // the ring granted
-  uint32_t reserved;
+  uint32_t flags;  // kWelcomeCreditByPut
   uint64_t slot_size;
   uint64_t ring_address;  // packed rkey follows as AM data
 };
+// The target also puts each credit into the source's credit word (both
+// contexts do RMA); without it, Delivery::put is not available.
+inline constexpr uint32_t kWelcomeCreditByPut = 1;
+inline constexpr std::size_t kCreditLineSize = 64;
 
 struct NeedCode {
   uint64_t sequence;

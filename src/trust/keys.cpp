@@ -67,6 +67,15 @@ void ensure_sodium() {
   if (ready < 0) throw Error(errc::invalid_argument, "libsodium could not be initialised");
 }
 
+ContentDigest content_digest(std::span<const std::byte> bytes) {
+  ensure_sodium();
+  ContentDigest digest{};
+  crypto_generichash(reinterpret_cast<unsigned char*>(digest.data()), digest.size(),
+                     reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), nullptr,
+                     0);
+  return digest;
+}
+
 // ---- PublicKey -------------------------------------------------------------------
 
 PublicKey PublicKey::from_hex(std::string_view hex) {

@@ -40,7 +40,7 @@ inline CounterResult report(const ChildContext& context) {
 
 // A child target that serves the counter until `sources` sources have closed.
 inline ChildTarget<CounterResult> counter_target(
-    Transport transport, std::function<void(ChildContext&)> before_serving = nullptr,
+    ContextOptions transport, std::function<void(ChildContext&)> before_serving = nullptr,
     ReceiverOptions options = {}, uint64_t sources = 1, bool deferred = false) {
   return ChildTarget<CounterResult>(
       transport,
@@ -51,6 +51,13 @@ inline ChildTarget<CounterResult> counter_target(
         return report(context);
       },
       std::move(options), deferred);
+}
+
+inline ChildTarget<CounterResult> counter_target(
+    Transport transport, std::function<void(ChildContext&)> before_serving = nullptr,
+    ReceiverOptions options = {}, uint64_t sources = 1, bool deferred = false) {
+  return counter_target(ContextOptions{.transport = transport}, std::move(before_serving),
+                        std::move(options), sources, deferred);
 }
 
 }  // namespace threechains::test

@@ -51,6 +51,17 @@ ChannelOptions options_for(ChannelOptions options = {}) {
   return options;
 }
 
+// The UCX context for transport type T: puts need RMA on both sides (off by
+// default: ContextOptions::remote_memory_access).
+template <class T>
+ContextOptions context_for() {
+  if constexpr (requires { T::delivery; }) {
+    return {.transport = T::transport, .remote_memory_access = T::delivery == Delivery::put};
+  } else {
+    return {.transport = T::transport};
+  }
+}
+
 // What a child target's body works with.
 struct ChildContext {
   Receiver& receiver;
@@ -84,6 +95,11 @@ class ChildTarget {
   // tells it which port to listen on (fork while the test process has no UCX
   // state yet, start later: UCX does not survive a fork of a process using it).
   ChildTarget(Transport transport, std::function<Result(ChildContext&)> body,
+              ReceiverOptions options = {}, bool deferred = false)
+      : ChildTarget(ContextOptions{.transport = transport}, std::move(body), std::move(options),
+                    deferred) {}
+
+  ChildTarget(ContextOptions context_options, std::function<Result(ChildContext&)> body,
               ReceiverOptions options = {}, bool deferred = false) {
     int to_parent[2];
     int to_child[2];
@@ -106,7 +122,7 @@ class ChildTarget {
         }
         std::vector<std::string> errors;
         options.on_error = [&errors](const Error& e) { errors.emplace_back(e.what()); };
-        Worker worker(Context({.transport = transport}));
+        Worker worker{Context(context_options)};
         Receiver receiver(worker, secured(options));
         const uint16_t port = receiver.port();
         write_all(to_parent[1], &port, sizeof(port));
@@ -261,7 +277,9 @@ class ChildTarget {
 // A source in the test process, connected to a child target.
 struct TestSource {
   TestSource(Transport transport, uint16_t port, ChannelOptions options = {})
-      : worker(Context({.transport = transport})),
+      : TestSource(ContextOptions{.transport = transport}, port, std::move(options)) {}
+  TestSource(const ContextOptions& context, uint16_t port, ChannelOptions options = {})
+      : worker(Context(context)),
         source(worker),
         channel(source.connect("127.0.0.1", port, identified(options))) {}
   Worker worker;

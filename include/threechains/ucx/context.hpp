@@ -1,5 +1,6 @@
-// Context: RAII owner of a ucp_context_h, configured for AM + RMA and for the
-// transport the caller asks for. Copies share the same UCX context.
+// Context: RAII owner of a ucp_context_h, configured for Active Messages (and,
+// only when asked, RMA) over the transport the caller asks for. Copies share
+// the same UCX context.
 #pragma once
 
 #include <threechains/error.hpp>
@@ -61,11 +62,23 @@ struct ContextOptions {
   // the first Context that asks and kept for the process; set the variable
   // yourself to decide otherwise.
   bool reuse_address = true;
+  // Ask UCX for remote memory access (put, get, atomics). Off by default: UCX
+  // 1.13 emulates RMA and atomics over tcp with Active Messages whose handlers
+  // (src/ucp/rma/ in UCX) write to and read from whatever address a message
+  // names, without looking at an rkey, and a worker on shared memory has tcp
+  // lanes too (connection set-up needs them). With it off those handlers are
+  // never installed, so a peer reaches nothing with a put or a get. Frames then
+  // travel as direct stores into the mapped ring (shared memory) or as Active
+  // Messages (tcp). Turn it on for RDMA networks, where the NIC checks every
+  // rkey (Delivery::put), or for a benchmark's GET baseline on a closed machine;
+  // docs/security.md says what a peer can reach then.
+  bool remote_memory_access = false;
 };
 
 class Context {
  public:
-  explicit Context(const ContextOptions& options = {}) : transport_(options.transport) {
+  explicit Context(const ContextOptions& options = {})
+      : transport_(options.transport), remote_memory_access_(options.remote_memory_access) {
     ucp_config_t* config = nullptr;
     check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
     const auto modify = [&](const char* name, const char* value) {
@@ -80,6 +93,10 @@ class Context {
     // not fatal). UCX 1.13 then leaves shared-memory transports out of
     // client/server endpoints unless they are told to take part in it.
     if (options.transport != Transport::tcp) modify("MM_ERROR_HANDLING", "y");
+    // Without RMA, tcp interfaces also stop advertising their native put
+    // (uct/tcp: a PUT request writes wherever its header says, rkey unseen),
+    // so a peer's unmodified UCX never picks it as a lane to us.
+    if (!options.remote_memory_access) modify("TCP_PUT_ENABLE", "n");
     if (options.reuse_address) {
       // UCX 1.13 reads its connection managers' settings from the environment
       // when a worker opens them (ucp_config_modify does not reach them).
@@ -89,7 +106,7 @@ class Context {
     }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-    params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA;
+    params.features = UCP_FEATURE_AM | (options.remote_memory_access ? UCP_FEATURE_RMA : 0);
     params.name = options.name.c_str();
     ucp_context_h handle = nullptr;
     const ucs_status_t status = ucp_init(&params, config, &handle);
@@ -100,10 +117,13 @@ class Context {
 
   [[nodiscard]] ucp_context_h handle() const noexcept { return handle_.get(); }
   [[nodiscard]] Transport transport() const noexcept { return transport_; }
+  // Whether UCX was asked for put/get (ContextOptions::remote_memory_access).
+  [[nodiscard]] bool remote_memory_access() const noexcept { return remote_memory_access_; }
 
  private:
   std::shared_ptr<ucp_context> handle_;
   Transport transport_;
+  bool remote_memory_access_;
 };
 
 }  // namespace threechains

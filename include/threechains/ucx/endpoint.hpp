@@ -105,6 +105,10 @@ class Endpoint {
   // returns at once; the Request completes when UCX has let go of it. Once
   // called, handle() is null. Safe to call more than once.
   [[nodiscard]] Request start_close() noexcept { return state_->start_close(); }
+  // Closes without flushing: for a connection that gets nothing from us.
+  [[nodiscard]] Request start_force_close() noexcept {
+    return state_->start_close(UCP_EP_CLOSE_FLAG_FORCE);
+  }
 
   // Flushes outstanding operations and closes the connection, waiting at most `limit`.
   // Safe to call more than once; the destructor of the last copy force-closes otherwise.
