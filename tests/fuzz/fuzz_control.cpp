@@ -2,7 +2,10 @@
 // send it. Each input is an Active Message — its id chosen among the
 // protocol's (HELLO, PROOF, CODE, BYE, FRAME, WELCOME, CHALLENGE, NEED_CODE,
 // CREDIT, CODE_REFUSED), its header and data from the input — sent on an
-// authenticated connection to a real Receiver, which then polls. Whatever the
+// authenticated connection to a real Receiver, or (the first byte's top bit)
+// on a fresh connection that never proved a key, so every pre-authentication
+// path is reached (HELLO with any fields and rkey, PROOF, frames, code, goodbyes
+// before the handshake). The Receiver then polls. Whatever the
 // input does (a second HELLO, a forged PROOF, a goodbye), the harness
 // reconnects and the next input finds a Receiver that still serves.
 #include "engine/protocol.hpp"
@@ -18,14 +21,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
                                       kAmFrame, kAmWelcome,   kAmChallenge, kAmNeedCode,
                                       kAmCredit, kAmCodeRefused};
   if (size < 2) return 0;
-  const unsigned id = kIds[data[0] % kIds.size()];
+  const unsigned id = kIds[(data[0] & 0x7f) % kIds.size()];
   const std::size_t header_length = std::min<std::size_t>(data[1], size - 2);
   const uint8_t* header = data + 2;
   const uint8_t* body = header + header_length;
   const std::size_t body_length = size - 2 - header_length;
+  const bool unauthenticated = (data[0] & 0x80) != 0;
   try {
-    threechains::Request request = link.channel().endpoint().am_send(
-        id, header, header_length, body, body_length);
+    const threechains::Endpoint& endpoint =
+        unauthenticated ? link.unauthenticated() : link.channel().endpoint();
+    threechains::Request request = endpoint.am_send(id, header, header_length, body, body_length);
     for (int round = 0; round < 100000 && request.reap() == UCS_INPROGRESS; ++round) {
       link.source_worker().progress();
       link.receiver().poll();

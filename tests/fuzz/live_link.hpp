@@ -2,6 +2,8 @@
 // in this process, each on its own UCX worker over shared memory, connected
 // with a real handshake (a key generated per run; the Receiver trusts it for
 // peers and code). Built once; reconnected when an input ends the connection.
+// A second, unauthenticated connection is made afresh for inputs that play a
+// peer with no key.
 #pragma once
 
 #include "engine/testing.hpp"
@@ -27,6 +29,14 @@ class LiveLink {
 
   Receiver& receiver() { return receiver_; }
   Channel& channel() { return *channel_; }
+
+  // A new connection to the Receiver that never proves a key (the one before
+  // it goes): what a peer with no key has to send on.
+  const Endpoint& unauthenticated() {
+    unauthenticated_.reset();  // force-closed when its last copy goes
+    unauthenticated_.emplace(Endpoint::connect(source_worker_, "127.0.0.1", receiver_.port()));
+    return *unauthenticated_;
+  }
   const Worker& source_worker() const { return source_worker_; }
 
   // Progresses both ends until the source has nothing in flight (bounded):
@@ -94,6 +104,7 @@ class LiveLink {
   Worker source_worker_;
   Source source_;
   std::optional<Channel> channel_;
+  std::optional<Endpoint> unauthenticated_;
 };
 
 }  // namespace threechains::fuzz
