@@ -1,0 +1,121 @@
+// The target the attacker tests aim at: a Receiver that trusts one key (for
+// peers and code), counts with the counter ifunc, and keeps three canaries
+// that no peer may read or write. Public API only, so the same source builds
+// against any version of the library (what the notes' before/after runs did).
+//
+//   threechains-attack-target --transport shm|tcp --trust KEY.pub [--anyone yes]
+//   (--anyone: Trust::anyone(), a development Receiver that grants at once)
+//   prints "port P" and "canary 0xADDRESS", then serves; on stdin:
+//     report   prints "report canary0 canary1 canary2 counter peers_connected
+//              peers_refused frames_dispatched frames_rejected code_refused
+//              rss_kb peak_rss_kb"
+//     quit     exits 0
+//   EOF on stdin exits too. Every line is flushed at once.
+#include <threechains/threechains.hpp>
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+namespace tc = threechains;
+
+namespace {
+
+constexpr uint64_t kCanary = 0x600d600d600d600dULL;
+// volatile: the canaries are read from memory each time, as an attacker
+// would have left them.
+volatile uint64_t g_canary[3] = {kCanary, kCanary, kCanary};
+uint64_t g_counter = 0;
+
+// The kB of a /proc/self/status field (VmRSS, VmHWM).
+long status_kb(const char* field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(field, 0) == 0) return std::stol(line.substr(std::strlen(field) + 1));
+  }
+  return -1;
+}
+
+void print_report(const tc::Receiver& receiver) {
+  const tc::ReceiverStats& stats = receiver.stats();
+  std::printf("report %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIu64 " %" PRIu64 " %" PRIu64
+              " %" PRIu64 " %" PRIu64 " %" PRIu64 " %ld %ld\n",
+              g_canary[0], g_canary[1], g_canary[2], g_counter,
+              static_cast<uint64_t>(stats.peers_connected),
+              static_cast<uint64_t>(stats.peers_refused),
+              static_cast<uint64_t>(stats.frames_dispatched),
+              static_cast<uint64_t>(stats.frames_rejected),
+              static_cast<uint64_t>(stats.code_refused), status_kb("VmRSS:"),
+              status_kb("VmHWM:"));
+  std::fflush(stdout);
+}
+
+// A line from stdin if one is ready; "quit" on EOF.
+bool read_command(std::string& command) {
+  pollfd p{STDIN_FILENO, POLLIN, 0};
+  if (::poll(&p, 1, 0) != 1) return false;
+  static std::string pending;
+  char buffer[256];
+  const ssize_t n = read(STDIN_FILENO, buffer, sizeof(buffer));
+  if (n <= 0) {
+    command = "quit";
+    return true;
+  }
+  pending.append(buffer, static_cast<std::size_t>(n));
+  const std::size_t end = pending.find('\n');
+  if (end == std::string::npos) return false;
+  command = pending.substr(0, end);
+  pending.erase(0, end + 1);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string transport = "shm";
+  std::string trust;
+  bool anyone = false;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--transport") transport = argv[i + 1];
+    else if (flag == "--trust") trust = argv[i + 1];
+    else if (flag == "--anyone") anyone = std::string(argv[i + 1]) == "yes";
+  }
+  if (trust.empty()) {
+    std::fprintf(stderr, "usage: %s --transport shm|tcp --trust KEY.pub\n", argv[0]);
+    return 2;
+  }
+  try {
+    const tc::PublicKey key = tc::PublicKey::load(trust);
+    tc::ReceiverOptions options;
+    options.trust = anyone ? tc::Trust::anyone() : tc::Trust().allow_peer(key).allow_code_signer(key);
+    options.target_args = &g_counter;
+    options.on_error = [](const tc::Error&) {};  // refusals are the point; the report counts them
+    tc::Worker worker(tc::Context({.transport = tc::parse_transport(transport)}));
+    tc::Receiver receiver(worker, options);
+    std::printf("port %u\ncanary %p\n", static_cast<unsigned>(receiver.port()),
+                static_cast<void*>(const_cast<uint64_t*>(g_canary)));
+    std::fflush(stdout);
+    bool done = false;
+    uint32_t rounds = 0;
+    receiver.run([&] {
+      if ((++rounds & 0x3ff) != 0) return false;
+      std::string command;
+      while (!done && read_command(command)) {
+        if (command == "report") print_report(receiver);
+        if (command == "quit") done = true;
+      }
+      return done;
+    });
+    return 0;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "attack target: %s\n", error.what());
+    return 1;
+  }
+}
