@@ -25,6 +25,20 @@ namespace {
 
 constexpr uint64_t kCanary = 0x600d600d600d600dULL;
 
+// The target is built like this test: under AddressSanitizer its RSS says
+// little (freed memory waits in quarantine).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
 struct TargetReport {
   uint64_t canary[3] = {};
   uint64_t counter = 0;
@@ -211,7 +225,11 @@ TEMPLATE_TEST_CASE("junk Active Messages from peers without a key are not kept",
   INFO(output);
   const TargetReport after = target.report();
   INFO("peak RSS " << before.peak_rss_kb << " kB before, " << after.peak_rss_kb << " kB after");
-  CHECK(after.peak_rss_kb - before.peak_rss_kb <= 32 * 1024);
+  if (kSanitized) {
+    WARN("peak RSS not checked: AddressSanitizer keeps freed memory in quarantine");
+  } else {
+    CHECK(after.peak_rss_kb - before.peak_rss_kb <= 32 * 1024);
+  }
   check_survived(target, 1);
 }
 
