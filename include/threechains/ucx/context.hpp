@@ -96,7 +96,7 @@ class Context {
     // Without RMA, tcp interfaces also stop advertising their native put
     // (uct/tcp: a PUT request writes wherever its header says, rkey unseen),
     // so a peer's unmodified UCX never picks it as a lane to us.
-    if (!options.remote_memory_access) modify("TCP_PUT_ENABLE", "n");
+    if (!options.remote_memory_access) modify("PUT_ENABLE", "n");  // uct tcp's own name for it
     if (options.reuse_address) {
       // UCX 1.13 reads its connection managers' settings from the environment
       // when a worker opens them (ucp_config_modify does not reach them).
