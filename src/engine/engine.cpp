@@ -203,7 +203,17 @@ void Engine::wait_for_welcome(Link& link, const std::string& what, const Channel
   while (out.state == Outbound::State::connecting) {
     progress();
     if (while_waiting) while_waiting();
-    if (link.endpoint.failed()) throw Error(link.endpoint.status(), what);
+    // A refusal says why; the target's close that follows it may be seen
+    // first (over shared memory the refusal waits in another lane's queue):
+    // look for the refusal a little longer before reporting the reset.
+    if (out.state != Outbound::State::connecting) break;
+    if (link.endpoint.failed()) {
+      const auto grace = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+      while (out.state == Outbound::State::connecting && std::chrono::steady_clock::now() < grace)
+        progress();
+      if (out.state != Outbound::State::connecting) break;
+      throw Error(link.endpoint.status(), what);
+    }
     if (link.removed) throw Error(errc::peer_gone, what + ": the peer closed the connection");
     if (std::chrono::steady_clock::now() > deadline) {
       throw Error(errc::timeout, what + ": no answer from a Receiver within " +
@@ -401,7 +411,9 @@ void Engine::accept_connections() {
   for (ucp_conn_request_h request : requests) {
     std::shared_ptr<Link> oldest_proving;
     std::size_t proving = 0;  // accepted, not yet granted a ring nor refused
+    std::size_t refused = 0;  // refused, their endpoints about to close: not peers
     for (const auto& [ep, link] : links_) {
+      if (link->refused) ++refused;
       if (link->receiving() || link->out || link->refused) continue;
       ++proving;
       if (!oldest_proving || link->accepted_at < oldest_proving->accepted_at) oldest_proving = link;
@@ -412,7 +424,7 @@ void Engine::accept_connections() {
                       std::to_string(proving) +
                       " peers were proving theirs (ReceiverLimits::max_pending_handshakes)");
     }
-    const bool full = links_.size() >= t.options.limits.max_peers;
+    const bool full = links_.size() - refused >= t.options.limits.max_peers;
     try {
       auto link = std::make_shared<Link>(Endpoint::accept(worker_, request));
       link->peer_name = "peer " + std::to_string(t.stats.peers_connected + 1);
@@ -420,7 +432,7 @@ void Engine::accept_connections() {
       if (full) {
         ++t.stats.peers_refused;
         report(Error(errc::limit_exceeded,
-                     "a connection closed at once: " + std::to_string(links_.size()) +
+                     "a connection closed at once: " + std::to_string(links_.size() - refused) +
                          " peers already (ReceiverLimits::max_peers)"));
         link->refused = true;
         closing_.push_back({link, link->endpoint.start_force_close()});

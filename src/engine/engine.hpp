@@ -84,6 +84,9 @@ struct Target {
   Listener listener;  // last: destroyed first, so no connection arrives mid-teardown
 };
 
+// How long a refused peer's endpoint stays open for the refusal to reach it.
+inline constexpr std::chrono::milliseconds kRefusalLinger{1000};
+
 class Engine {
  public:
   explicit Engine(Worker worker);

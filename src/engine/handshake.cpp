@@ -325,23 +325,32 @@ void Engine::refuse_peer(Link& link, const std::string& reason) {
   if (target_) ++target_->stats.peers_refused;
   report(Error(errc::peer_refused, link.peer_name + " refused: " + reason));
   send_welcome(link, UCS_ERR_REJECTED, reason);
-  // Its endpoint closes once the refusal is out (a flushing close); the
-  // Link never had a ring.
-  const auto it = links_.find(link.endpoint.handle());
-  if (it != links_.end()) retire(it->second);
+  // Its endpoint closes when the peer, having read the refusal, closes its
+  // own, or after kRefusalLinger (expire_handshakes): closed at once, the
+  // close may reach the peer first (over shared memory the refusal travels
+  // on another lane) and it would see only a reset. The Link never had a ring.
+  link.refused_at = std::chrono::steady_clock::now();
+  if (link.receiving()) close_inbound(link, true);  // nothing more of it runs
+  control_pending_ = true;
 }
 
 void Engine::expire_handshakes() {
-  if (!target_) return;
   const auto now = std::chrono::steady_clock::now();
-  const auto limit = target_->options.limits.handshake_timeout;
   std::vector<std::shared_ptr<Link>> late;
+  std::vector<std::shared_ptr<Link>> refused;
   for (const auto& [ep, link] : links_) {
-    if (link->receiving() || link->sending() || link->refused || link->out) continue;
-    if (now - link->accepted_at > limit) late.push_back(link);
+    if (link->refused) {
+      if (now - link->refused_at > kRefusalLinger) refused.push_back(link);
+      continue;
+    }
+    if (!target_ || link->receiving() || link->sending() || link->out) continue;
+    if (now - link->accepted_at > target_->options.limits.handshake_timeout) late.push_back(link);
   }
+  for (const std::shared_ptr<Link>& link : refused) retire(link);
   for (const std::shared_ptr<Link>& link : late) {
-    refuse_peer(*link, "it did not prove its key within " + std::to_string(limit.count()) + " ms");
+    refuse_peer(*link, "it did not prove its key within " +
+                           std::to_string(target_->options.limits.handshake_timeout.count()) +
+                           " ms");
   }
 }
 

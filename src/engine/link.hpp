@@ -171,6 +171,9 @@ struct Link {
   // When an accepted peer connected: it must prove its key within the limit.
   std::chrono::steady_clock::time_point accepted_at{};
   bool refused = false;  // we refused it: it gets nothing more from us
+  // When: its endpoint stays open a moment so the refusal, not a reset, is
+  // what it sees (a close can overtake the refusal on another lane).
+  std::chrono::steady_clock::time_point refused_at{};
   bool flooded = false;  // it sent more frames than its ring holds (AM delivery)
   std::optional<Outbound> out;
   Inbound in;
