@@ -402,9 +402,9 @@ void Engine::return_credit(Link& link) {
   if (in.credit_request.reap() == UCS_INPROGRESS) return;  // one credit in flight at a time
   const bool stored = !in.by_active_message && !in.credit;  // the credit line, not a message
   // A code refusal went out first: the credit must not overtake it. A stored
-  // credit waits until the refusal's send completed (it is then in the
+  // credit waits until that refusal's send completed (it is then in the
   // source's queue); a message or a put is fenced behind it.
-  if (in.fence_before_credit && stored && !outbox_.empty()) return;
+  if (in.fence_before_credit && stored && !in.refusal_in_flight.expired()) return;
   in.credit_value = in.expected - 1;
   try {
     if (in.fence_before_credit) {

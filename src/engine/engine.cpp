@@ -418,13 +418,14 @@ void Engine::accept_connections() {
       ++proving;
       if (!oldest_proving || link->accepted_at < oldest_proving->accepted_at) oldest_proving = link;
     }
-    if (proving >= t.options.limits.max_pending_handshakes && oldest_proving) {
+    // Full: the new connection is closed, and nobody is evicted for it.
+    const bool full = links_.size() - refused >= t.options.limits.max_peers;
+    if (!full && proving >= t.options.limits.max_pending_handshakes && oldest_proving) {
       refuse_peer(*oldest_proving,
                   "it was still proving its key when a newer connection came and " +
                       std::to_string(proving) +
                       " peers were proving theirs (ReceiverLimits::max_pending_handshakes)");
     }
-    const bool full = links_.size() - refused >= t.options.limits.max_peers;
     try {
       auto link = std::make_shared<Link>(Endpoint::accept(worker_, request));
       link->peer_name = "peer " + std::to_string(t.stats.peers_connected + 1);
@@ -476,8 +477,11 @@ void Engine::retire(std::shared_ptr<Link> link) noexcept {  // by value: it may 
   if (link->receiving()) close_inbound(*link, !link->in.bye);
   links_.erase(link->endpoint.handle());
   refresh_inbound();
-  // A failed endpoint is force-closed (start_close decides): nothing waits on a dead peer.
-  closing_.push_back({link, link->endpoint.start_close()});
+  // A failed endpoint is force-closed (start_close decides): nothing waits on a
+  // dead peer; nor on a refused one, which gets nothing more from us (a flushing
+  // close could wait as long as a peer that never progresses likes).
+  closing_.push_back(
+      {link, link->refused ? link->endpoint.start_force_close() : link->endpoint.start_close()});
 }
 
 void Engine::reap_closing() noexcept {

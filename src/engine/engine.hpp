@@ -86,6 +86,8 @@ struct Target {
 
 // How long a refused peer's endpoint stays open for the refusal to reach it.
 inline constexpr std::chrono::milliseconds kRefusalLinger{1000};
+// How many refused peers may linger so at once (a flood of them goes sooner).
+inline constexpr std::size_t kMaxLingering = 64;
 
 class Engine {
  public:

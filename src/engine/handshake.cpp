@@ -19,6 +19,7 @@
 #include "engine/testing.hpp"
 #include "trust/sodium.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -338,13 +339,22 @@ void Engine::expire_handshakes() {
   const auto now = std::chrono::steady_clock::now();
   std::vector<std::shared_ptr<Link>> late;
   std::vector<std::shared_ptr<Link>> refused;
+  std::vector<std::shared_ptr<Link>> lingering;
   for (const auto& [ep, link] : links_) {
     if (link->refused) {
-      if (now - link->refused_at > kRefusalLinger) refused.push_back(link);
+      (now - link->refused_at > kRefusalLinger ? refused : lingering).push_back(link);
       continue;
     }
     if (!target_ || link->receiving() || link->sending() || link->out) continue;
     if (now - link->accepted_at > target_->options.limits.handshake_timeout) late.push_back(link);
+  }
+  // A flood of refused peers keeps at most kMaxLingering endpoints open: the
+  // longest refused go at once.
+  if (lingering.size() > kMaxLingering) {
+    std::sort(lingering.begin(), lingering.end(),
+              [](const auto& a, const auto& b) { return a->refused_at < b->refused_at; });
+    refused.insert(refused.end(), lingering.begin(),
+                   lingering.end() - static_cast<std::ptrdiff_t>(kMaxLingering));
   }
   for (const std::shared_ptr<Link>& link : refused) retire(link);
   for (const std::shared_ptr<Link>& link : late) {
@@ -363,9 +373,10 @@ void Engine::send_code_refusal(Link& link, CodeId id, const Error& error) {
                            0};
   const std::string text = error.context();
   try {
-    outbox_.send(link.endpoint, kAmCodeRefused, header, reason_bytes(text));
-    // A credit put must not overtake the refusal: the source reads both
-    // after a flush, and the refusal must be there when the credit is.
+    link.in.refusal_in_flight =
+        outbox_.send(link.endpoint, kAmCodeRefused, header, reason_bytes(text));
+    // A credit must not overtake the refusal: the source reads both after a
+    // flush, and the refusal must be there when the credit is.
     link.in.fence_before_credit = true;
   } catch (const Error&) {  // the source went away
   }

@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -134,6 +135,7 @@ struct Inbound {
   std::optional<Proof> proof;        // a PROOF to check outside the handler
   std::size_t ring_bytes = 0;        // what our ring for it counts against the limits
   bool fence_before_credit = false;  // a refusal went out: the credit must not overtake it
+  std::weak_ptr<const void> refusal_in_flight;  // that refusal, until its send completed
   struct CodeArrival {
     CodeDelivery header;
     std::vector<std::byte> code;

@@ -20,9 +20,12 @@ class Outbox {
  public:
   // Sends AM `id` with a copied header and data; `keep_alive` may own the data
   // instead of a copy. Throws Error naming ucp_am_send_nbx if UCX refuses.
+  // Returns what expires when this send completed (already, if it did at once),
+  // for a caller that must order something else after this one message.
   template <class Header>
-  void send(const Endpoint& endpoint, unsigned id, const Header& header,
-            std::span<const std::byte> data, std::shared_ptr<const void> keep_alive = nullptr) {
+  std::weak_ptr<const void> send(const Endpoint& endpoint, unsigned id, const Header& header,
+                                 std::span<const std::byte> data,
+                                 std::shared_ptr<const void> keep_alive = nullptr) {
     static_assert(std::is_trivially_copyable_v<Header>, "a control header travels as bytes");
     auto message = std::make_unique<Message>();
     message->header.resize(sizeof(Header));
@@ -36,7 +39,10 @@ class Outbox {
     }
     message->request = endpoint.am_send(id, message->header.data(), message->header.size(),
                                         message->data.data(), message->data.size());
-    if (message->request.pending()) pending_.push_back(std::move(message));
+    if (!message->request.pending()) return {};
+    std::weak_ptr<const void> completion = message->in_flight;
+    pending_.push_back(std::move(message));
+    return completion;
   }
 
   // Frees the messages whose sends finished. Returns how many are still in flight.
@@ -62,6 +68,7 @@ class Outbox {
     std::span<const std::byte> data;
     std::shared_ptr<const void> keep_alive;
     Request request;
+    std::shared_ptr<const void> in_flight = std::make_shared<char>();  // weak copies: send()
   };
   std::vector<std::unique_ptr<Message>> pending_;
 };

@@ -4,6 +4,7 @@
 // against any version of the library (what the notes' before/after runs did).
 //
 //   threechains-attack-target --transport shm|tcp --trust KEY.pub [--anyone yes]
+//                             [--handshake-timeout-ms N]
 //   (--anyone: Trust::anyone(), a development Receiver that grants at once)
 //   prints "port P" and "canary 0xADDRESS", then serves; on stdin:
 //     report   prints "report canary0 canary1 canary2 counter peers_connected
@@ -81,11 +82,13 @@ int main(int argc, char** argv) {
   std::string transport = "shm";
   std::string trust;
   bool anyone = false;
+  long handshake_timeout_ms = 0;  // 0: the default
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--transport") transport = argv[i + 1];
     else if (flag == "--trust") trust = argv[i + 1];
     else if (flag == "--anyone") anyone = std::string(argv[i + 1]) == "yes";
+    else if (flag == "--handshake-timeout-ms") handshake_timeout_ms = std::stol(argv[i + 1]);
   }
   if (trust.empty()) {
     std::fprintf(stderr, "usage: %s --transport shm|tcp --trust KEY.pub\n", argv[0]);
@@ -96,6 +99,8 @@ int main(int argc, char** argv) {
     tc::ReceiverOptions options;
     options.trust = anyone ? tc::Trust::anyone() : tc::Trust().allow_peer(key).allow_code_signer(key);
     options.target_args = &g_counter;
+    if (handshake_timeout_ms > 0)
+      options.limits.handshake_timeout = std::chrono::milliseconds(handshake_timeout_ms);
     options.on_error = [](const tc::Error&) {};  // refusals are the point; the report counts them
     tc::Worker worker(tc::Context({.transport = tc::parse_transport(transport)}));
     tc::Receiver receiver(worker, options);
