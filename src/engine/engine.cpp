@@ -188,7 +188,9 @@ void Engine::open_outbound(Link& link, const ChannelOptions& options, int64_t my
                                            ": Delivery::direct, but UCX cannot map this "
                                            "target's ring here");
     }
-    // Credits not put to us are read where the target stores them.
+    // Credits not put to us are read where the target stores them. The
+    // pointer is into the mapping `out.ring` holds: both live in this Outbound,
+    // and the Channel that reads it holds the Link.
     if (!out.credit_by_put) {
       out.hot.consumed_word = reinterpret_cast<uint64_t*>(
           out.hot.direct_ring + std::size_t{out.hot.slots} * out.hot.slot_size);

@@ -42,11 +42,6 @@ class Listener {
 
   [[nodiscard]] uint16_t port() const noexcept { return state_->port; }
 
-  // Refuses a connection request that will not be accepted.
-  void reject(ucp_conn_request_h request) const noexcept {
-    ucp_listener_reject(state_->handle, request);
-  }
-
  private:
   struct State {
     State(Worker w, OnConnect c) : worker(std::move(w)), on_connect(std::move(c)) {}
