@@ -5,39 +5,28 @@
 // authenticated connection to a real Receiver, or (the first byte's top bit)
 // on a fresh connection that never proved a key, so every pre-authentication
 // path is reached (HELLO with any fields and rkey, PROOF, frames, code, goodbyes
-// before the handshake). The Receiver then polls. Whatever the
-// input does (a second HELLO, a forged PROOF, a goodbye), the harness
-// reconnects and the next input finds a Receiver that still serves.
+// before the handshake). The source runs in a child process (see
+// forked_source.hpp for why); this process polls the Receiver meanwhile.
+// Whatever the input does (a second HELLO, a forged PROOF, a goodbye), the
+// source reconnects and the next input finds a Receiver that still serves.
 #include "engine/protocol.hpp"
-#include "live_link.hpp"
+#include "forked_source.hpp"
 
 #include <array>
-#include <cstring>
+#include <span>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   using namespace threechains::detail;
-  static threechains::fuzz::LiveLink link;
+  static threechains::fuzz::ForkedSource link;
   static constexpr std::array kIds = {kAmHello, kAmProof,     kAmCode,      kAmBye,
                                       kAmFrame, kAmWelcome,   kAmChallenge, kAmNeedCode,
                                       kAmCredit, kAmCodeRefused};
   if (size < 2) return 0;
   const unsigned id = kIds[(data[0] & 0x7f) % kIds.size()];
   const std::size_t header_length = std::min<std::size_t>(data[1], size - 2);
-  const uint8_t* header = data + 2;
-  const uint8_t* body = header + header_length;
-  const std::size_t body_length = size - 2 - header_length;
+  const std::span<const uint8_t> header(data + 2, header_length);
+  const std::span<const uint8_t> body(data + 2 + header_length, size - 2 - header_length);
   const bool unauthenticated = (data[0] & 0x80) != 0;
-  try {
-    const threechains::Endpoint& endpoint =
-        unauthenticated ? link.unauthenticated() : link.channel().endpoint();
-    threechains::Request request = endpoint.am_send(id, header, header_length, body, body_length);
-    for (int round = 0; round < 100000 && request.reap() == UCS_INPROGRESS; ++round) {
-      link.source_worker().progress();
-      link.receiver().poll();
-    }
-  } catch (const threechains::Error&) {  // the endpoint is gone: a new one
-  }
-  link.settle();
-  link.ensure_connected();
+  link.deliver(unauthenticated, id, header, body);
   return 0;
 }
