@@ -1,6 +1,7 @@
 // The Receiver's limits and the faults it survives, between real processes:
 // peers, ring memory, code size, the cache's LRU budget, the code a source
 // keeps, a source killed mid-stream, attackers beside an honest source.
+#include "engine/admission.hpp"
 #include "engine/testing.hpp"
 #include "support/counter_target.hpp"
 #include "support/two_process.hpp"
@@ -231,4 +232,98 @@ TEMPLATE_TEST_CASE("attackers beside an honest source: every honest frame runs",
   CHECK(result.counter == 100);
   CHECK(result.dispatched == 100);
   CHECK(result.rejected == 1);
+}
+
+// Issue 19, ring integrity: a source whose ring state goes wrong (here a
+// commit word no honest source writes: the next frame, stamped 1000 laps
+// ahead) is disconnected with the reason, alone; the peer beside it is served.
+TEMPLATE_TEST_CASE("a peer whose ring goes inconsistent is disconnected with the reason; "
+                   "the peer beside it is served",
+                   "[faults][ucx]", Shm, Tcp, ShmAm) {
+  auto target = counter_target(context_for<TestType>(), nullptr, {}, 2);
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  TestSource honest(context_for<TestType>(), target.port(), options_for<TestType>());
+  TestSource broken(context_for<TestType>(), target.port(),
+                    options_for<TestType>({.timeout = std::chrono::milliseconds(5000)}));
+  for (int i = 0; i < 10; ++i) (void)send(honest.channel, counter, uint64_t{1000});
+  for (int i = 0; i < 3; ++i) (void)send(broken.channel, counter, uint64_t{1});
+  broken.channel.flush();
+
+  // The fourth frame, right in itself (its code is held), wrongly committed.
+  std::vector<std::byte> frame(frame_size(8, 0));
+  FrameBuilder builder(frame);
+  REQUIRE(builder.begin(CodecId::bitcode, counter.id(), 4, 8, 0) == errc::ok);
+  const uint64_t increment = 1;
+  builder.write_payload(std::as_bytes(std::span(&increment, 1)));
+  ChannelAccess::send_raw_frame(broken.channel, frame, 4 + 1000 * uint64_t{broken.channel.slots()});
+  CHECK_THROWS_MATCHES(broken.channel.flush(), Error,
+                       error_with("the target disconnected this channel: its ring went "
+                                  "inconsistent"));
+  // It stays broken (a send into a mapped ring is a store and checks nothing;
+  // the next wait or flush tells).
+  CHECK_THROWS_MATCHES(broken.channel.flush(), Error, error_with("inconsistent"));
+  CHECK_THROWS(broken.channel.close());  // closed all the same
+
+  for (int i = 0; i < 10; ++i) (void)send(honest.channel, counter, uint64_t{1000});
+  honest.channel.close();
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.counter == 20003);  // nothing of the broken ring ran after its first three
+  CHECK(result.dispatched == 23);
+  CHECK_THAT(result.first_error, Catch::Contains("ring went inconsistent"));
+}
+
+// The source's side of the same: a credit for more frames than were sent
+// (what a broken or hostile target could report) breaks the channel with the
+// reason, where it used to make the ring look full until the send timed out.
+TEMPLATE_TEST_CASE("a credit for more frames than were sent breaks the channel with the reason",
+                   "[faults][ucx]", Shm, Tcp) {
+  auto target = counter_target(context_for<TestType>());
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  TestSource source(context_for<TestType>(), target.port(),
+                    options_for<TestType>({.timeout = std::chrono::milliseconds(3000)}));
+  for (int i = 0; i < 3; ++i) (void)send(source.channel, counter, uint64_t{1});
+  source.channel.flush();
+  ChannelAccess::store_credit(source.channel, 1000);
+  CHECK_THROWS_MATCHES(send(source.channel, counter, uint64_t{1}), Error,
+                       error_with("the target reported 1000 frames consumed of 3 sent"));
+  CHECK_THROWS_MATCHES(source.channel.flush(), Error, error_with("1000 frames consumed"));
+  CHECK_THROWS(source.channel.close());  // closed all the same
+  const CounterResult result = target.result();
+  CHECK(result.counter == 3);
+}
+
+// The admission policy itself, with addresses the loopback tests cannot make
+// (every test connection comes from 127.0.0.1): a host flooding half-open
+// handshakes evicts its own, never a peer from elsewhere.
+TEST_CASE("half-open handshakes from one host evict that host's own, not another's",
+          "[limits]") {
+  using detail::ProvingPeer;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto at = [t0](int ms) { return t0 + std::chrono::milliseconds(ms); };
+  const detail::AdmissionLimits limits{.max_pending = 8, .max_pending_per_address = 4};
+
+  // An honest peer from 10.0.0.2 proving since t0; four from the flooder.
+  std::vector<ProvingPeer> proving = {{"10.0.0.2", at(0)},  {"10.0.0.66", at(1)},
+                                      {"10.0.0.66", at(2)}, {"10.0.0.66", at(3)},
+                                      {"10.0.0.66", at(4)}};
+  // The flooder's fifth: its own oldest (index 1) goes, not the older honest one.
+  CHECK(detail::choose_eviction(proving, "10.0.0.66", limits) == std::optional<std::size_t>(1));
+  // Another host's newcomer fits: nobody goes.
+  CHECK(detail::choose_eviction(proving, "10.0.0.3", limits) == std::nullopt);
+
+  // Two flooders and the honest peer fill all eight: a newcomer from a third
+  // host evicts the oldest of the heaviest host; the honest one stays.
+  proving = {{"10.0.0.2", at(0)},  {"10.0.0.66", at(1)}, {"10.0.0.66", at(2)},
+             {"10.0.0.66", at(3)}, {"10.0.0.77", at(4)}, {"10.0.0.77", at(5)},
+             {"10.0.0.77", at(6)}, {"10.0.0.66", at(7)}};
+  CHECK(detail::choose_eviction(proving, "10.0.0.9", limits) == std::optional<std::size_t>(1));
+  // The honest host's own second connection: it is not the heaviest either.
+  CHECK(detail::choose_eviction(proving, "10.0.0.2", limits) == std::optional<std::size_t>(1));
+  // Equal weights: the oldest connection of those hosts goes first.
+  proving = {{"10.0.0.66", at(5)}, {"10.0.0.77", at(1)}};
+  CHECK(detail::choose_eviction(proving, "10.0.0.9", {.max_pending = 2, .max_pending_per_address = 4}) ==
+        std::optional<std::size_t>(1));
+  // Below both caps nobody goes.
+  CHECK(detail::choose_eviction({}, "10.0.0.9", limits) == std::nullopt);
 }

@@ -33,8 +33,13 @@ struct NodeCore;
 // cache-miss path when a frame needs it again.
 struct ReceiverLimits {
   uint32_t max_peers = 64;              // connected, or still proving who they are
-  // Connected, not yet proven: a newer connection evicts the one proving longest.
+  // Connected, not yet proven: at most this many in all, and at most
+  // max_pending_per_address from one host. Over either, a newer connection
+  // evicts the oldest of the host with the most pending (over the second,
+  // the newcomer's own host): one host flooding half-open handshakes evicts
+  // its own, never a peer from elsewhere.
   uint32_t max_pending_handshakes = 8;
+  uint32_t max_pending_per_address = 4;
   std::size_t max_ring_bytes_per_peer = std::size_t{8} << 20;
   std::size_t max_ring_bytes = std::size_t{256} << 20;  // all peers together
   std::size_t max_code_bytes = std::size_t{16} << 20;   // one container as it travels

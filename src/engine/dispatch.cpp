@@ -63,7 +63,19 @@ unsigned Engine::drain(Link& link) {
     std::byte* slot = in.ring->data() + ((in.expected - 1) % in.slots) * in.slot_size;
     const uint64_t commit = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot))
                                 .load(std::memory_order_acquire);
-    if (commit != in.expected) break;
+    if (commit != in.expected) {
+      // Not yet committed, the slot still holds the word of the lap before
+      // (0 on the first). Anything else is a source that wrote past its
+      // credits or garbage: its ring can no longer be trusted. (Frames that
+      // come as Active Messages leave the ring's words at 0.)
+      const uint64_t previous_lap = in.expected > in.slots ? in.expected - in.slots : 0;
+      if (commit != previous_lap && !in.by_active_message) [[unlikely]]
+        ring_inconsistent(link, "slot " + std::to_string((in.expected - 1) % in.slots) +
+                                    " holds commit word " + std::to_string(commit) + " where " +
+                                    std::to_string(in.expected) + " (committed) or " +
+                                    std::to_string(previous_lap) + " (not yet) was due");
+      break;
+    }
     if (!dispatch(link, slot + kCommitWordSize, in.slot_size - kCommitWordSize)) break;
     ++in.expected;
     ++dispatched;
@@ -142,13 +154,23 @@ std::byte* Engine::aligned_scratch(std::size_t length) {
 
 // AM delivery: one frame, in UCX's receive buffer. The ifunc gets its payload
 // 16-byte aligned, as from a ring slot, so a misaligned buffer is copied first.
-void Engine::dispatch_delivered(Link& link, std::byte* data, std::size_t length) {
+void Engine::dispatch_delivered(Link& link, uint64_t sequence, std::byte* data,
+                                std::size_t length) {
   Inbound& in = link.in;
+  if (!link.misbehaved.empty()) [[unlikely]]
+    return;  // refused at the next control round; nothing more of it runs
+  // `sequence` (the commit word, which travels in front of the frame) must
+  // be the next one due: frames arrive in order.
+  if (sequence != in.expected + in.backlog.size()) [[unlikely]] {
+    ring_inconsistent(link, "a frame arrived as number " + std::to_string(sequence) + " where " +
+                                std::to_string(in.expected + in.backlog.size()) + " was due");
+    return;
+  }
   if (!in.backlog.empty()) [[unlikely]] {
     // More frames than the ring it was granted: the source ignored its
     // credits. Nothing more from it is kept; the control round refuses it.
     if (in.backlog.size() >= in.slots) {
-      link.flooded = true;
+      link.misbehaved = "it sent more frames than its ring holds, ignoring its credits";
       control_pending_ = true;
       return;
     }
@@ -165,6 +187,15 @@ void Engine::dispatch_delivered(Link& link, std::byte* data, std::size_t length)
   } else {
     in.backlog.emplace_back(data, data + length);
   }
+}
+
+// The peer's ring state went inconsistent (a commit word or sequence no
+// honest source writes): nothing more of it is read, and the next control
+// round disconnects that one peer with the reason. Other peers go on.
+void Engine::ring_inconsistent(Link& link, std::string what) {
+  if (!link.misbehaved.empty()) return;
+  link.misbehaved = "its ring went inconsistent: " + std::move(what);
+  control_pending_ = true;
 }
 
 // AM delivery: runs what waited behind a cache miss, in order, once code came.
@@ -442,13 +473,13 @@ ucs_status_t Engine::on_frame(void* arg, const void* header, std::size_t header_
   if (header_length == sizeof(uint64_t) && link->out && link->out->credit_is_local()) {
     uint64_t consumed;
     std::memcpy(&consumed, header, sizeof(consumed));
-    std::atomic_ref<uint64_t> word(*link->out->hot.consumed_word);
-    if (consumed > word.load(std::memory_order_relaxed))
-      word.store(consumed, std::memory_order_release);
+    link->out->take_credit(consumed);
   }
   try {
     // Data: | sequence (8 B) | frame |, like a ring slot.
-    self->dispatch_delivered(*link, static_cast<std::byte*>(data) + kCommitWordSize,
+    uint64_t sequence;
+    std::memcpy(&sequence, data, sizeof(sequence));
+    self->dispatch_delivered(*link, sequence, static_cast<std::byte*>(data) + kCommitWordSize,
                              length - kCommitWordSize);
   } catch (...) {  // never let an exception cross UCX's C frames
     self->report(Error(errc::jit_failed,

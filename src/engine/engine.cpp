@@ -2,6 +2,8 @@
 // into the JIT cache) is in dispatch.cpp, the send path in send_path.cpp.
 #include "engine/engine.hpp"
 
+#include "engine/admission.hpp"
+
 #include <threechains/container.hpp>
 
 #include <cstdio>
@@ -312,7 +314,7 @@ void Engine::check_sendable(const Link& link, const char* operation) const {
                                      ": the target closed the connection");
   }
   if (link.out && !link.out->broken.empty()) [[unlikely]] {
-    throw Error(errc::timeout,
+    throw Error(link.out->broken_as,
                 "channel to " + link.peer_name + ": " + operation + ": " + link.out->broken);
   }
   if (!link.out || link.out->state != Outbound::State::open) [[unlikely]] {
@@ -376,9 +378,9 @@ void Engine::handle_control() {
     if (link->out && link->out->challenge) answer_challenge(*link);
     if (link->in.hello) answer_hello(*link);
     if (link->in.proof) check_proof(*link);
-    if (link->flooded && !link->refused) {
+    if (!link->misbehaved.empty() && !link->refused) {
       if (target_) target_->stats.frames_rejected += 1;
-      refuse_peer(*link, "it sent more frames than its ring holds, ignoring its credits");
+      refuse_peer(*link, link->misbehaved);
       continue;
     }
     const bool code_came = !link->in.arrivals.empty();
@@ -411,27 +413,41 @@ void Engine::accept_connections() {
   std::vector<ucp_conn_request_h> requests;
   requests.swap(t.pending_connections);
   for (ucp_conn_request_h request : requests) {
-    std::shared_ptr<Link> oldest_proving;
-    std::size_t proving = 0;  // accepted, not yet granted a ring nor refused
+    ucp_conn_request_attr_t attributes{};
+    attributes.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+    std::string address = ucp_conn_request_query(request, &attributes) == UCS_OK
+                              ? host_of(attributes.client_address)
+                              : std::string("unknown");
+    std::vector<ProvingPeer> proving;  // accepted, not yet granted a ring nor refused
+    std::vector<Link*> proving_links;
     std::size_t refused = 0;  // refused, their endpoints about to close: not peers
     for (const auto& [ep, link] : links_) {
       if (link->refused) ++refused;
       if (link->receiving() || link->out || link->refused) continue;
-      ++proving;
-      if (!oldest_proving || link->accepted_at < oldest_proving->accepted_at) oldest_proving = link;
+      proving.push_back({link->address, link->accepted_at});
+      proving_links.push_back(link.get());
     }
     // Full: the new connection is closed, and nobody is evicted for it.
     const bool full = links_.size() - refused >= t.options.limits.max_peers;
-    if (!full && proving >= t.options.limits.max_pending_handshakes && oldest_proving) {
-      refuse_peer(*oldest_proving,
-                  "it was still proving its key when a newer connection came and " +
-                      std::to_string(proving) +
-                      " peers were proving theirs (ReceiverLimits::max_pending_handshakes)");
+    const std::optional<std::size_t> evict =
+        full ? std::nullopt
+             : choose_eviction(proving, address,
+                               {t.options.limits.max_pending_handshakes,
+                                t.options.limits.max_pending_per_address});
+    if (evict) {
+      Link& gives_way = *proving_links[*evict];
+      refuse_peer(gives_way, "it was still proving its key when a newer connection came from " +
+                                 address + " (" + std::to_string(proving.size()) +
+                                 " proving; ReceiverLimits::max_pending_handshakes " +
+                                 std::to_string(t.options.limits.max_pending_handshakes) +
+                                 ", max_pending_per_address " +
+                                 std::to_string(t.options.limits.max_pending_per_address) + ")");
     }
     try {
       auto link = std::make_shared<Link>(Endpoint::accept(worker_, request));
       link->peer_name = "peer " + std::to_string(t.stats.peers_connected + 1);
       link->accepted_at = std::chrono::steady_clock::now();
+      link->address = std::move(address);
       if (full) {
         ++t.stats.peers_refused;
         report(Error(errc::limit_exceeded,
@@ -452,7 +468,9 @@ void Engine::accept_connections() {
 void Engine::close_inbound(Link& link, bool lost) noexcept {
   if (!link.receiving()) return;
   try {
-    drain(link);   // what the source committed before it left still runs
+    // What the source committed before it left still runs (unless it is
+    // being disconnected for what it wrote).
+    if (link.misbehaved.empty()) drain(link);
   } catch (...) {  // an ifunc threw; nothing more can run for this peer
   }
   link.in.open = false;
@@ -626,13 +644,20 @@ ucs_status_t Engine::on_hello(void* arg, const void* header, std::size_t header_
 ucs_status_t Engine::on_welcome(void* arg, const void* header, std::size_t header_length,
                                 void* data, std::size_t length, const ucp_am_recv_param_t* param) {
   Link* link = static_cast<Engine*>(arg)->find(param);
-  if (link == nullptr || !link->out || link->out->state != Outbound::State::connecting ||
-      header_length != sizeof(Welcome)) {
-    return UCS_OK;
-  }
+  if (link == nullptr || !link->out || header_length != sizeof(Welcome)) return UCS_OK;
   Outbound& out = *link->out;
   Welcome welcome;
   std::memcpy(&welcome, header, sizeof(welcome));
+  if (out.state == Outbound::State::open && welcome.status != UCS_OK) {
+    // A refusal after the ring was granted: the target disconnects us (our
+    // ring's state went inconsistent, we ignored credits) and says why.
+    std::string reason = "the target disconnected this channel";
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0 && length != 0)
+      reason.append(": ").append(static_cast<const char*>(data), std::min(length, kMaxReasonSize));
+    out.break_with(errc::peer_refused, std::move(reason));
+    return UCS_OK;
+  }
+  if (out.state != Outbound::State::connecting) return UCS_OK;
   if (welcome.version != kProtocolVersion || welcome.status != UCS_OK) {
     out.refusal =
         welcome.status != UCS_OK ? static_cast<ucs_status_t>(welcome.status) : UCS_ERR_UNSUPPORTED;
@@ -719,9 +744,7 @@ ucs_status_t Engine::on_credit(void* arg, const void* header, std::size_t header
     return UCS_OK;
   uint64_t consumed;
   std::memcpy(&consumed, header, sizeof(consumed));
-  std::atomic_ref<uint64_t> word(*link->out->hot.consumed_word);
-  if (consumed > word.load(std::memory_order_relaxed))
-    word.store(consumed, std::memory_order_release);
+  link->out->take_credit(consumed);
   return UCS_OK;
 }
 

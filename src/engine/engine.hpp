@@ -204,7 +204,8 @@ class Engine {
 
   unsigned drain(Link& link);
   bool dispatch(Link& link, std::byte* frame, std::size_t available);
-  void dispatch_delivered(Link& link, std::byte* data, std::size_t length);
+  void dispatch_delivered(Link& link, uint64_t sequence, std::byte* data, std::size_t length);
+  void ring_inconsistent(Link& link, std::string what);
   void drain_backlog(Link& link);
   // Checks (size, signature) and loads code that arrived from `link`; a
   // refusal is reported, and told to the source. nullptr if it cannot run.

@@ -70,9 +70,17 @@ struct Outbound {
   std::vector<uint64_t> am_headers;  // per slot: the credit piggybacked on its AM
   // Per slot: the pieces of a gathered send (UCX reads them until it is done).
   std::vector<std::array<ucp_dt_iov_t, 3>> am_pieces;
-  // Why the channel cannot go on (a gathered send that had to be cancelled
-  // left a hole in the sequence), or empty.
+  // Why the channel cannot go on, or empty: a gathered send that had to be
+  // cancelled left a hole in the sequence (errc::timeout); the target
+  // reported more frames consumed than were sent, or disconnected us with a
+  // reason (errc::protocol, errc::peer_refused).
   std::string broken;
+  errc broken_as = errc::timeout;
+  void break_with(errc as, std::string why) {
+    if (!broken.empty()) return;  // the first cause is the one to tell
+    broken = std::move(why);
+    broken_as = as;
+  }
   std::unordered_set<CodeId> held;   // code the target holds (or will, once it reads)
   // What we can resend on a cache miss, with the last sequence sent in cached
   // form; let go (beyond max_code_kept) only once the target consumed that.
@@ -95,6 +103,14 @@ struct Outbound {
   // flush() progresses once more after the credits (cached sends never pay).
   bool code_unconfirmed = false;
   uint64_t code_refusals_dropped = 0;
+
+  // A credit by message (an AM of its own, or on a frame): the count of our
+  // frames the target consumed. One that claims more than were sent breaks
+  // the channel instead (taken, it would make the ring look full for good).
+  void take_credit(uint64_t consumed) noexcept;
+  // The same check for the count wherever it lands (the target's credit line
+  // is read in place): false, and the channel broken, if it overran.
+  bool credit_consistent() noexcept;
 
   // Credits land in our own word (by AM or put), not in the target's credit line.
   [[nodiscard]] bool credit_is_local() const noexcept {
@@ -172,11 +188,15 @@ struct Link {
   int64_t rank = -1;      // the peer's rank in a Node mesh, -1 if none
   // When an accepted peer connected: it must prove its key within the limit.
   std::chrono::steady_clock::time_point accepted_at{};
+  std::string address;  // the peer's host as the listener saw it (accepted links)
   bool refused = false;  // we refused it: it gets nothing more from us
   // When: its endpoint stays open a moment so the refusal, not a reset, is
   // what it sees (a close can overtake the refusal on another lane).
   std::chrono::steady_clock::time_point refused_at{};
-  bool flooded = false;  // it sent more frames than its ring holds (AM delivery)
+  // Why this peer is to be disconnected, or empty: found on the hot path (it
+  // sent more frames than its ring holds; its ring's state went inconsistent),
+  // acted on by the next control round.
+  std::string misbehaved;
   std::optional<Outbound> out;
   Inbound in;
   bool removed = false;  // no longer in the engine's table (peer gone or both sides done)

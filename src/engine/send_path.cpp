@@ -213,17 +213,46 @@ SendStatus send_gathered(Engine& engine, Link& link, const Ifunc& ifunc,
     engine.progress();
     if (std::chrono::steady_clock::now() > deadline) [[unlikely]] {
       request.cancel(engine.worker());
-      out.broken = "a " + std::to_string(payload.size()) +
-                   "-byte payload was not sent within " + std::to_string(out.timeout.count()) +
-                   " ms and was cancelled; the channel cannot go on";
+      out.break_with(errc::timeout, "a " + std::to_string(payload.size()) +
+                                        "-byte payload was not sent within " +
+                                        std::to_string(out.timeout.count()) +
+                                        " ms and was cancelled; the channel cannot go on");
       throw Error(errc::timeout, "channel to " + link.peer_name + ": send: " + out.broken);
     }
   }
   if (status != UCS_OK) [[unlikely]] {
-    out.broken = "a gathered send failed; the channel cannot go on";
+    out.break_with(errc::timeout, "a gathered send failed; the channel cannot go on");
     throw Error(status, "channel to " + link.peer_name + ": ucp_am_send_nbx");
   }
   return with_code ? SendStatus::sent_with_code : SendStatus::sent_cached;
+}
+
+void Outbound::take_credit(uint64_t consumed) noexcept {
+  std::atomic_ref<uint64_t> word(*hot.consumed_word);
+  if (consumed <= word.load(std::memory_order_relaxed)) return;
+  if (consumed > hot.next_sequence - 1) [[unlikely]] {
+    try {
+      break_with(errc::protocol, "the target reported " + std::to_string(consumed) +
+                                     " frames consumed of " + std::to_string(hot.next_sequence - 1) +
+                                     " sent; the channel cannot go on");
+    } catch (...) {  // no memory for the text: the credit is dropped all the same
+    }
+    return;
+  }
+  word.store(consumed, std::memory_order_release);
+}
+
+bool Outbound::credit_consistent() noexcept {
+  const uint64_t consumed = hot.consumed();
+  if (consumed <= hot.next_sequence - 1) [[likely]]
+    return true;
+  try {
+    break_with(errc::protocol, "the target reported " + std::to_string(consumed) +
+                                   " frames consumed of " + std::to_string(hot.next_sequence - 1) +
+                                   " sent; the channel cannot go on");
+  } catch (...) {
+  }
+  return false;
 }
 
 }  // namespace detail
@@ -293,6 +322,7 @@ void Channel::wait_for_credit() {
     // are owed credits: a peer waiting on those while we wait on it would
     // otherwise wait for good.
     engine_->return_credits(detail::Engine::CreditTiming::now);
+    (void)link_->out->credit_consistent();  // if not, check_sendable says why
     engine_->check_sendable(*link_, "send");
     const auto now = std::chrono::steady_clock::now();
     if (deadline == std::chrono::steady_clock::time_point{}) {
@@ -327,6 +357,7 @@ void Channel::flush(std::chrono::milliseconds limit) {
                       " frames in " + std::to_string(limit.count()) + " ms");
     }
   }
+  if (!link_->out->credit_consistent()) engine_->check_sendable(*link_, "flush");  // throws
   // A refusal travels ahead of the credit that follows it (the target fences
   // a credit put after it; AM credits share its lane): once the credit is
   // seen, one round of progress has the refusal. Only code can be refused.
@@ -417,6 +448,31 @@ void ChannelAccess::send_raw_frame(Channel& channel, std::span<const std::byte> 
                       : detail::staging_slot(*channel.engine_, *channel.link_, slot);
   if (!frame.empty()) std::memcpy(at + detail::kCommitWordSize, frame.data(), frame.size());
   channel.commit(at, slot, frame.size());
+}
+
+void ChannelAccess::send_raw_frame(Channel& channel, std::span<const std::byte> frame,
+                                   uint64_t commit_word) {
+  while (channel.ring_->full()) channel.wait_for_credit();
+  detail::OutboundRing& ring = *channel.ring_;
+  if (frame.size() > ring.capacity()) throw Error(errc::frame_too_large, "raw frame too large");
+  const std::size_t slot = (ring.next_sequence - 1) % ring.slots;
+  if (ring.direct_ring != nullptr) {
+    std::byte* at = ring.direct_ring + slot * ring.slot_size;
+    if (!frame.empty()) std::memcpy(at + detail::kCommitWordSize, frame.data(), frame.size());
+    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(at))
+        .store(commit_word, std::memory_order_release);
+  } else {
+    std::byte* at = detail::staging_slot(*channel.engine_, *channel.link_, slot);
+    if (!frame.empty()) std::memcpy(at + detail::kCommitWordSize, frame.data(), frame.size());
+    std::memcpy(at, &commit_word, sizeof(commit_word));
+    detail::put_frame(*channel.engine_, *channel.link_, slot, frame.size());
+  }
+  ++ring.next_sequence;
+  ++ring.stats.frames_sent;
+}
+
+void ChannelAccess::store_credit(Channel& channel, uint64_t consumed) {
+  std::atomic_ref<uint64_t>(*channel.ring_->consumed_word).store(consumed, std::memory_order_release);
 }
 
 }  // namespace threechains
