@@ -16,6 +16,8 @@
 #include <ucp/api/ucp.h>
 
 #include <arpa/inet.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -75,6 +77,17 @@ struct Hello {
 };
 static_assert(sizeof(Hello) == 104, "no padding: the fields sum to 104 bytes");
 
+struct Welcome {
+  uint32_t version;
+  int32_t status;
+  uint32_t slots;
+  uint32_t flags;
+  uint64_t slot_size;
+  uint64_t ring_address;  // the ring's packed rkey follows as AM data
+};
+static_assert(sizeof(Welcome) == 32);
+constexpr uint64_t kCreditLineSize = 64;
+
 // ---------------------------------------------------------------- options
 
 struct Options {
@@ -101,6 +114,7 @@ void usage() {
   std::fputs(
       "usage: attacker MODE --port P [--host 127.0.0.1] [--transport tcp|shm] [--timeout S]\n"
       "  rma       --address 0xA\n"
+      "  granted   --address 0xA   (to a Trust::anyone() target: a ring's own rkey aimed elsewhere)\n"
       "  hello     [--variant empty|garbage|huge|zeros|valid-looking|all] [--key HEX64] [--version N]\n"
       "  churn     [--threads T] [--cycles N]   (T churners, each a process of its own)\n"
       "  half-open [--count C] [--hold S] [--key HEX64] [--silent]\n"
@@ -164,7 +178,7 @@ bool parse(int argc, char** argv, Options& out) {
   if (argc < 2) return false;
   out.mode = argv[1];
   if (out.mode != "rma" && out.mode != "hello" && out.mode != "churn" && out.mode != "half-open" &&
-      out.mode != "junk-am") {
+      out.mode != "junk-am" && out.mode != "granted") {
     std::fprintf(stderr, "unknown mode '%s'\n", argv[1]);
     return false;
   }
@@ -218,7 +232,10 @@ bool parse(int argc, char** argv, Options& out) {
     if (!ok) { std::fprintf(stderr, "bad value for %s: '%s'\n", key.c_str(), value.c_str()); return false; }
   }
   if (!have_port) { std::fputs("--port is required\n", stderr); return false; }
-  if (out.mode == "rma" && !have_address) { std::fputs("rma needs --address 0x...\n", stderr); return false; }
+  if ((out.mode == "rma" || out.mode == "granted") && !have_address) {
+    std::fputs("rma and granted need --address 0x...\n", stderr);
+    return false;
+  }
   return true;
 }
 
@@ -427,10 +444,13 @@ struct Replies {
   bool quiet = false;
   int welcomes = 0, challenges = 0, others = 0;
   std::array<Slot, kLastReply - kFirstReply + 1> slots{};
+  // The first WELCOME that granted a ring, and its rkey (granted mode).
+  std::optional<Welcome> granted;
+  std::vector<uint8_t> granted_rkey;
 };
 
-ucs_status_t on_reply(void* arg, const void* header, size_t header_length, void*, size_t length,
-                      const ucp_am_recv_param_t*) {
+ucs_status_t on_reply(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                      const ucp_am_recv_param_t* param) {
   const auto& slot = *static_cast<Replies::Slot*>(arg);
   Replies& replies = *slot.replies;
   if (slot.id == kAmWelcome) {
@@ -438,6 +458,13 @@ ucs_status_t on_reply(void* arg, const void* header, size_t header_length, void*
     int32_t status = 0;
     if (header_length >= 8) std::memcpy(&status, static_cast<const uint8_t*>(header) + 4, sizeof(status));
     if (!replies.quiet) std::printf("welcome status=%d\n", status);
+    if (status == 0 && header_length == sizeof(Welcome) && !replies.granted &&
+        (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
+      replies.granted.emplace();
+      std::memcpy(&*replies.granted, header, sizeof(Welcome));
+      const auto* bytes = static_cast<const uint8_t*>(data);
+      replies.granted_rkey.assign(bytes, bytes + length);
+    }
   } else if (slot.id == kAmChallenge) {
     ++replies.challenges;
     if (!replies.quiet) std::printf("challenge\n");
@@ -509,6 +536,104 @@ int run_rma(const Options& options) {
   report("flush", worker, ucp_ep_flush_nbx(ep.get(), &flush));
   if (ep.failed()) std::printf("endpoint: failed status=%s\n", str(ep.error()));
   std::printf("rma: done\n");
+  return 0;
+}
+
+// A peer the target granted a ring (a Receiver with Trust::anyone() grants
+// one to whoever says HELLO) aims with that ring's own rkey at what is not
+// its ring: the canaries (--address), the bytes just past its ring and
+// credit line (where the next peer's ring may be), and, over shared memory,
+// the canaries mapped through ucp_rkey_ptr. The target must lose nothing.
+// Over shared memory UCX carries a put or get to a mapped segment itself, in
+// this process: aimed outside the segment, the copy faults here, in the
+// attacker. Each such operation runs under this guard, which reports the
+// fault and goes on with the next one.
+sigjmp_buf g_fault_jump;
+void on_fault(int) { siglongjmp(g_fault_jump, 1); }
+
+template <class Operation>
+ucs_status_t guarded(const char* name, Operation&& operation) {
+  struct sigaction action{}, old_segv{}, old_bus{};
+  action.sa_handler = on_fault;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_NODEFER;
+  sigaction(SIGSEGV, &action, &old_segv);
+  sigaction(SIGBUS, &action, &old_bus);
+  ucs_status_t status = UCS_ERR_IO_ERROR;
+  if (sigsetjmp(g_fault_jump, 1) == 0) {
+    status = operation();
+  } else {
+    std::printf("%s: faulted in the attacker's own address space (the segment maps only the ring)\n",
+                name);
+  }
+  sigaction(SIGSEGV, &old_segv, nullptr);
+  sigaction(SIGBUS, &old_bus, nullptr);
+  return status;
+}
+
+Hello make_hello(const Options& options);
+int run_granted(const Options& options) {
+  Replies replies;  // outlives the worker that calls into it
+  Session session = open_session(options);
+  ucp_worker_h worker = session.get();
+  listen_for_replies(worker, replies);
+  uint64_t put_value = 0x4242424242424242ull, got = 0, one = 1;  // outlive the endpoint
+  // A well-formed HELLO with a credit word of our own, as an honest source's
+  // (an older target unpacked its rkey at once, and died on an empty one).
+  Memory credit_word(session.context.get(), 64);
+  const Hello hello = make_hello(options);
+  auto endpoints = connect_all(worker, options, 1);
+  if (endpoints.empty()) return 1;
+  Endpoint& ep = *endpoints.front();
+  report("hello", worker,
+         send_am(ep.get(), kAmHello, &hello, sizeof(hello), credit_word.packed_rkey().data(),
+                 credit_word.packed_rkey().size(), UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER));
+  const auto deadline = within(Ms{5000});
+  while (!replies.granted && Clock::now() < deadline && !ep.failed()) ucp_worker_progress(worker);
+  if (!replies.granted) {
+    std::printf("granted: no ring\n");
+    return 1;
+  }
+  const Welcome& welcome = *replies.granted;
+  const uint64_t ring_end = welcome.ring_address + welcome.slots * welcome.slot_size + kCreditLineSize;
+  std::printf("granted: ring=0x%llx slots=%u slot_size=%llu rkey=%zu bytes\n",
+              static_cast<unsigned long long>(welcome.ring_address), welcome.slots,
+              static_cast<unsigned long long>(welcome.slot_size), replies.granted_rkey.size());
+  ucp_rkey_h raw = nullptr;
+  const ucs_status_t unpacked = ucp_ep_rkey_unpack(ep.get(), replies.granted_rkey.data(), &raw);
+  std::printf("rkey_unpack: status=%s\n", str(unpacked));
+  const Rkey rkey{unpacked == UCS_OK ? raw : nullptr};
+  if (rkey) {
+    void* mapped = nullptr;
+    std::printf("rkey_ptr canary: status=%s\n",
+                str(ucp_rkey_ptr(rkey.get(), options.address, &mapped)));
+    ucp_request_param_t param{};
+    for (const uint64_t where : {options.address, ring_end, ring_end + 4096}) {
+      std::printf("aim: 0x%llx\n", static_cast<unsigned long long>(where));
+      guarded("put", [&] {
+        return report("put", worker,
+                      ucp_put_nbx(ep.get(), &put_value, sizeof(put_value), where, rkey.get(), &param));
+      });
+      got = 0;
+      const ucs_status_t status = guarded("get", [&] {
+        return report("get", worker,
+                      ucp_get_nbx(ep.get(), &got, sizeof(got), where + 8, rkey.get(), &param));
+      });
+      if (status == UCS_OK) std::printf("get: value=0x%016llx\n", static_cast<unsigned long long>(got));
+    }
+    ucp_request_param_t atomic{};
+    atomic.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+    atomic.datatype = ucp_dt_make_contig(sizeof(uint64_t));
+    guarded("atomic", [&] {
+      return report("atomic", worker,
+                    ucp_atomic_op_nbx(ep.get(), UCP_ATOMIC_OP_ADD, &one, 1, options.address + 16,
+                                      rkey.get(), &atomic));
+    });
+  }
+  ucp_request_param_t flush{};
+  report("flush", worker, ucp_ep_flush_nbx(ep.get(), &flush));
+  if (ep.failed()) std::printf("endpoint: failed status=%s\n", str(ep.error()));
+  std::printf("granted: done\n");
   return 0;
 }
 
@@ -819,6 +944,7 @@ int main(int argc, char** argv) {
   start_watchdog();
   try {
     if (options.mode == "rma") return run_rma(options);
+    if (options.mode == "granted") return run_granted(options);
     if (options.mode == "hello") return run_hello(options);
     if (options.mode == "churn") return run_churn(options);
     if (options.mode == "half-open") return run_half_open(options);

@@ -158,6 +158,22 @@ TEMPLATE_TEST_CASE("a peer with no key reaches no memory: put, get and atomics o
   check_survived(target);
 }
 
+TEMPLATE_TEST_CASE("a peer granted a ring reaches nothing beyond it with the ring's own rkey",
+                   "[attack][ucx]", Shm, Tcp) {
+  // A development Receiver (Trust::anyone()) grants a ring to a raw-UCX
+  // peer; it aims that ring's rkey at the canaries and at the bytes just past
+  // its ring and credit line, where another peer's ring may lie.
+  AttackTarget target(TestType::transport, true);
+  const std::string output = attack(target, TestType::transport,
+                                    {"granted", "--address", target.canary_address()});
+  INFO(output);
+  REQUIRE(output.find("granted: ring=0x") != std::string::npos);  // it had a ring to aim from
+  REQUIRE(output.find("rkey_unpack: status=Success") != std::string::npos);
+  REQUIRE(output.find("put: status=") != std::string::npos);
+  CHECK(output.find("600d600d600d600d") == std::string::npos);  // no get read a canary
+  check_survived(target);
+}
+
 TEMPLATE_TEST_CASE("malformed and unproven HELLOs are refused, never a crash", "[attack][ucx]",
                    Shm, Tcp) {
   AttackTarget target(TestType::transport);
