@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -206,4 +207,65 @@ TEST_CASE("a source that pins the target's key refuses a target that never prove
   (void)send(channel, counter, uint64_t{4});
   channel.close();
   CHECK(target.result().counter == 4);
+}
+
+// Issue 19: the rkey a peer hands over is checked before UCX parses it (UCX
+// 1.13's unpack takes no length and trusts the blob's own sizes).
+TEST_CASE("a packed rkey whose framing does not fit its bytes is refused before UCX sees it",
+          "[trust][ucx]") {
+  const Context context({.transport = Transport::shared_memory});
+  const MemoryRegion region(context, 64);
+  const std::vector<std::byte> packed = region.pack_rkey();
+  const std::vector<std::byte> checked = detail::checked_packed_rkey(packed);
+  CHECK(std::equal(packed.begin(), packed.end(), checked.begin()));
+  CHECK(checked.size() == packed.size() + detail::kRkeyPadding);  // zeros after it
+
+  const auto refused = [](std::vector<std::byte> bytes, const std::string& why) {
+    CHECK_THROWS_MATCHES(detail::checked_packed_rkey(bytes), Error,
+                         error_with(errc::protocol, why));
+  };
+  refused({}, "shorter than its header");
+  refused(std::vector<std::byte>(packed.begin(), packed.begin() + 8), "shorter than its header");
+  refused(std::vector<std::byte>(packed.begin(), packed.end() - 1), "run past its end");
+  std::vector<std::byte> no_domain = packed;
+  std::fill(no_domain.begin(), no_domain.begin() + 8, std::byte{0});
+  refused(no_domain, "names no memory domain");
+  std::vector<std::byte> device = packed;
+  device[8] = std::byte{1};  // UCS_MEMORY_TYPE_CUDA
+  refused(device, "not host memory");
+  std::vector<std::byte> every_domain = packed;
+  std::fill(every_domain.begin(), every_domain.begin() + 8, std::byte{0xff});
+  refused(every_domain, "run past its end");
+}
+
+// A trusted peer that asks for credits by put (both contexts do RMA) with a
+// credit word UCX cannot or must not reach: refused with the reason, after
+// its proof, and the Receiver goes on serving.
+TEST_CASE("a trusted peer's broken or out-of-segment credit word is refused, not used",
+          "[trust][ucx]") {
+  const ContextOptions rma{.transport = Transport::shared_memory, .remote_memory_access = true};
+  auto target = counter_target(rma, nullptr, {}, 1);
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  Worker worker{Context(rma)};
+  Source source(worker);
+  struct Restore {
+    ~Restore() { HandshakeAccess::clear_hello_credit(); }
+  } restore;
+
+  HandshakeAccess::override_hello_credit(std::vector<std::byte>(40, std::byte{0x5a}));
+  CHECK_THROWS_MATCHES(source.connect("127.0.0.1", target.port(), identified({})), Error,
+                       error_with(errc::peer_refused, "refused before UCX saw it"));
+  // A real rkey, but the credit word 1 GiB past the segment it maps: over
+  // shared memory the target's put would land in its own memory elsewhere.
+  HandshakeAccess::override_hello_credit(std::nullopt, int64_t{1} << 30);
+  CHECK_THROWS_MATCHES(source.connect("127.0.0.1", target.port(), identified({})), Error,
+                       error_with(errc::peer_refused, "outside the memory its rkey maps"));
+
+  HandshakeAccess::clear_hello_credit();
+  Channel channel = source.connect("127.0.0.1", target.port(), identified({}));
+  for (int i = 0; i < 5; ++i) (void)send(channel, counter, uint64_t{1});
+  channel.close();
+  const CounterResult result = target.result();
+  CHECK(result.counter == 5);
+  CHECK(result.errors == 2);
 }

@@ -155,8 +155,6 @@ void Engine::open_outbound(Link& link, const ChannelOptions& options, int64_t my
   out.hot.consumed_word = reinterpret_cast<uint64_t*>(out.credit.data());
   out.max_code_kept = std::max<std::size_t>(options.max_code_kept, 1);
   const Hello hello = make_hello(out, options, slot_size, my_rank);
-  // Our credit word's rkey goes along only if the target may put credits there.
-  if ((hello.flags & kHelloCreditByPut) != 0) out.hello_rkey = out.credit.pack_rkey();
   outbox_.send(link.endpoint, kAmHello, hello, out.hello_rkey);
   wait_for_welcome(link, "connect " + link.peer_name, options, while_waiting);
 
@@ -688,12 +686,15 @@ ucs_status_t Engine::on_welcome(void* arg, const void* header, std::size_t heade
     out.ring.emplace(link->endpoint, welcome.ring_address,
                      std::size_t{welcome.slots} * welcome.slot_size + kCreditLineSize,
                      std::span<const std::byte>(static_cast<const std::byte*>(data), length));
+    if (out.ring->outside_its_segment())
+      throw Error(errc::protocol, "the WELCOME's ring lies outside the memory its rkey maps");
     out.credit_by_put = (welcome.flags & kWelcomeCreditByPut) != 0;
     out.hot.slots = welcome.slots;
     out.hot.slot_size = welcome.slot_size;
     out.state = Outbound::State::open;
   } catch (const Error& error) {  // never let an exception cross UCX's C frames
     out.refusal = error.ucs_status().value_or(UCS_ERR_INVALID_PARAM);
+    out.refusal_reason = error.what();
     out.state = Outbound::State::refused;
   }
   return UCS_OK;

@@ -22,6 +22,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
+#include <optional>
 
 namespace threechains::detail {
 
@@ -29,6 +31,21 @@ namespace {
 
 constexpr char kPeerDomain[] = "threechains-peer-v3";
 std::atomic<bool> forging_proofs{false};  // HandshakeAccess (tests only)
+
+// HandshakeAccess::override_hello_credit (tests and fuzzers only).
+struct HelloCreditOverride {
+  std::optional<std::vector<std::byte>> rkey;
+  int64_t address_shift = 0;
+};
+std::mutex hello_credit_mutex;
+std::optional<HelloCreditOverride> hello_credit_forced;
+std::atomic<bool> hello_credit_set{false};  // the hot check: no lock unless a test set one
+
+std::optional<HelloCreditOverride> hello_credit_override() {
+  if (!hello_credit_set.load(std::memory_order_acquire)) return std::nullopt;
+  const std::lock_guard lock(hello_credit_mutex);
+  return hello_credit_forced;
+}
 constexpr char kTargetDomain[] = "threechains-target-v3";
 
 template <std::size_t N>
@@ -105,7 +122,16 @@ Hello Engine::make_hello(Outbound& out, const ChannelOptions& options, std::size
     std::memcpy(hello.key, out.identity->public_key().bytes().data(), kKeySize);
     hello.flags |= kHelloHasKey;
   }
-  if (worker_.context().remote_memory_access()) hello.flags |= kHelloCreditByPut;
+  // Our credit word's rkey goes along only if the target may put credits there.
+  if (worker_.context().remote_memory_access()) {
+    hello.flags |= kHelloCreditByPut;
+    out.hello_rkey = out.credit.pack_rkey();
+  }
+  if (const std::optional<HelloCreditOverride> forced = hello_credit_override()) [[unlikely]] {
+    hello.flags |= kHelloCreditByPut;
+    hello.credit_address += forced->address_shift;
+    out.hello_rkey = forced->rkey ? *forced->rkey : out.credit.pack_rkey();
+  }
   out.hello = hello;
   return hello;
 }
@@ -284,6 +310,8 @@ void Engine::grant_ring(Link& link, const Hello& hello, std::span<const std::byt
     in.slot_size = slot_size;
     if (credit_by_put) {
       in.credit.emplace(link.endpoint, hello.credit_address, sizeof(uint64_t), credit_rkey);
+      if (in.credit->outside_its_segment())
+        throw Error(errc::protocol, "its credit word lies outside the memory its rkey maps");
       welcome.flags |= kWelcomeCreditByPut;
     }
     // One registration per peer: its rkey reaches this ring and nothing else.
@@ -386,4 +414,17 @@ void Engine::send_code_refusal(Link& link, CodeId id, const Error& error) {
 
 void threechains::HandshakeAccess::forge_proofs(bool forge) noexcept {
   detail::forging_proofs.store(forge, std::memory_order_relaxed);
+}
+
+void threechains::HandshakeAccess::override_hello_credit(
+    std::optional<std::vector<std::byte>> rkey, int64_t address_shift) {
+  const std::lock_guard lock(detail::hello_credit_mutex);
+  detail::hello_credit_forced = detail::HelloCreditOverride{std::move(rkey), address_shift};
+  detail::hello_credit_set.store(true, std::memory_order_release);
+}
+
+void threechains::HandshakeAccess::clear_hello_credit() noexcept {
+  const std::lock_guard lock(detail::hello_credit_mutex);
+  detail::hello_credit_forced.reset();
+  detail::hello_credit_set.store(false, std::memory_order_release);
 }

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <vector>
 #include <span>
 
 namespace threechains {
@@ -13,6 +15,13 @@ struct HandshakeAccess {
   // While set, this process's sources sign their proofs wrongly (one bit
   // flipped): what a peer that knows a trusted public key, not its secret, sends.
   static void forge_proofs(bool forge) noexcept;
+  // Until cleared, this process's sources ask for credits by put and send
+  // `rkey` (or, if none, their credit word's own) as its rkey, with the
+  // credit word's address moved by `address_shift`, and sign all of it as
+  // usual: what a trusted peer with a broken or hostile credit word sends.
+  static void override_hello_credit(std::optional<std::vector<std::byte>> rkey,
+                                    int64_t address_shift = 0);
+  static void clear_hello_credit() noexcept;
 };
 
 struct ChannelAccess {

@@ -12,6 +12,8 @@
 // process with one worker (every real target) cannot get there.
 #pragma once
 
+#include "engine/testing.hpp"
+
 #include <threechains/threechains.hpp>
 
 #include <poll.h>
@@ -54,6 +56,25 @@ class SourceProcess {
     } catch (const Error&) {  // the endpoint is gone: ensure_connected() sees to it
     }
     settle();
+  }
+
+  // A second, trusted connection whose HELLO asks for credits by put with
+  // `rkey` as its credit word's rkey (the word's own if empty) and the word
+  // moved by `shift`, signed and proven as usual: what reaches the target's
+  // rkey checks and UCX's unpack, which only a proven peer can reach.
+  void handshake_with_credit(std::span<const uint8_t> rkey, int64_t shift) {
+    std::optional<std::vector<std::byte>> bytes;
+    if (!rkey.empty()) bytes.emplace(reinterpret_cast<const std::byte*>(rkey.data()),
+                                     reinterpret_cast<const std::byte*>(rkey.data()) + rkey.size());
+    HandshakeAccess::override_hello_credit(std::move(bytes), shift);
+    try {
+      Channel extra = source_.connect("127.0.0.1", port_,
+                                      {.slots = 2, .slot_size = 4096, .identity = key_});
+      HandshakeAccess::clear_hello_credit();
+      extra.close();
+    } catch (const Error&) {  // refused: the point
+    }
+    HandshakeAccess::clear_hello_credit();
   }
 
   // A new connection if the last input ended this one; `receiver_has_one_peer`
@@ -125,7 +146,11 @@ class ForkedSource {
     close(to_parent[1]);
     to_child_ = to_child[1];
     from_child_ = to_parent[0];
-    target_worker_.emplace(Context({.transport = Transport::shared_memory}));
+    // RMA on the Receiver's side: the superset, where a proven peer's credit
+    // rkey is unpacked (deliver_credit); the pre-authentication paths are
+    // the same code either way.
+    target_worker_.emplace(
+        Context({.transport = Transport::shared_memory, .remote_memory_access = true}));
     receiver_.emplace(*target_worker_, options(key_));
     const uint16_t port = receiver_->port();
     write_all(to_child_, &port, sizeof(port));
@@ -140,12 +165,23 @@ class ForkedSource {
 
   Receiver& receiver() { return *receiver_; }
 
+  // One trusted handshake whose credit rkey and address shift are the input's.
+  void deliver_credit(std::span<const uint8_t> rkey, int64_t shift) {
+    const std::array<uint32_t, 4> head = {kCredit, static_cast<uint32_t>(shift),
+                                          static_cast<uint32_t>(static_cast<uint64_t>(shift) >> 32),
+                                          static_cast<uint32_t>(rkey.size())};
+    write_all(to_child_, head.data(), sizeof(head));
+    write_all(to_child_, rkey.data(), rkey.size());
+    wait_for_child();
+    for (int round = 0; round < 64; ++round) receiver_->poll();
+  }
+
   // One input: the child sends it while this process polls the Receiver;
   // then a few more polls, and the child reconnects if the input ended the
   // connection.
   void deliver(bool unauthenticated, unsigned id, std::span<const uint8_t> header,
                std::span<const uint8_t> body) {
-    const std::array<uint32_t, 4> head = {kSend, (unauthenticated ? 1u : 0u) | (id << 1),
+    const std::array<uint32_t, 4> head = {kSend, (unauthenticated ? 1u : 0u) | (id << 2),
                                           static_cast<uint32_t>(header.size()),
                                           static_cast<uint32_t>(body.size())};
     write_all(to_child_, head.data(), sizeof(head));
@@ -161,6 +197,7 @@ class ForkedSource {
  private:
   static constexpr uint32_t kSend = 1;
   static constexpr uint32_t kEnsure = 2;
+  static constexpr uint32_t kCredit = 3;
 
   [[noreturn]] static void die(const char* what) {
     std::perror(what);
@@ -220,7 +257,12 @@ class ForkedSource {
         bytes.resize(std::size_t{head[2]} + head[3]);
         if (!read_all(in, bytes.data(), bytes.size())) _exit(0);
         const std::span<const uint8_t> all(bytes);
-        source.send((head[1] & 1) != 0, head[1] >> 1, all.first(head[2]), all.subspan(head[2]));
+        source.send((head[1] & 1) != 0, head[1] >> 2, all.first(head[2]), all.subspan(head[2]));
+      } else if (head[0] == kCredit) {
+        bytes.resize(head[3]);
+        if (!read_all(in, bytes.data(), bytes.size())) _exit(0);
+        const auto shift = static_cast<int64_t>(uint64_t{head[1]} | (uint64_t{head[2]} << 32));
+        source.handshake_with_credit(bytes, shift);
       } else {
         source.ensure_connected(head[1] != 0);
       }

@@ -71,12 +71,26 @@ class MemoryRegion {
   std::shared_ptr<State> state_;
 };
 
+namespace detail {
+// Zeros after a checked rkey's copy: more than any one transport's blob
+// (its size is a byte) can make UCX read past it.
+inline constexpr std::size_t kRkeyPadding = 512;
+// A copy of a peer's packed rkey that UCX can unpack without reading past
+// it; throws errc::protocol if its framing does not fit its bytes.
+[[nodiscard]] std::vector<std::byte> checked_packed_rkey(std::span<const std::byte> packed);
+// Whether [start, start + size) lies in one shared, writable mapping of this
+// process (an attached segment): UCX's shared-memory rkey_ptr checks no bounds.
+[[nodiscard]] bool within_one_shared_mapping(const void* start, std::size_t size);
+}  // namespace detail
+
 class RemoteBuffer {
  public:
+  // `packed_rkey` came from the peer: checked before UCX parses it.
   RemoteBuffer(Endpoint endpoint, uint64_t address, std::size_t size,
                std::span<const std::byte> packed_rkey)
       : state_(std::make_shared<State>(std::move(endpoint), address, size)) {
-    check(ucp_ep_rkey_unpack(state_->endpoint.handle(), packed_rkey.data(), &state_->rkey),
+    const std::vector<std::byte> checked = detail::checked_packed_rkey(packed_rkey);
+    check(ucp_ep_rkey_unpack(state_->endpoint.handle(), checked.data(), &state_->rkey),
           "ucp_ep_rkey_unpack");
   }
 
@@ -86,10 +100,22 @@ class RemoteBuffer {
   [[nodiscard]] const Endpoint& endpoint() const noexcept { return state_->endpoint; }
 
   // A load/store pointer to the remote memory when UCX can give one (shared
-  // memory); nullptr when every access must go through UCX (tcp, RDMA).
-  [[nodiscard]] void* direct_pointer() const noexcept {
+  // memory) and all `size` bytes lie in the segment it attached; nullptr when
+  // every access must go through UCX (tcp, RDMA), or the peer named an
+  // address outside what it registered.
+  [[nodiscard]] void* direct_pointer() const {
     void* pointer = nullptr;
-    return ucp_rkey_ptr(state_->rkey, state_->address, &pointer) == UCS_OK ? pointer : nullptr;
+    if (ucp_rkey_ptr(state_->rkey, state_->address, &pointer) != UCS_OK) return nullptr;
+    return detail::within_one_shared_mapping(pointer, state_->size) ? pointer : nullptr;
+  }
+
+  // True when UCX maps this memory here (shared memory) but the range the
+  // peer named does not lie in what it attached: every access, a put through
+  // UCX included, would land elsewhere in this process. Such a peer is refused.
+  [[nodiscard]] bool outside_its_segment() const {
+    void* pointer = nullptr;
+    return ucp_rkey_ptr(state_->rkey, state_->address, &pointer) == UCS_OK &&
+           !detail::within_one_shared_mapping(pointer, state_->size);
   }
 
  private:
