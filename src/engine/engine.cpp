@@ -123,6 +123,11 @@ Link* Engine::find(const ucp_am_recv_param_t* param) const noexcept {
   return it == links_.end() ? nullptr : it->second.get();
 }
 
+Candidate* Engine::candidate(const ucp_am_recv_param_t* param) const noexcept {
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return nullptr;
+  return admission_.find(param->reply_ep);
+}
+
 // ---- source role -------------------------------------------------------------
 
 std::shared_ptr<Link> Engine::connect(const std::string& host, uint16_t port,
@@ -290,7 +295,7 @@ void Engine::say_goodbye_here(Link& link) noexcept {
     outbox_.send(link.endpoint, kAmBye, uint64_t{0}, {});
   } catch (const Error&) {  // the peer went away meanwhile: it will be noticed as lost
   }
-  if (!link.receiving() && !link.in.hello) {
+  if (!link.receiving() && !link.handshake.hello) {
     const auto it = links_.find(link.endpoint.handle());
     if (it != links_.end()) retire(it->second);
   }
@@ -367,15 +372,14 @@ void Engine::serve_code_requests() {
 
 void Engine::handle_control() {
   control_pending_ = false;
-  if (target_) accept_connections();
+  if (target_) admit();
   // Work on a snapshot: links may leave the table below.
   std::vector<std::shared_ptr<Link>> snapshot;
   snapshot.reserve(links_.size());
   for (const auto& [ep, link] : links_) snapshot.push_back(link);
   for (const std::shared_ptr<Link>& link : snapshot) {
     if (link->out && link->out->challenge) answer_challenge(*link);
-    if (link->in.hello) answer_hello(*link);
-    if (link->in.proof) check_proof(*link);
+    if (link->handshake.hello || link->handshake.proof) answer_handshake(*link);
     if (!link->misbehaved.empty() && !link->refused) {
       if (target_) target_->stats.frames_rejected += 1;
       refuse_peer(*link, link->misbehaved);
@@ -396,70 +400,26 @@ void Engine::handle_control() {
       retire(link);
     }
   }
-  expire_handshakes();
+  expire_refused();
 }
 
-// Admission: every connection request is accepted, never rejected (UCX
-// 1.13's tcp sockcm aborts on an assertion when it rejects a request whose
-// client already went, which a flood of connect/close makes likely); one we
-// cannot serve is closed at once. A new peer that would exceed the cap on
-// those still proving their keys evicts the one that has been proving the
-// longest, so connections that start a handshake and never finish cannot lock
-// out a source that will.
-void Engine::accept_connections() {
+// The listener's connections go through Admission (admission.hpp) until they
+// prove a key; the proven become Links here and get their rings.
+void Engine::admit() {
   Target& t = *target_;
-  std::vector<ucp_conn_request_h> requests;
-  requests.swap(t.pending_connections);
-  for (ucp_conn_request_h request : requests) {
-    ucp_conn_request_attr_t attributes{};
-    attributes.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
-    std::string address = ucp_conn_request_query(request, &attributes) == UCS_OK
-                              ? host_of(attributes.client_address)
-                              : std::string("unknown");
-    std::vector<ProvingPeer> proving;  // accepted, not yet granted a ring nor refused
-    std::vector<Link*> proving_links;
-    std::size_t refused = 0;  // refused, their endpoints about to close: not peers
-    for (const auto& [ep, link] : links_) {
-      if (link->refused) ++refused;
-      if (link->receiving() || link->out || link->refused) continue;
-      proving.push_back({link->address, link->accepted_at});
-      proving_links.push_back(link.get());
-    }
-    // Full: the new connection is closed, and nobody is evicted for it.
-    const bool full = links_.size() - refused >= t.options.limits.max_peers;
-    const std::optional<std::size_t> evict =
-        full ? std::nullopt
-             : choose_eviction(proving, address,
-                               {t.options.limits.max_pending_handshakes,
-                                t.options.limits.max_pending_per_address});
-    if (evict) {
-      Link& gives_way = *proving_links[*evict];
-      refuse_peer(gives_way, "it was still proving its key when a newer connection came from " +
-                                 address + " (" + std::to_string(proving.size()) +
-                                 " proving; ReceiverLimits::max_pending_handshakes " +
-                                 std::to_string(t.options.limits.max_pending_handshakes) +
-                                 ", max_pending_per_address " +
-                                 std::to_string(t.options.limits.max_pending_per_address) + ")");
-    }
-    try {
-      auto link = std::make_shared<Link>(Endpoint::accept(worker_, request));
-      link->peer_name = "peer " + std::to_string(t.stats.peers_connected + 1);
-      link->accepted_at = std::chrono::steady_clock::now();
-      link->address = std::move(address);
-      if (full) {
-        ++t.stats.peers_refused;
-        report(Error(errc::limit_exceeded,
-                     "a connection closed at once: " + std::to_string(links_.size() - refused) +
-                         " peers already (ReceiverLimits::max_peers)"));
-        link->refused = true;
-        closing_.push_back({link, link->endpoint.start_force_close()});
-        continue;
-      }
-      links_.emplace(link->endpoint.handle(), std::move(link));
-      ++t.stats.peers_connected;
-    } catch (const Error& error) {  // the client went away before we accepted it
-      report(error);
-    }
+  const Admission::Report report = [this](const Error& error) { this->report(error); };
+  if (!t.pending_connections.empty()) {
+    std::vector<ucp_conn_request_h> requests;
+    requests.swap(t.pending_connections);
+    std::size_t peers = 0;  // refused ones are about to close: not peers
+    for (const auto& [ep, link] : links_) peers += link->refused ? 0 : 1;
+    admission_.accept(requests, peers, t.options, t.stats, report);
+  }
+  for (Proven& proven : admission_.step(t.options, t.stats, report)) {
+    auto link = std::make_shared<Link>(std::move(proven.endpoint));
+    link->peer_name = std::move(proven.peer_name);
+    links_.emplace(link->endpoint.handle(), link);
+    grant_ring(*link, proven.hello, proven.rkey);
   }
 }
 
@@ -587,7 +547,7 @@ void Engine::start_target(ReceiverOptions options) {
 
 void Engine::stop_target() noexcept {
   if (!target_) return;
-  // Accepted and closed, never rejected (see accept_connections).
+  // Accepted and closed, never rejected (see admission.hpp).
   for (ucp_conn_request_h request : target_->pending_connections) {
     try {
       Endpoint endpoint = Endpoint::accept(worker_, request);
@@ -596,6 +556,7 @@ void Engine::stop_target() noexcept {
     }
   }
   target_->pending_connections.clear();
+  admission_.close_all();
   // Every peer sending to us loses its ring: links with nothing else to carry go.
   std::vector<std::shared_ptr<Link>> snapshot;
   for (const auto& [ep, link] : links_) snapshot.push_back(link);
@@ -624,18 +585,15 @@ void Engine::report(const Error& error) {
 ucs_status_t Engine::on_hello(void* arg, const void* header, std::size_t header_length, void* data,
                               std::size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<Engine*>(arg);
-  Link* link = self->find(param);
-  // Eager only (a rendezvous "data" is a descriptor, not bytes), one HELLO at
-  // a time, an rkey of sane size: before authentication nothing else is kept.
-  if (link == nullptr || header_length != sizeof(Hello) || link->refused || link->in.hello ||
-      length > kMaxRkeySize || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-    return UCS_OK;
+  const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  Handshake* handshake = nullptr;
+  if (Link* link = self->find(param)) {
+    if (!link->refused) handshake = &link->handshake;
+  } else if (Candidate* candidate = self->candidate(param)) {
+    if (!candidate->refused) handshake = &candidate->handshake;
   }
-  link->in.hello.emplace();
-  std::memcpy(&*link->in.hello, header, sizeof(Hello));
-  link->in.hello_rkey.assign(static_cast<const std::byte*>(data),
-                             static_cast<const std::byte*>(data) + length);
-  self->control_pending_ = true;
+  if (handshake != nullptr && handshake->take_hello(header, header_length, data, length, rendezvous))
+    self->control_pending_ = true;
   return UCS_OK;
 }
 
@@ -766,12 +724,14 @@ ucs_status_t Engine::on_challenge(void* arg, const void* header, std::size_t hea
 ucs_status_t Engine::on_proof(void* arg, const void* header, std::size_t header_length, void*,
                               std::size_t, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<Engine*>(arg);
-  Link* link = self->find(param);
-  if (link == nullptr || header_length != sizeof(Proof) || link->refused || !link->in.pending)
-    return UCS_OK;
-  link->in.proof.emplace();
-  std::memcpy(&*link->in.proof, header, sizeof(Proof));
-  self->control_pending_ = true;
+  Handshake* handshake = nullptr;
+  if (Link* link = self->find(param)) {
+    if (!link->refused) handshake = &link->handshake;
+  } else if (Candidate* candidate = self->candidate(param)) {
+    if (!candidate->refused) handshake = &candidate->handshake;
+  }
+  if (handshake != nullptr && handshake->take_proof(header, header_length))
+    self->control_pending_ = true;
   return UCS_OK;
 }
 
@@ -805,6 +765,9 @@ ucs_status_t Engine::on_bye(void* arg, const void*, std::size_t, void*, std::siz
   auto* self = static_cast<Engine*>(arg);
   if (Link* link = self->find(param)) {
     link->in.bye = true;
+    self->control_pending_ = true;
+  } else if (Candidate* candidate = self->candidate(param)) {
+    candidate->bye = true;  // it leaves before it proved anything: closed
     self->control_pending_ = true;
   }
   return UCS_OK;

@@ -9,7 +9,8 @@
 //   Source, Channel, Receiver, Node ──shared_ptr──▶ Engine ──owns──▶ Worker
 //   Channel ──shared_ptr──▶ Link ◀──shared_ptr── Engine::links_ (while connected)
 //                                ◀──shared_ptr── Engine::closing_ (while its endpoint closes)
-//   Engine ──owns──▶ Target (Receiver role: listener, JIT cache, stats), Outbox
+//   Engine ──owns──▶ Target (Receiver role: listener, JIT cache, stats), Outbox,
+//                    Admission (accepted connections until they prove a key)
 //
 // A Link leaves the table when its peer goes away or both directions are
 // done; a Channel that still holds it sees the failure at its next blocking
@@ -17,6 +18,7 @@
 // the Engine (which outlives its registration) and find Links by endpoint.
 #pragma once
 
+#include "engine/admission.hpp"
 #include "engine/link.hpp"
 #include "engine/outbox.hpp"
 #include "engine/runtime_hooks.hpp"
@@ -84,10 +86,6 @@ struct Target {
   Listener listener;  // last: destroyed first, so no connection arrives mid-teardown
 };
 
-// How long a refused peer's endpoint stays open for the refusal to reach it.
-inline constexpr std::chrono::milliseconds kRefusalLinger{1000};
-// How many refused peers may linger so at once (a flood of them goes sooner).
-inline constexpr std::size_t kMaxLingering = 64;
 
 class Engine {
  public:
@@ -177,20 +175,22 @@ class Engine {
  private:
   using Handler = ucs_status_t (*)(void*, const void*, std::size_t, void*, std::size_t,
                                    const ucp_am_recv_param_t*);
+  // The Link (proven peer, or one we opened) or the Candidate (accepted, not
+  // yet proven: only HELLO, PROOF and BYE look for those) behind an AM.
   Link* find(const ucp_am_recv_param_t* param) const noexcept;
+  Candidate* candidate(const ucp_am_recv_param_t* param) const noexcept;
   void handle_control();
   void serve_code_requests();  // the target's cache misses, answered from progress()
-  void accept_connections();
-  // The handshake (handshake.cpp).
+  void admit();  // the listener's connections through Admission; the proven become Links
+  // The handshake (handshake.cpp; the target's side of it is admission.cpp).
   Hello make_hello(Outbound& out, const ChannelOptions& options, std::size_t slot_size,
                    int64_t my_rank);
   void answer_challenge(Link& link);
-  void answer_hello(Link& link);
-  void check_proof(Link& link);
+  void answer_handshake(Link& link);  // a HELLO on a link we opened (a Node's peer)
   void grant_ring(Link& link, const Hello& hello, std::span<const std::byte> credit_rkey);
   void send_welcome(Link& link, ucs_status_t status, const std::string& reason);
   void refuse_peer(Link& link, const std::string& reason);
-  void expire_handshakes();
+  void expire_refused();
   void send_code_refusal(Link& link, CodeId id, const Error& error);
   void accept_code(Link& link, Inbound::CodeArrival& arrival);
   void skip_stalled(Link& link);
@@ -249,7 +249,8 @@ class Engine {
 
   Worker worker_;
   Outbox outbox_;
-  std::unordered_map<ucp_ep_h, std::shared_ptr<Link>> links_;
+  Admission admission_{worker_, outbox_};  // after both: it sends through them
+  std::unordered_map<ucp_ep_h, std::shared_ptr<Link>> links_;  // proven peers and our own
   std::vector<Link*> inbound_;  // links_ entries whose inbound ring is open (hot loop)
   std::vector<Closing> closing_;
   std::size_t ring_bytes_granted_ = 0;  // rings of all inbound links (ReceiverLimits)

@@ -17,6 +17,7 @@
 // whose Trust is anyone() grants at once (no extra round trip).
 #include "engine/engine.hpp"
 #include "engine/testing.hpp"
+#include "engine/transcript.hpp"
 #include "trust/sodium.hpp"
 
 #include <algorithm>
@@ -29,7 +30,6 @@ namespace threechains::detail {
 
 namespace {
 
-constexpr char kPeerDomain[] = "threechains-peer-v3";
 std::atomic<bool> forging_proofs{false};  // HandshakeAccess (tests only)
 
 // HandshakeAccess::override_hello_credit (tests and fuzzers only).
@@ -45,61 +45,6 @@ std::optional<HelloCreditOverride> hello_credit_override() {
   if (!hello_credit_set.load(std::memory_order_acquire)) return std::nullopt;
   const std::lock_guard lock(hello_credit_mutex);
   return hello_credit_forced;
-}
-constexpr char kTargetDomain[] = "threechains-target-v3";
-
-template <std::size_t N>
-void append(std::vector<std::byte>& out, const uint8_t (&bytes)[N]) {
-  const auto* p = reinterpret_cast<const std::byte*>(bytes);
-  out.insert(out.end(), p, p + N);
-}
-
-void append(std::vector<std::byte>& out, std::span<const std::byte> bytes) {
-  out.insert(out.end(), bytes.begin(), bytes.end());
-}
-
-// What the source signs: domain, the target's nonce and key, its HELLO
-// (which holds its own nonce and key) and the rkey sent with it, length
-// first. The target's key binds the proof to the Receiver that asked:
-// relayed to another Receiver, it does not verify.
-std::vector<std::byte> peer_transcript(const Hello& hello, std::span<const std::byte> rkey,
-                                       const uint8_t (&target_nonce)[kNonceSize],
-                                       const uint8_t (&target_key)[kKeySize]) {
-  std::vector<std::byte> out;
-  append(out, std::as_bytes(std::span(kPeerDomain)));
-  append(out, target_nonce);
-  append(out, target_key);
-  append(out, std::as_bytes(std::span(&hello, 1)));
-  const uint64_t rkey_size = rkey.size();
-  append(out, std::as_bytes(std::span(&rkey_size, 1)));
-  append(out, rkey);
-  return out;
-}
-
-// What the target signs when it proves itself: domain, both nonces, its key.
-std::vector<std::byte> target_transcript(const uint8_t (&source_nonce)[kNonceSize],
-                                         const uint8_t (&target_nonce)[kNonceSize],
-                                         const uint8_t (&target_key)[kKeySize]) {
-  std::vector<std::byte> out;
-  append(out, std::as_bytes(std::span(kTargetDomain)));
-  append(out, source_nonce);
-  append(out, target_nonce);
-  append(out, target_key);
-  return out;
-}
-
-PublicKey key_of(const uint8_t (&bytes)[kKeySize]) {
-  PublicKey::Bytes key{};
-  std::memcpy(key.data(), bytes, kKeySize);
-  return PublicKey(key);
-}
-
-std::string short_key(const PublicKey& key) {
-  return key.hex().substr(0, 16) + "…";
-}
-
-std::span<const std::byte> reason_bytes(const std::string& reason) {
-  return std::as_bytes(std::span(reason.data(), std::min(reason.size(), kMaxReasonSize)));
 }
 
 }  // namespace
@@ -183,87 +128,30 @@ void Engine::answer_challenge(Link& link) {
 
 // ---- target side -----------------------------------------------------------------
 
-void Engine::answer_hello(Link& link) {
-  const Hello hello = *link.in.hello;
-  link.in.hello.reset();
-  std::vector<std::byte> rkey = std::move(link.in.hello_rkey);
-  link.in.hello_rkey.clear();
-  if (link.refused) return;
+// A HELLO (and PROOF) on a link we opened: a Node's peer opening its own
+// direction over the connection we made. Connections we accepted prove their
+// keys in Admission before they become Links.
+void Engine::answer_handshake(Link& link) {
+  if (link.refused) {
+    link.handshake = {};
+    return;
+  }
   if (!target_) {
-    send_welcome(link, UCS_ERR_UNREACHABLE, "this process runs no Receiver");
+    if (link.handshake.hello) send_welcome(link, UCS_ERR_UNREACHABLE, "this process runs no Receiver");
+    link.handshake = {};
     return;
   }
-  if (hello.version != kProtocolVersion) {
-    refuse_peer(link, "it speaks protocol version " + std::to_string(hello.version) +
-                          ", this Receiver speaks " + std::to_string(kProtocolVersion));
-    return;
+  HandshakeStep step;
+  if (link.handshake.hello)
+    step = answer_hello(link.handshake, link.endpoint, target_->options, outbox_,
+                        link.in.ring.has_value());
+  if (step.kind == HandshakeStep::Kind::waiting && link.handshake.proof)
+    step = check_proof(link.handshake, target_->options);
+  if (step.kind == HandshakeStep::Kind::refused) {
+    refuse_peer(link, step.reason);
+  } else if (step.kind == HandshakeStep::Kind::proven) {
+    grant_ring(link, step.hello, step.rkey);
   }
-  if (link.in.ring || link.in.pending) {
-    refuse_peer(link, "a second HELLO on one connection");
-    return;
-  }
-  const Trust& trust = target_->options.trust;
-  if (trust.any_peer()) {
-    grant_ring(link, hello, rkey);
-    return;
-  }
-  if (trust.refuses_every_peer()) {
-    refuse_peer(link,
-                "this Receiver accepts no peers yet: give ReceiverOptions::trust the public keys "
-                "of its sources (Trust().allow_peer(PublicKey::load(\"source.pub\"))), or use "
-                "Trust::anyone() for development on a closed machine");
-    return;
-  }
-  if ((hello.flags & kHelloHasKey) == 0) {
-    refuse_peer(link, "it did not name a key: this Receiver accepts authenticated sources only "
-                      "(ChannelOptions::identity)");
-    return;
-  }
-  const PublicKey key = key_of(hello.key);
-  if (!trust.accepts_peer(key)) {
-    refuse_peer(link, "its key " + short_key(key) + " is not one this Receiver trusts");
-    return;
-  }
-  Inbound::PendingHello pending{hello, std::move(rkey), {}};
-  random_bytes(std::as_writable_bytes(std::span(pending.nonce)));
-  Challenge challenge{};
-  std::memcpy(challenge.nonce, pending.nonce.data(), kNonceSize);
-  // Every Receiver has a key (its own, or one made when it started): the
-  // proof names it, so it cannot be relayed to another Receiver.
-  const KeyPair& identity = *target_->options.identity;
-  std::memcpy(challenge.target_key, identity.public_key().bytes().data(), kKeySize);
-  const KeyPair::Signature signature =
-      identity.sign(target_transcript(hello.nonce, challenge.nonce, challenge.target_key));
-  std::memcpy(challenge.target_signature, signature.data(), kSignatureSize);
-  challenge.flags |= kChallengeSigned;
-  link.in.pending = std::move(pending);
-  try {
-    outbox_.send(link.endpoint, kAmChallenge, challenge, {});
-  } catch (const Error&) {  // the peer went away meanwhile: noticed as lost
-  }
-}
-
-void Engine::check_proof(Link& link) {
-  const Proof proof = *link.in.proof;
-  link.in.proof.reset();
-  if (link.refused || !target_) return;
-  if (!link.in.pending) {
-    refuse_peer(link, "a PROOF nobody asked for");
-    return;
-  }
-  Inbound::PendingHello pending = std::move(*link.in.pending);
-  link.in.pending.reset();
-  uint8_t nonce[kNonceSize];
-  std::memcpy(nonce, pending.nonce.data(), kNonceSize);
-  const PublicKey key = key_of(pending.hello.key);
-  uint8_t own_key[kKeySize];
-  std::memcpy(own_key, target_->options.identity->public_key().bytes().data(), kKeySize);
-  if (!verify_signature(key, peer_transcript(pending.hello, pending.rkey, nonce, own_key),
-                        std::as_bytes(std::span(proof.signature)))) {
-    refuse_peer(link, "its proof does not verify for key " + short_key(key));
-    return;
-  }
-  grant_ring(link, pending.hello, pending.rkey);
 }
 
 void Engine::grant_ring(Link& link, const Hello& hello, std::span<const std::byte> credit_rkey) {
@@ -350,33 +238,31 @@ void Engine::send_welcome(Link& link, ucs_status_t status, const std::string& re
 void Engine::refuse_peer(Link& link, const std::string& reason) {
   if (link.refused) return;
   link.refused = true;
-  link.in.pending.reset();
+  link.handshake = {};
   if (target_) ++target_->stats.peers_refused;
   report(Error(errc::peer_refused, link.peer_name + " refused: " + reason));
   send_welcome(link, UCS_ERR_REJECTED, reason);
   // Its endpoint closes when the peer, having read the refusal, closes its
-  // own, or after kRefusalLinger (expire_handshakes): closed at once, the
+  // own, or after kRefusalLinger (expire_refused): closed at once, the
   // close may reach the peer first (over shared memory the refusal travels
-  // on another lane) and it would see only a reset. The Link never had a ring.
+  // on another lane) and it would see only a reset. A link refused for what
+  // it wrote into its ring loses the ring here.
   link.refused_at = std::chrono::steady_clock::now();
   if (link.receiving()) close_inbound(link, true);  // nothing more of it runs
   control_pending_ = true;
 }
 
-void Engine::expire_handshakes() {
+// Refused links (their rings taken away) close once the refusal had time to
+// reach them. (Candidates that never proved a key are Admission's.)
+void Engine::expire_refused() {
   const auto now = std::chrono::steady_clock::now();
-  std::vector<std::shared_ptr<Link>> late;
   std::vector<std::shared_ptr<Link>> refused;
   std::vector<std::shared_ptr<Link>> lingering;
   for (const auto& [ep, link] : links_) {
-    if (link->refused) {
-      (now - link->refused_at > kRefusalLinger ? refused : lingering).push_back(link);
-      continue;
-    }
-    if (!target_ || link->receiving() || link->sending() || link->out) continue;
-    if (now - link->accepted_at > target_->options.limits.handshake_timeout) late.push_back(link);
+    if (!link->refused) continue;
+    (now - link->refused_at > kRefusalLinger ? refused : lingering).push_back(link);
   }
-  // A flood of refused peers keeps at most kMaxLingering endpoints open: the
+  // Many refused at once keep at most kMaxLingering endpoints open: the
   // longest refused go at once.
   if (lingering.size() > kMaxLingering) {
     std::sort(lingering.begin(), lingering.end(),
@@ -385,11 +271,6 @@ void Engine::expire_handshakes() {
                    lingering.end() - static_cast<std::ptrdiff_t>(kMaxLingering));
   }
   for (const std::shared_ptr<Link>& link : refused) retire(link);
-  for (const std::shared_ptr<Link>& link : late) {
-    refuse_peer(*link, "it did not prove its key within " +
-                           std::to_string(target_->options.limits.handshake_timeout.count()) +
-                           " ms");
-  }
 }
 
 // ---- code refusals (target -> source) ----------------------------------------------

@@ -17,6 +17,7 @@
 // frames here, inside the Link.
 #pragma once
 
+#include "engine/admission.hpp"
 #include "engine/protocol.hpp"
 
 #include <threechains/channel.hpp>
@@ -139,16 +140,6 @@ struct Inbound {
   // AM delivery: frames that arrived while an earlier one waits for its code,
   // the waiting one first (slow path, copied).
   std::deque<std::vector<std::byte>> backlog;
-  std::optional<Hello> hello;  // a HELLO to answer outside the handler
-  std::vector<std::byte> hello_rkey;
-  // A HELLO waiting for its PROOF: what it asked for and the nonce we sent.
-  struct PendingHello {
-    Hello hello;
-    std::vector<std::byte> rkey;
-    std::array<uint8_t, kNonceSize> nonce;
-  };
-  std::optional<PendingHello> pending;
-  std::optional<Proof> proof;        // a PROOF to check outside the handler
   std::size_t ring_bytes = 0;        // what our ring for it counts against the limits
   bool fence_before_credit = false;  // a refusal went out: the credit must not overtake it
   std::weak_ptr<const void> refusal_in_flight;  // that refusal, until its send completed
@@ -186,9 +177,9 @@ struct Link {
   Endpoint endpoint;
   std::string peer_name;  // host:port for a link we opened, "peer <ep>" for one we accepted
   int64_t rank = -1;      // the peer's rank in a Node mesh, -1 if none
-  // When an accepted peer connected: it must prove its key within the limit.
-  std::chrono::steady_clock::time_point accepted_at{};
-  std::string address;  // the peer's host as the listener saw it (accepted links)
+  // A HELLO on a link we opened (a Node's peer opening its direction over our
+  // connection). Accepted connections prove their keys in Admission first.
+  Handshake handshake;
   bool refused = false;  // we refused it: it gets nothing more from us
   // When: its endpoint stays open a moment so the refusal, not a reset, is
   // what it sees (a close can overtake the refusal on another lane).
