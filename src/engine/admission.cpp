@@ -175,6 +175,7 @@ Admission::~Admission() {
 void Admission::accept(std::span<const ucp_conn_request_h> requests, std::size_t peers,
                        const ReceiverOptions& options, ReceiverStats& stats, const Report& report) {
   const ReceiverLimits& limits = options.limits;
+  reap_closing();
   for (ucp_conn_request_h request : requests) {
     ucp_conn_request_attr_t attributes{};
     attributes.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
@@ -190,39 +191,42 @@ void Admission::accept(std::span<const ucp_conn_request_h> requests, std::size_t
     }
     // Full: the new connection is closed, and nobody is evicted for it.
     const bool full = peers + proving.size() >= limits.max_peers;
-    const std::optional<std::size_t> evict =
-        full ? std::nullopt
-             : choose_eviction(proving, address,
-                               {limits.max_pending_handshakes, limits.max_pending_per_address});
+    std::optional<Endpoint> endpoint;
+    try {
+      endpoint.emplace(Endpoint::accept(worker_, request));
+    } catch (const Error& error) {  // the client went away before we accepted it
+      report(error);
+      continue;  // nobody evicted for a connection that is not there
+    }
+    if (full) {
+      ++stats.peers_refused;
+      report(Error(errc::limit_exceeded,
+                   "a connection from " + address + " closed at once: " +
+                       std::to_string(peers + proving.size()) +
+                       " peers already (ReceiverLimits::max_peers)"));
+      closing_.push_back({*endpoint, endpoint->start_force_close()});
+      continue;
+    }
+    const std::optional<std::size_t> evict = choose_eviction(
+        proving, address, {limits.max_pending_handshakes, limits.max_pending_per_address});
     if (evict) {
+      // The evicted peer hears that it was too slow, not who came: another
+      // client's address is no business of a peer that proved nothing.
       refuse(*proving_candidates[*evict],
-             "it was still proving its key when a newer connection came from " + address + " (" +
+             "it was still proving its key when newer connections came (" +
                  std::to_string(proving.size()) +
                  " proving; ReceiverLimits::max_pending_handshakes " +
                  std::to_string(limits.max_pending_handshakes) + ", max_pending_per_address " +
                  std::to_string(limits.max_pending_per_address) + ")",
-             stats, report);
+             stats, report, " (evicted for a connection from " + address + ")");
     }
-    try {
-      Endpoint endpoint = Endpoint::accept(worker_, request);
-      if (full) {
-        ++stats.peers_refused;
-        report(Error(errc::limit_exceeded,
-                     "a connection closed at once: " + std::to_string(peers + proving.size()) +
-                         " peers already (ReceiverLimits::max_peers)"));
-        closing_.push_back({endpoint, endpoint.start_force_close()});
-        continue;
-      }
-      auto candidate = std::make_unique<Candidate>(std::move(endpoint));
-      candidate->peer_name = "peer " + std::to_string(stats.peers_connected + 1);
-      candidate->address = std::move(address);
-      candidate->accepted_at = std::chrono::steady_clock::now();
-      const ucp_ep_h handle = candidate->endpoint.handle();
-      candidates_.emplace(handle, std::move(candidate));
-      ++stats.peers_connected;
-    } catch (const Error& error) {  // the client went away before we accepted it
-      report(error);
-    }
+    auto candidate = std::make_unique<Candidate>(std::move(*endpoint));
+    candidate->peer_name = "peer " + std::to_string(stats.peers_connected + 1);
+    candidate->address = std::move(address);
+    candidate->accepted_at = std::chrono::steady_clock::now();
+    const ucp_ep_h handle = candidate->endpoint.handle();
+    candidates_.emplace(handle, std::move(candidate));
+    ++stats.peers_connected;
   }
 }
 
@@ -237,8 +241,14 @@ std::vector<Proven> Admission::step(const ReceiverOptions& options, ReceiverStat
   std::vector<Proven> proven;
   std::vector<ucp_ep_h> leaving;  // refused long enough ago, gone, or said goodbye
   std::vector<Candidate*> lingering;
-  for (auto& [ep, owned] : candidates_) {
-    Candidate& candidate = *owned;
+  // By key, looked up afresh: report() runs the application's on_error.
+  std::vector<ucp_ep_h> keys;
+  keys.reserve(candidates_.size());
+  for (const auto& [ep, owned] : candidates_) keys.push_back(ep);
+  for (ucp_ep_h ep : keys) {
+    Candidate* found = find(ep);
+    if (found == nullptr) continue;
+    Candidate& candidate = *found;
     if (candidate.endpoint.failed() || candidate.bye) {
       leaving.push_back(ep);
       continue;
@@ -284,13 +294,14 @@ std::vector<Proven> Admission::step(const ReceiverOptions& options, ReceiverStat
 }
 
 void Admission::refuse(Candidate& candidate, const std::string& reason, ReceiverStats& stats,
-                       const Report& report) {
+                       const Report& report, const std::string& local_detail) {
   if (candidate.refused) return;
   candidate.refused = true;
   candidate.refused_at = std::chrono::steady_clock::now();
   candidate.handshake = {};
   ++stats.peers_refused;
-  report(Error(errc::peer_refused, candidate.peer_name + " refused: " + reason));
+  report(Error(errc::peer_refused, candidate.peer_name + " (" + candidate.address +
+                                       ") refused: " + reason + local_detail));
   // Its endpoint closes when the peer, having read the refusal, closes its
   // own, or after kRefusalLinger: closed at once, the close may reach the
   // peer first (over shared memory the refusal travels on another lane) and
@@ -322,6 +333,7 @@ void Admission::close_all() noexcept {
   }
   for (ucp_ep_h ep : all) close(ep);
   candidates_.clear();
+  reap_closing();
 }
 
 std::size_t Admission::refused() const noexcept {

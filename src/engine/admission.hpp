@@ -171,8 +171,9 @@ class Admission {
   [[nodiscard]] std::size_t refused() const noexcept;
 
  private:
+  // `reason` goes to the peer and the report; `local_detail` to the report only.
   void refuse(Candidate& candidate, const std::string& reason, ReceiverStats& stats,
-              const Report& report);
+              const Report& report, const std::string& local_detail = {});
   void close(ucp_ep_h endpoint) noexcept;  // out of the room, its endpoint force-closed
   void reap_closing() noexcept;
 
@@ -184,7 +185,6 @@ class Admission {
     Request close;
   };
   std::vector<Closing> closing_;
-  uint64_t accepted_ = 0;  // names candidates "peer N"
 };
 
 }  // namespace threechains::detail

@@ -66,10 +66,11 @@ unsigned Engine::drain(Link& link) {
     if (commit != in.expected) {
       // Not yet committed, the slot still holds the word of the lap before
       // (0 on the first). Anything else is a source that wrote past its
-      // credits or garbage: its ring can no longer be trusted. (Frames that
-      // come as Active Messages leave the ring's words at 0.)
-      const uint64_t previous_lap = in.expected > in.slots ? in.expected - in.slots : 0;
-      if (commit != previous_lap && !in.by_active_message) [[unlikely]]
+      // credits or garbage: its ring can no longer be trusted. A source that
+      // sends its frames as Active Messages leaves every word at 0.
+      const uint64_t previous_lap =
+          in.expected > in.slots && !in.by_active_message ? in.expected - in.slots : 0;
+      if (commit != previous_lap) [[unlikely]]
         ring_inconsistent(link, "slot " + std::to_string((in.expected - 1) % in.slots) +
                                     " holds commit word " + std::to_string(commit) + " where " +
                                     std::to_string(in.expected) + " (committed) or " +
@@ -450,7 +451,10 @@ void Engine::return_credit(Link& link) {
       in.credit_request = link.endpoint.put(&in.credit_value, sizeof(uint64_t),
                                             in.credit->address(), in.credit->rkey());
     } else {
-      // The source maps the ring: it reads the credit where we store it.
+      // The source maps the ring: it reads the credit where we store it, and
+      // beside it how many refusals we sent, so that its flush waits for them.
+      std::atomic_ref<uint64_t>(in.credit_line[kCreditLineRefusals])
+          .store(in.refusals_sent, std::memory_order_relaxed);
       std::atomic_ref<uint64_t>(*in.credit_line).store(in.credit_value, std::memory_order_release);
     }
     in.reported = in.credit_value;
@@ -468,14 +472,24 @@ ucs_status_t Engine::on_frame(void* arg, const void* header, std::size_t header_
   if (link == nullptr || !link->receiving() || length < kCommitWordSize ||
       (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) [[unlikely]]
     return UCS_OK;
-  link->in.by_active_message = true;
-  // Both directions open: the frame carries what the peer consumed of ours.
-  if (header_length == sizeof(uint64_t) && link->out && link->out->credit_is_local()) {
-    uint64_t consumed;
-    std::memcpy(&consumed, header, sizeof(consumed));
-    link->out->take_credit(consumed);
-  }
   try {
+    if (!link->in.by_active_message) [[unlikely]] {
+      // Its first frame by AM: a source delivers one way only, so a ring it
+      // already wrote frames into means its state went wrong.
+      if (link->in.expected != 1) {
+        self->ring_inconsistent(*link, "a frame came as an Active Message after " +
+                                           std::to_string(link->in.expected - 1) +
+                                           " written into the ring");
+        return UCS_OK;
+      }
+      link->in.by_active_message = true;
+    }
+    // Both directions open: the frame carries what the peer consumed of ours.
+    if (header_length == sizeof(uint64_t) && link->out && link->out->credit_is_local()) {
+      uint64_t consumed;
+      std::memcpy(&consumed, header, sizeof(consumed));
+      link->out->take_credit(consumed);
+    }
     // Data: | sequence (8 B) | frame |, like a ring slot.
     uint64_t sequence;
     std::memcpy(&sequence, data, sizeof(sequence));

@@ -743,6 +743,7 @@ ucs_status_t Engine::on_code_refused(void* arg, const void* header, std::size_t 
   CodeRefused refused;
   std::memcpy(&refused, header, sizeof(refused));
   Outbound& out = *link->out;
+  ++out.refusals_heard;
   out.held.erase(refused.code_id);  // not held there: a later send carries the code again
   if (out.hot.last_held_valid && out.hot.last_held == refused.code_id) out.hot.last_held_valid = false;
   try {

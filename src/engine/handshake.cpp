@@ -284,6 +284,7 @@ void Engine::send_code_refusal(Link& link, CodeId id, const Error& error) {
   try {
     link.in.refusal_in_flight =
         outbox_.send(link.endpoint, kAmCodeRefused, header, reason_bytes(text));
+    ++link.in.refusals_sent;
     // A credit must not overtake the refusal: the source reads both after a
     // flush, and the refusal must be there when the credit is.
     link.in.fence_before_credit = true;

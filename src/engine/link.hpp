@@ -104,6 +104,7 @@ struct Outbound {
   // flush() progresses once more after the credits (cached sends never pay).
   bool code_unconfirmed = false;
   uint64_t code_refusals_dropped = 0;
+  uint64_t refusals_heard = 0;  // every CODE_REFUSED that reached us, kept or dropped
 
   // A credit by message (an AM of its own, or on a frame): the count of our
   // frames the target consumed. One that claims more than were sent breaks
@@ -142,6 +143,7 @@ struct Inbound {
   std::deque<std::vector<std::byte>> backlog;
   std::size_t ring_bytes = 0;        // what our ring for it counts against the limits
   bool fence_before_credit = false;  // a refusal went out: the credit must not overtake it
+  uint64_t refusals_sent = 0;        // code refusals sent to this source (the credit line says)
   std::weak_ptr<const void> refusal_in_flight;  // that refusal, until its send completed
   struct CodeArrival {
     CodeDelivery header;

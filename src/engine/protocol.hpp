@@ -95,6 +95,10 @@ struct Welcome {
 // contexts do RMA); without it, Delivery::put is not available.
 inline constexpr uint32_t kWelcomeCreditByPut = 1;
 inline constexpr std::size_t kCreditLineSize = 64;
+// The credit line's words: [0] the frames consumed (the credit), [1] the code
+// refusals sent to that source so far, stored before the credit, so a source
+// that reads its credits in place knows how many refusals are on their way.
+inline constexpr std::size_t kCreditLineRefusals = 1;
 
 struct NeedCode {
   uint64_t sequence;

@@ -360,10 +360,27 @@ void Channel::flush(std::chrono::milliseconds limit) {
   if (!link_->out->credit_consistent()) engine_->check_sendable(*link_, "flush");  // throws
   // A refusal travels ahead of the credit that follows it (the target fences
   // a credit put after it; AM credits share its lane): once the credit is
-  // seen, one round of progress has the refusal. Only code can be refused.
-  if (link_->out->code_unconfirmed) {
+  // seen, one round of progress has the refusal. A credit read in place
+  // (the target's credit line) says how many refusals were sent: wait until
+  // they are all here, however the lanes raced. Only code can be refused.
+  detail::Outbound& out = *link_->out;
+  if (out.code_unconfirmed) {
     engine_->progress();
-    link_->out->code_unconfirmed = false;
+    out.code_unconfirmed = false;
+  }
+  if (!out.credit_is_local()) {
+    const uint64_t sent = std::atomic_ref<uint64_t>(out.hot.consumed_word[detail::kCreditLineRefusals])
+                              .load(std::memory_order_relaxed);
+    while (out.refusals_heard < sent) {
+      engine_->progress();
+      engine_->check_sendable(*link_, "flush");
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw Error(errc::timeout, "channel to " + link_->peer_name + ": flush: " +
+                                       std::to_string(sent - out.refusals_heard) +
+                                       " code refusal(s) the target sent did not arrive in " +
+                                       std::to_string(limit.count()) + " ms");
+      }
+    }
   }
   engine_->throw_code_refusal(*link_, "flush");
 }

@@ -14,10 +14,13 @@
 // 2. A direct pointer, before we store through it. Over shared memory UCX
 // turns (rkey, remote address) into a local pointer by adding an offset and
 // checks no bounds (uct_mm_rkey_ptr), so a peer that names an address outside
-// the segment it registered points us at our own heap. The range must lie
-// in one shared mapping of this process, as an attached segment does.
+// the segment it registered points us at our own heap, or at another peer's
+// ring. The range must lie in the one shared mapping that unpacking this
+// rkey attached (a mapping of this process that was not there before: UCX
+// 1.13 attaches a segment afresh on every unpack, shmat or mmap).
 #include <threechains/ucx/memory.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <fstream>
@@ -47,20 +50,32 @@ std::vector<std::byte> checked_packed_rkey(std::span<const std::byte> packed) {
   return copy;
 }
 
-bool within_one_shared_mapping(const void* start, std::size_t size) {
-  const auto first = reinterpret_cast<uintptr_t>(start);
-  if (size == 0 || first + size < first) return false;
+std::vector<SharedMapping> shared_mappings() {
+  std::vector<SharedMapping> mappings;
   std::ifstream maps("/proc/self/maps");
   std::string line;
   while (std::getline(maps, line)) {
     unsigned long low = 0, high = 0;
     char permissions[5] = {};
     if (std::sscanf(line.c_str(), "%lx-%lx %4s", &low, &high, permissions) != 3) continue;
-    if (first < low || first >= high) continue;
-    // The mapping that holds the start must hold the end, and be shared and
-    // writable: an attached segment, not our heap or stack.
-    return first + size <= high && permissions[0] == 'r' && permissions[1] == 'w' &&
-           permissions[3] == 's';
+    if (permissions[0] == 'r' && permissions[1] == 'w' && permissions[3] == 's')
+      mappings.push_back({low, high});
+  }
+  return mappings;
+}
+
+bool in_new_shared_mapping(std::span<const SharedMapping> before, const void* start,
+                           std::size_t size) {
+  const auto first = reinterpret_cast<uintptr_t>(start);
+  if (size == 0 || first + size < first) return false;
+  for (const SharedMapping& now : shared_mappings()) {
+    if (first < now.low || first >= now.high) continue;
+    // The mapping that holds the start must hold the end, and must be the
+    // one this unpack attached: not there before it.
+    const bool existed = std::any_of(before.begin(), before.end(), [&](const SharedMapping& m) {
+      return m.low == now.low && m.high == now.high;
+    });
+    return first + size <= now.high && !existed;
   }
   return false;
 }

@@ -12,6 +12,7 @@
 // process with one worker (every real target) cannot get there.
 #pragma once
 
+#include "engine/protocol.hpp"
 #include "engine/testing.hpp"
 
 #include <threechains/threechains.hpp>
@@ -49,10 +50,37 @@ class SourceProcess {
   void send(bool unauthenticated, unsigned id, std::span<const uint8_t> header,
             std::span<const uint8_t> body) {
     try {
-      const Endpoint& endpoint = unauthenticated ? fresh_unauthenticated() : channel().endpoint();
-      Request request = endpoint.am_send(id, header.data(), header.size(), body.data(), body.size());
+      // A key-less connection lasts from one HELLO to the next, so that a
+      // PROOF (or anything else) can follow a HELLO on the same candidate. A
+      // HELLO whose reserved word is not 0 names the trusted key: the target
+      // then challenges it, and the PROOF after it reaches the signature check.
+      // UCX reads the header and body until the send completes: they live
+      // here, and a send still pending from the last input is cancelled first.
+      if (in_flight_) {
+        in_flight_->cancel(worker_);
+        in_flight_.reset();
+      }
+      header_.assign(header.begin(), header.end());
+      body_.assign(body.begin(), body.end());
+      if (unauthenticated && id == detail::kAmHello && header_.size() == sizeof(detail::Hello)) {
+        detail::Hello hello;
+        std::memcpy(&hello, header_.data(), sizeof(hello));
+        if (hello.reserved != 0) {
+          std::memcpy(hello.key, key_.public_key().bytes().data(), sizeof(hello.key));
+          hello.flags |= detail::kHelloHasKey;
+          std::memcpy(header_.data(), &hello, sizeof(hello));
+        }
+      }
+      const bool fresh = unauthenticated && (id == detail::kAmHello || !unauthenticated_ ||
+                                             unauthenticated_->failed());
+      const Endpoint& endpoint = !unauthenticated ? channel().endpoint()
+                                 : fresh          ? fresh_unauthenticated()
+                                                  : *unauthenticated_;
+      Request request =
+          endpoint.am_send(id, header_.data(), header_.size(), body_.data(), body_.size());
       for (int round = 0; round < 100000 && request.reap() == UCS_INPROGRESS; ++round)
         worker_.progress();
+      if (request.reap() == UCS_INPROGRESS) in_flight_.emplace(std::move(request));
     } catch (const Error&) {  // the endpoint is gone: ensure_connected() sees to it
     }
     settle();
@@ -124,6 +152,9 @@ class SourceProcess {
   Source source_;
   std::optional<Channel> channel_;
   std::optional<Endpoint> unauthenticated_;
+  std::vector<uint8_t> header_;  // the last input's, while UCX may still read them
+  std::vector<uint8_t> body_;
+  std::optional<Request> in_flight_;
 };
 
 // The parent's side: owns the Receiver and the child.

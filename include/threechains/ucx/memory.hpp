@@ -11,6 +11,7 @@
 #include <ucp/api/ucp.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -78,9 +79,17 @@ inline constexpr std::size_t kRkeyPadding = 512;
 // A copy of a peer's packed rkey that UCX can unpack without reading past
 // it; throws errc::protocol if its framing does not fit its bytes.
 [[nodiscard]] std::vector<std::byte> checked_packed_rkey(std::span<const std::byte> packed);
-// Whether [start, start + size) lies in one shared, writable mapping of this
-// process (an attached segment): UCX's shared-memory rkey_ptr checks no bounds.
-[[nodiscard]] bool within_one_shared_mapping(const void* start, std::size_t size);
+// This process's shared, writable mappings ([low, high)), and whether
+// [start, start + size) lies in one that is not among `before`: the segment
+// an rkey unpack just attached. (UCX's shared-memory rkey_ptr checks no
+// bounds; this is how we know the range is the peer's own memory.)
+struct SharedMapping {
+  uintptr_t low;
+  uintptr_t high;
+};
+[[nodiscard]] std::vector<SharedMapping> shared_mappings();
+[[nodiscard]] bool in_new_shared_mapping(std::span<const SharedMapping> before, const void* start,
+                                         std::size_t size);
 }  // namespace detail
 
 class RemoteBuffer {
@@ -90,8 +99,16 @@ class RemoteBuffer {
                std::span<const std::byte> packed_rkey)
       : state_(std::make_shared<State>(std::move(endpoint), address, size)) {
     const std::vector<std::byte> checked = detail::checked_packed_rkey(packed_rkey);
+    const std::vector<detail::SharedMapping> before = detail::shared_mappings();
     check(ucp_ep_rkey_unpack(state_->endpoint.handle(), checked.data(), &state_->rkey),
           "ucp_ep_rkey_unpack");
+    void* pointer = nullptr;
+    if (ucp_rkey_ptr(state_->rkey, address, &pointer) == UCS_OK) {
+      if (detail::in_new_shared_mapping(before, pointer, size))
+        state_->direct = pointer;
+      else
+        state_->mapped_elsewhere = true;
+    }
   }
 
   [[nodiscard]] ucp_rkey_h rkey() const noexcept { return state_->rkey; }
@@ -100,23 +117,16 @@ class RemoteBuffer {
   [[nodiscard]] const Endpoint& endpoint() const noexcept { return state_->endpoint; }
 
   // A load/store pointer to the remote memory when UCX can give one (shared
-  // memory) and all `size` bytes lie in the segment it attached; nullptr when
-  // every access must go through UCX (tcp, RDMA), or the peer named an
-  // address outside what it registered.
-  [[nodiscard]] void* direct_pointer() const {
-    void* pointer = nullptr;
-    if (ucp_rkey_ptr(state_->rkey, state_->address, &pointer) != UCS_OK) return nullptr;
-    return detail::within_one_shared_mapping(pointer, state_->size) ? pointer : nullptr;
-  }
+  // memory) and all `size` bytes lie in the segment this rkey attached;
+  // nullptr when every access must go through UCX (tcp, RDMA), or the peer
+  // named a range outside what it registered.
+  [[nodiscard]] void* direct_pointer() const noexcept { return state_->direct; }
 
   // True when UCX maps this memory here (shared memory) but the range the
-  // peer named does not lie in what it attached: every access, a put through
-  // UCX included, would land elsewhere in this process. Such a peer is refused.
-  [[nodiscard]] bool outside_its_segment() const {
-    void* pointer = nullptr;
-    return ucp_rkey_ptr(state_->rkey, state_->address, &pointer) == UCS_OK &&
-           !detail::within_one_shared_mapping(pointer, state_->size);
-  }
+  // peer named does not lie in the segment its rkey attached: every access,
+  // a put through UCX included, would land elsewhere in this process (our
+  // heap, another peer's ring). Such a peer is refused.
+  [[nodiscard]] bool outside_its_segment() const noexcept { return state_->mapped_elsewhere; }
 
  private:
   struct State {
@@ -130,6 +140,8 @@ class RemoteBuffer {
     uint64_t address;
     std::size_t size;
     ucp_rkey_h rkey = nullptr;
+    void* direct = nullptr;         // the range, mapped here (shared memory)
+    bool mapped_elsewhere = false;  // mapped here, but not within its own segment
   };
   std::shared_ptr<State> state_;
 };
