@@ -336,12 +336,6 @@ void Admission::close_all() noexcept {
   reap_closing();
 }
 
-std::size_t Admission::refused() const noexcept {
-  std::size_t count = 0;
-  for (const auto& [ep, candidate] : candidates_) count += candidate->refused ? 1 : 0;
-  return count;
-}
-
 void Admission::reap_closing() noexcept {
   std::erase_if(closing_, [](Closing& c) { return c.close.reap() != UCS_INPROGRESS; });
 }

@@ -167,9 +167,6 @@ class Admission {
   // Every candidate closed at once (the Receiver stops).
   void close_all() noexcept;
 
-  [[nodiscard]] std::size_t size() const noexcept { return candidates_.size(); }
-  [[nodiscard]] std::size_t refused() const noexcept;
-
  private:
   // `reason` goes to the peer and the report; `local_detail` to the report only.
   void refuse(Candidate& candidate, const std::string& reason, ReceiverStats& stats,

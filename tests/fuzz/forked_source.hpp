@@ -15,6 +15,8 @@
 #include "engine/protocol.hpp"
 #include "engine/testing.hpp"
 
+#include "receiver_options.hpp"
+
 #include <threechains/threechains.hpp>
 
 #include <poll.h>
@@ -182,7 +184,7 @@ class ForkedSource {
     // the same code either way.
     target_worker_.emplace(
         Context({.transport = Transport::shared_memory, .remote_memory_access = true}));
-    receiver_.emplace(*target_worker_, options(key_));
+    receiver_.emplace(*target_worker_, fuzz_receiver_options(key_));
     const uint16_t port = receiver_->port();
     write_all(to_child_, &port, sizeof(port));
     wait_for_child();  // it has connected (the handshake needed our polls)
@@ -299,14 +301,6 @@ class ForkedSource {
       }
       write_all(out, &done, 1);
     }
-  }
-
-  static ReceiverOptions options(const KeyPair& key) {
-    ReceiverOptions options;
-    options.trust = Trust().allow_peer(key.public_key()).allow_code_signer(key.public_key());
-    options.on_error = [](const Error&) {};  // rejections are the point; stay quiet
-    options.limits.handshake_timeout = std::chrono::milliseconds(200);
-    return options;
   }
 
   KeyPair key_;

@@ -8,6 +8,8 @@
 
 #include "engine/testing.hpp"
 
+#include "receiver_options.hpp"
+
 #include <threechains/threechains.hpp>
 
 #include <cstdio>
@@ -21,7 +23,7 @@ class LiveLink {
   LiveLink()
       : key_(KeyPair::generate()),
         target_worker_(Context({.transport = Transport::shared_memory})),
-        receiver_(target_worker_, options(key_)),
+        receiver_(target_worker_, fuzz_receiver_options(key_)),
         source_worker_(Context({.transport = Transport::shared_memory})),
         source_(source_worker_) {
     reconnect();
@@ -73,14 +75,6 @@ class LiveLink {
   }
 
  private:
-  static ReceiverOptions options(const KeyPair& key) {
-    ReceiverOptions options;
-    options.trust = Trust().allow_peer(key.public_key()).allow_code_signer(key.public_key());
-    options.on_error = [](const Error&) {};  // rejections are the point; stay quiet
-    options.limits.handshake_timeout = std::chrono::milliseconds(200);
-    return options;
-  }
-
   void reconnect() {
     if (std::getenv("THREECHAINS_FUZZ_TRACE") != nullptr)
       std::fprintf(stderr, "live link: reconnect (peers %zu, in flight %llu)\n", receiver_.peers(),
