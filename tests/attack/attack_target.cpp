@@ -4,8 +4,9 @@
 // against any version of the library (what the notes' before/after runs did).
 //
 //   threechains-attack-target --transport shm|tcp --trust KEY.pub [--anyone yes]
-//                             [--handshake-timeout-ms N]
-//   (--anyone: Trust::anyone(), a development Receiver that grants at once)
+//                             [--handshake-timeout-ms N] [--rma yes]
+//   (--anyone: Trust::anyone(), a development Receiver that grants at once;
+//    --rma: its context does RMA, so it puts credits where a source asks)
 //   prints "port P" and "canary 0xADDRESS", then serves; on stdin:
 //     report   prints "report canary0 canary1 canary2 counter peers_connected
 //              peers_refused frames_dispatched frames_rejected code_refused
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
   std::string transport = "shm";
   std::string trust;
   bool anyone = false;
+  bool rma = false;  // ContextOptions::remote_memory_access (credits by put)
   long handshake_timeout_ms = 0;  // 0: the default
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -89,6 +91,7 @@ int main(int argc, char** argv) {
     else if (flag == "--trust") trust = argv[i + 1];
     else if (flag == "--anyone") anyone = std::string(argv[i + 1]) == "yes";
     else if (flag == "--handshake-timeout-ms") handshake_timeout_ms = std::stol(argv[i + 1]);
+    else if (flag == "--rma") rma = std::string(argv[i + 1]) == "yes";
   }
   if (trust.empty()) {
     std::fprintf(stderr, "usage: %s --transport shm|tcp --trust KEY.pub\n", argv[0]);
@@ -102,7 +105,8 @@ int main(int argc, char** argv) {
     if (handshake_timeout_ms > 0)
       options.limits.handshake_timeout = std::chrono::milliseconds(handshake_timeout_ms);
     options.on_error = [](const tc::Error&) {};  // refusals are the point; the report counts them
-    tc::Worker worker(tc::Context({.transport = tc::parse_transport(transport)}));
+    tc::Worker worker(tc::Context(
+        {.transport = tc::parse_transport(transport), .remote_memory_access = rma}));
     tc::Receiver receiver(worker, options);
     std::printf("port %u\ncanary %p\n", static_cast<unsigned>(receiver.port()),
                 static_cast<void*>(const_cast<uint64_t*>(g_canary)));

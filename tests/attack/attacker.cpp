@@ -108,13 +108,15 @@ struct Options {
   uint64_t bytes = 512ull << 20;
   uint64_t size = 1ull << 20;
   unsigned connections = 4;
+  std::optional<int64_t> credit_shift;  // granted: ask credits by put, at our word + this
 };
 
 void usage() {
   std::fputs(
       "usage: attacker MODE --port P [--host 127.0.0.1] [--transport tcp|shm] [--timeout S]\n"
       "  rma       --address 0xA\n"
-      "  granted   --address 0xA   (to a Trust::anyone() target: a ring's own rkey aimed elsewhere)\n"
+      "  granted   --address 0xA [--credit-shift N]   (to a Trust::anyone() target: a ring's own\n"
+      "            rkey aimed elsewhere; or ask credits by put into a word N bytes off our segment's)\n"
       "  hello     [--variant empty|garbage|huge|zeros|valid-looking|all] [--key HEX64] [--version N]\n"
       "  churn     [--threads T] [--cycles N]   (T churners, each a process of its own)\n"
       "  half-open [--count C] [--hold S] [--key HEX64] [--silent]\n"
@@ -226,6 +228,11 @@ bool parse(int argc, char** argv, Options& out) {
     else if (key == "--cycles") number(out.cycles, 1, 100000000);
     else if (key == "--count") number(out.count, 1, 100000);
     else if (key == "--connections") number(out.connections, 1, 1024);
+    else if (key == "--credit-shift") {
+      const auto v = value.rfind("0x", 0) == 0 ? parse_uint(value.substr(2), 16) : parse_uint(value);
+      ok = v.has_value();
+      if (ok) out.credit_shift = static_cast<int64_t>(*v);
+    }
     else if (key == "--bytes") size(out.bytes);
     else if (key == "--size") size(out.size);
     else { std::fprintf(stderr, "unknown option %s\n", key.c_str()); return false; }
@@ -327,6 +334,9 @@ class Memory {  // a region of our own, mapped by UCX, and its packed rkey
     params.flags = UCP_MEM_MAP_ALLOCATE;
     const ucs_status_t status = ucp_mem_map(context, &params, &memh_);
     if (status != UCS_OK) throw Fatal("ucp_mem_map", status);
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+    if (ucp_mem_query(memh_, &attr) == UCS_OK) address_ = reinterpret_cast<uint64_t>(attr.address);
     void* packed = nullptr;
     std::size_t size = 0;
     const ucs_status_t pack = ucp_rkey_pack(context, memh_, &packed, &size);
@@ -341,10 +351,12 @@ class Memory {  // a region of our own, mapped by UCX, and its packed rkey
   Memory(const Memory&) = delete;
   Memory& operator=(const Memory&) = delete;
   const std::vector<uint8_t>& packed_rkey() const { return rkey_; }
+  uint64_t address() const { return address_; }
 
  private:
   ucp_context_h context_;
   ucp_mem_h memh_ = nullptr;
+  uint64_t address_ = 0;
   std::vector<uint8_t> rkey_;
 };
 
@@ -583,7 +595,13 @@ int run_granted(const Options& options) {
   // A well-formed HELLO with a credit word of our own, as an honest source's
   // (an older target unpacked its rkey at once, and died on an empty one).
   Memory credit_word(session.context.get(), 64);
-  const Hello hello = make_hello(options);
+  Hello hello = make_hello(options);
+  if (options.credit_shift) {
+    // Credits by put (a target whose context does RMA puts them), into a
+    // word that is not where our rkey's segment is: the target must refuse.
+    hello.flags |= 2;  // kHelloCreditByPut
+    hello.credit_address = credit_word.address() + static_cast<uint64_t>(*options.credit_shift);
+  }
   auto endpoints = connect_all(worker, options, 1);
   if (endpoints.empty()) return 1;
   Endpoint& ep = *endpoints.front();
@@ -594,7 +612,8 @@ int run_granted(const Options& options) {
   while (!replies.granted && Clock::now() < deadline && !ep.failed()) ucp_worker_progress(worker);
   if (!replies.granted) {
     std::printf("granted: no ring\n");
-    return 1;
+    // Refused (its WELCOME said why), as a misplaced credit word must be.
+    return options.credit_shift && replies.welcomes > 0 ? 0 : 1;
   }
   const Welcome& welcome = *replies.granted;
   const uint64_t ring_end = welcome.ring_address + welcome.slots * welcome.slot_size + kCreditLineSize;

@@ -58,11 +58,13 @@ class AttackTarget {
  public:
   // `anyone`: the target trusts every peer (Trust::anyone(), development).
   // `handshake_timeout_ms`: its ReceiverLimits::handshake_timeout (0: default).
-  explicit AttackTarget(Transport transport, bool anyone = false, long handshake_timeout_ms = 0)
+  // `rma`: its context does RMA (ContextOptions::remote_memory_access).
+  explicit AttackTarget(Transport transport, bool anyone = false, long handshake_timeout_ms = 0,
+                        bool rma = false)
       : transport_(transport),
         process_({TC_ATTACK_TARGET, "--transport", std::string(to_string(transport)), "--trust",
                   TC_DEV_PUBLIC_KEY, "--anyone", anyone ? "yes" : "no", "--handshake-timeout-ms",
-                  std::to_string(handshake_timeout_ms)}) {
+                  std::to_string(handshake_timeout_ms), "--rma", rma ? "yes" : "no"}) {
     const auto port = process_.read_line_starting("port ", 30s);
     const auto canary = process_.read_line_starting("canary ", 5s);
     if (!port || !canary) throw std::runtime_error("the attack target did not start");
@@ -176,6 +178,25 @@ TEMPLATE_TEST_CASE("a peer granted a ring reaches nothing beyond it with the rin
   REQUIRE(output.find("put: status=") != std::string::npos);
   CHECK(output.find("600d600d600d600d") == std::string::npos);  // no get read a canary
   check_survived(target);
+}
+
+TEST_CASE("a peer's credit word outside the segment its rkey maps is refused, never put to",
+          "[attack][ucx]") {
+  // A development Receiver whose context does RMA puts credits where a source
+  // asks, through the source's rkey. Over shared memory UCX turns that rkey
+  // into a pointer by adding an offset, no bounds: a credit word 1 GiB past
+  // the raw-UCX peer's segment would be a store 1 GiB past where the target
+  // mapped it. (With the check taken out, the target died on that put.)
+  AttackTarget target(Transport::shared_memory, true, 0, true);
+  const std::string output =
+      attack(target, Transport::shared_memory,
+             {"granted", "--address", target.canary_address(), "--credit-shift", "0x40000000"});
+  INFO(output);
+  REQUIRE(output.find("hello: status=Success") != std::string::npos);  // the HELLO went
+  CHECK(output.find("granted: no ring") != std::string::npos);         // refused, with a WELCOME
+  CHECK(output.find("welcome status=0") == std::string::npos);
+  check_survived(target);
+  CHECK(target.report().peers_refused >= 1);
 }
 
 TEMPLATE_TEST_CASE("malformed and unproven HELLOs are refused, never a crash", "[attack][ucx]",
