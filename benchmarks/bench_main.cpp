@@ -176,7 +176,10 @@ int run_target(const Options& o) {
                                             .max_ring_bytes = std::size_t{1} << 40},
                                  .max_slot_size = o.max_size + (64 << 10),
                                  .target_args = &state.ran,
-                                 .jit = {.promote_after_calls = o.promote_after}});
+                                 .jit = {.promote_after_calls = o.promote_after},
+                                 // Spins for good: its loop also progresses the strong
+                                 // baseline's worker, whose messages would not wake it.
+                                 .progress = {.sleep_when_idle = false}});
   worker.set_am_handler(kAmBench, &on_bench_am, &state);
   worker.set_am_handler(kAmTotals, &on_totals, &state);
   // The strong AM baseline: a worker of its own, reached by its address.

@@ -182,6 +182,7 @@ class Channel {
       if (frame_bytes >= kFullFenceBytes) std::atomic_thread_fence(std::memory_order_seq_cst);
       std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(at))
           .store(sequence, std::memory_order_release);
+      detail::wake_if_asleep(ring, *link_);
     } else {
       std::memcpy(at, &sequence, sizeof(sequence));
       detail::put_frame(*engine_, *link_, slot, frame_bytes);

@@ -97,8 +97,14 @@ class Node {
 
   template <class StopCondition>
   void run(StopCondition&& stop) {
-    detail::spin_until([this] { return poll(); }, stop, yield_after());
+    detail::serve_until([this] { return serve_round(); },
+                        [this](std::chrono::milliseconds limit) { (void)wait(limit); }, stop,
+                        progress_options(), yield_after());
   }
+  // Sleeps until there may be work or `limit` passed (Receiver::wait).
+  bool wait(std::chrono::milliseconds limit);
+  // Ends a wait() now; any thread.
+  void wake() noexcept;
 
   // Serves (receives, runs, carries out queued sends) on a progress thread of
   // its own; while it runs the Worker is that thread's: poll(), send() and the
@@ -115,6 +121,8 @@ class Node {
 
  private:
   [[nodiscard]] unsigned yield_after() const noexcept;
+  [[nodiscard]] const ProgressOptions& progress_options() const noexcept;
+  unsigned serve_round();  // poll(), counting the worker's events as work too
   std::unique_ptr<detail::NodeCore> core_;
 };
 

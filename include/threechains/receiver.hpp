@@ -11,6 +11,7 @@
 #include <threechains/detail/spin.hpp>
 #include <threechains/error.hpp>
 #include <threechains/jit_cache.hpp>
+#include <threechains/progress.hpp>
 #include <threechains/trust.hpp>
 #include <threechains/ucx/worker.hpp>
 
@@ -68,6 +69,9 @@ struct ReceiverOptions {
   // Called for every rejected frame or failed load; the default prints to stderr.
   std::function<void(const Error&)> on_error;
   uint32_t dispatch_burst = 64;  // frames per source per poll before moving on
+  // How run(), start()'s thread (and a Node's) spend idle time: spin a
+  // little, then sleep until there is work (progress.hpp).
+  ProgressOptions progress;
 };
 
 struct ReceiverStats {
@@ -108,11 +112,22 @@ class Receiver {
   unsigned poll();
 
   // Polls until `stop()` holds. Yields the CPU after a run of empty polls, so a
-  // spinning Receiver does not starve its peers on an oversubscribed machine.
+  // spinning Receiver does not starve its peers on an oversubscribed machine,
+  // and sleeps once they lasted ReceiverOptions::progress.spin (wait()).
   template <class StopCondition>
   void run(StopCondition&& stop) {
-    detail::spin_until([this] { return poll(); }, stop, 1024);
+    detail::serve_until([this] { return serve_round(); },
+                        [this](std::chrono::milliseconds limit) { (void)wait(limit); }, stop,
+                        progress_options(), 1024);
   }
+
+  // Sleeps until there may be work — a message, a connection, a frame a
+  // source stored into its ring, wake() — or `limit` passed; returns false if
+  // the time ran out. What run() does when idle, for loops of your own around
+  // poll(). Returns at once if something is due.
+  bool wait(std::chrono::milliseconds limit);
+  // Ends a wait() now (run()'s, or the progress thread's sleep); any thread.
+  void wake() noexcept;
 
   // Serves on a progress thread of its own (the research prototype's daemon);
   // ifuncs then run on that thread. While it runs, the Worker is that thread's:
@@ -138,6 +153,8 @@ class Receiver {
 
  private:
   friend struct detail::NodeCore;
+  [[nodiscard]] const ProgressOptions& progress_options() const noexcept;
+  unsigned serve_round();  // poll(), counting the worker's events as work too
   explicit Receiver(std::shared_ptr<detail::Engine> engine) noexcept;
   void release() noexcept;
   std::shared_ptr<detail::Engine> engine_;

@@ -164,6 +164,9 @@ class Admission {
   [[nodiscard]] std::vector<Proven> step(const ReceiverOptions& options, ReceiverStats& stats,
                                          const Report& report);
 
+  // Candidates wait for a deadline, or closing endpoints for UCX.
+  [[nodiscard]] bool busy() const noexcept { return !candidates_.empty() || !closing_.empty(); }
+
   // Every candidate closed at once (the Receiver stops).
   void close_all() noexcept;
 

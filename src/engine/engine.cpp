@@ -3,6 +3,7 @@
 #include "engine/engine.hpp"
 
 #include "engine/admission.hpp"
+#include "engine/asymmetric_fence.hpp"
 
 #include <threechains/container.hpp>
 
@@ -62,13 +63,13 @@ Engine::Engine(Worker worker) : worker_(std::move(worker)) {
       {kAmHello, &on_hello}, {kAmWelcome, &on_welcome}, {kAmNeedCode, &on_need_code},
       {kAmCode, &on_code},   {kAmCredit, &on_credit},   {kAmFrame, &on_frame},
       {kAmBye, &on_bye},     {kAmChallenge, &on_challenge}, {kAmProof, &on_proof},
-      {kAmCodeRefused, &on_code_refused}};
+      {kAmCodeRefused, &on_code_refused}, {kAmDoorbell, &on_doorbell}};
   for (const auto& [id, handler] : handlers) worker_.set_library_am_handler(id, handler, this);
 }
 
 Engine::~Engine() {
   stop_thread();
-  for (unsigned id : {kAmHello, kAmWelcome, kAmNeedCode, kAmCode, kAmCredit, kAmFrame, kAmBye,
+  for (unsigned id : {kAmDoorbell, kAmHello, kAmWelcome, kAmNeedCode, kAmCode, kAmCredit, kAmFrame, kAmBye,
                       kAmChallenge, kAmProof, kAmCodeRefused}) {
     try {
       worker_.set_library_am_handler(id, nullptr, nullptr);
@@ -102,6 +103,7 @@ std::shared_ptr<Engine> Engine::of(const Worker& worker) {
 
 unsigned Engine::progress() {
   const unsigned events = worker_.progress();
+  last_events_ = events;
   // A peer that vanished is noticed by its endpoint's error handler, which
   // cannot reach us; look for such peers every few thousand rounds.
   if ((++rounds_ & kControlEvery) == 0) control_pending_ = true;
@@ -196,10 +198,12 @@ void Engine::open_outbound(Link& link, const ChannelOptions& options, int64_t my
     // Credits not put to us are read where the target stores them. The
     // pointer is into the mapping `out.ring` holds: both live in this Outbound,
     // and the Channel that reads it holds the Link.
-    if (!out.credit_by_put) {
-      out.hot.consumed_word = reinterpret_cast<uint64_t*>(
-          out.hot.direct_ring + std::size_t{out.hot.slots} * out.hot.slot_size);
-    }
+    auto* credit_line = reinterpret_cast<uint64_t*>(out.hot.direct_ring +
+                                                    std::size_t{out.hot.slots} * out.hot.slot_size);
+    if (!out.credit_by_put) out.hot.consumed_word = credit_line;
+    // Frames stored here wake nobody: the commit looks whether the target sleeps.
+    out.hot.sleep_word = credit_line + kCreditLineSleep;
+    out.hot.full_fence = !hot_side_registered();
   }
 }
 
@@ -265,6 +269,7 @@ void Engine::say_goodbye(const std::shared_ptr<Link>& link) noexcept {
       const std::lock_guard lock(goodbyes_mutex_);
       deferred_goodbyes_.push_back(link);
       goodbyes_pending_.store(true, std::memory_order_release);
+      wake();  // the thread may sleep
     } catch (...) {  // out of memory: the peer will see us as lost instead
     }
     return;
@@ -480,31 +485,29 @@ std::shared_ptr<Link> Engine::inbound_link_of_rank(int64_t rank) const {
 
 // ---- background progress -------------------------------------------------------
 
-void Engine::start_thread(std::function<unsigned()> poll) {
+void Engine::start_thread(std::function<unsigned()> poll,
+                          std::function<void(std::chrono::milliseconds)> sleep,
+                          const ProgressOptions& progress, unsigned yield_after) {
   if (threaded_.exchange(true)) {
     throw Error(errc::invalid_argument, "this Worker is already served by a progress thread");
   }
   try {
-    thread_ = std::jthread([this, poll = std::move(poll)](std::stop_token stop) {
+    thread_ = std::jthread([this, poll = std::move(poll), sleep = std::move(sleep), progress,
+                            yield_after](std::stop_token stop) {
       thread_id_.store(std::this_thread::get_id(), std::memory_order_release);
-      // The same rhythm as run(): spin while there is work, yield when idle.
-      unsigned idle = 0;
-      while (!stop.stop_requested()) {
-        unsigned work = 0;
+      // The same rhythm as run(): spin while there is work, yield, then sleep when idle.
+      const auto guarded_poll = [&]() -> unsigned {
         try {
-          work = poll();
+          return poll();
         } catch (const Error& error) {  // nobody to throw to on this thread: report it
           report(error);
         } catch (const std::exception& error) {
           report(Error(errc::jit_failed, std::string("progress thread: ") + error.what()));
         }
-        if (work != 0) {
-          idle = 0;
-        } else if (++idle >= 1024) {
-          idle = 0;
-          std::this_thread::yield();
-        }
-      }
+        return 0;
+      };
+      serve_until(guarded_poll, sleep, [&] { return stop.stop_requested(); }, progress,
+                  yield_after);
     });
   } catch (...) {
     threaded_.store(false);
@@ -515,6 +518,7 @@ void Engine::start_thread(std::function<unsigned()> poll) {
 void Engine::stop_thread() noexcept {
   if (!thread_.joinable()) return;
   thread_.request_stop();
+  wake();  // it may sleep
   // From the thread itself (an ifunc or an error callback): it ends after this
   // poll; whoever stops it from outside, or the engine's destructor, joins.
   if (std::this_thread::get_id() == thread_id_.load(std::memory_order_acquire)) return;
@@ -758,6 +762,13 @@ ucs_status_t Engine::on_code_refused(void* arg, const void* header, std::size_t 
   } catch (...) {  // out of memory: the refusal is counted only
     ++out.code_refusals_dropped;
   }
+  return UCS_OK;
+}
+
+// The doorbell's work was done by its arrival (it woke the event fd), from
+// whoever sent it: there is nothing to read and nothing to answer.
+ucs_status_t Engine::on_doorbell(void*, const void*, std::size_t, void*, std::size_t,
+                                 const ucp_am_recv_param_t*) {
   return UCS_OK;
 }
 

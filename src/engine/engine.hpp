@@ -151,10 +151,27 @@ class Engine {
   void report(const Error& error);
   [[nodiscard]] std::size_t receiving_links() const noexcept { return inbound_.size(); }
 
+  // ---- idle (idle.cpp) ---------------------------------------------------------
+  // Blocks until a message, a connection, a frame stored into a ring or
+  // wake() may have brought work, or `limit` passed (shorter while something
+  // waits on a clock). True if something woke it.
+  bool sleep_until_work(std::chrono::milliseconds limit);
+  // Ends a sleep_until_work() now, from any thread.
+  void wake() noexcept;
+  [[nodiscard]] uint64_t sleeps() const noexcept { return sleeps_; }
+  // UCX events the last progress() handled: a loop whose polls dispatch no
+  // frame but serve the worker (GETs emulated over tcp, the application's
+  // own Active Messages) is not idle.
+  [[nodiscard]] unsigned last_events() const noexcept { return last_events_; }
+
   // ---- background progress ---------------------------------------------------
   // Runs `poll` on a thread of its own until stop_thread(); ifuncs then run on
   // that thread. Throws errc::invalid_argument if one is running already.
-  void start_thread(std::function<unsigned()> poll);
+  // Idle, it yields every `yield_after` empty polls and sleeps by `sleep`
+  // as `progress` says; stop_thread() wakes it.
+  void start_thread(std::function<unsigned()> poll,
+                    std::function<void(std::chrono::milliseconds)> sleep,
+                    const ProgressOptions& progress, unsigned yield_after);
   // Joins the thread (it stops at its next poll). Safe when none runs.
   void stop_thread() noexcept;
   // Throws errc::invalid_argument naming `call` while the thread owns the worker
@@ -202,6 +219,10 @@ class Engine {
                         const std::function<void()>& while_waiting);
   Delivery resolve_delivery(Delivery wanted, const Link& link) const;
 
+  [[nodiscard]] bool has_timed_work() const noexcept;
+  void store_sleep_words(uint64_t generation) noexcept;
+  [[nodiscard]] bool committed_frame_waiting() const noexcept;
+
   unsigned drain(Link& link);
   bool dispatch(Link& link, std::byte* frame, std::size_t available);
   void dispatch_delivered(Link& link, uint64_t sequence, std::byte* data, std::size_t length);
@@ -239,6 +260,8 @@ class Engine {
                                const ucp_am_recv_param_t*);
   static ucs_status_t on_code_refused(void*, const void*, std::size_t, void*, std::size_t,
                                       const ucp_am_recv_param_t*);
+  static ucs_status_t on_doorbell(void*, const void*, std::size_t, void*, std::size_t,
+                                  const ucp_am_recv_param_t*);
   static ucs_status_t on_bye(void*, const void*, std::size_t, void*, std::size_t,
                              const ucp_am_recv_param_t*);
 
@@ -261,6 +284,10 @@ class Engine {
   const RuntimeHooks* runtime_hooks_ = nullptr;
   bool defer_credits_ = false;  // NodeOptions::defer_credits
   std::unique_ptr<Target> target_;
+  int event_fd_ = -1;  // UCX's, taken on the first sleep
+  uint64_t sleep_generation_ = 0;
+  uint64_t sleeps_ = 0;
+  unsigned last_events_ = 0;
   [[nodiscard]] bool on_other_thread() const noexcept {
     return threaded_.load(std::memory_order_acquire) &&
            std::this_thread::get_id() != thread_id_.load(std::memory_order_acquire);

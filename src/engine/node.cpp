@@ -101,6 +101,13 @@ struct NodeCore {
     return work;
   }
 
+  // Sends queued for a full ring wait for a credit the peer may store into
+  // its credit line (no message): the Node keeps polling until they are out.
+  bool sleep(std::chrono::milliseconds limit) {
+    if (!pending.empty()) return true;
+    return engine->sleep_until_work(limit);
+  }
+
   // Carries out queued sends in order; a full ring leaves the rest for later.
   unsigned drain_queue() {
     unsigned done = 0;
@@ -216,7 +223,25 @@ std::size_t Node::queued() const noexcept {
   return core_->pending.size();
 }
 unsigned Node::yield_after() const noexcept {
-  return core_->options.yield_after;
+  return std::max<unsigned>(core_->options.yield_after, 1);
+}
+
+unsigned Node::serve_round() {
+  const unsigned work = poll();
+  return work + core_->engine->last_events();
+}
+
+const ProgressOptions& Node::progress_options() const noexcept {
+  return core_->options.receiver.progress;
+}
+
+bool Node::wait(std::chrono::milliseconds limit) {
+  core_->engine->check_not_threaded("Node::wait");
+  return core_->sleep(limit);
+}
+
+void Node::wake() noexcept {
+  if (core_) core_->engine->wake();
 }
 
 void Node::connect(const std::vector<NodeAddress>& addresses) {
@@ -285,7 +310,9 @@ unsigned Node::poll() {
 
 void Node::start() {
   detail::NodeCore* core = core_.get();  // the thread is joined before the core goes
-  core->engine->start_thread([core] { return core->poll(); });
+  core->engine->start_thread([core] { return core->poll() + core->engine->last_events(); },
+                             [core](std::chrono::milliseconds limit) { (void)core->sleep(limit); },
+                             core->options.receiver.progress, yield_after());
 }
 
 void Node::stop() noexcept {

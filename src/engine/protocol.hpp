@@ -16,7 +16,9 @@ namespace threechains::detail {
 // 2: authenticated handshake (HELLO, CHALLENGE, PROOF, WELCOME), code refusals.
 // 3: the HELLO's rkey is signed too; credits by put only when both sides asked
 //    UCX for RMA, otherwise stored into a line after the ring (read in place).
-inline constexpr uint32_t kProtocolVersion = 3;
+// 4: the credit line says when the target sleeps; a source that stores a
+//    frame into the ring then rings its doorbell (kAmDoorbell).
+inline constexpr uint32_t kProtocolVersion = 4;
 
 // Source -> target
 inline constexpr unsigned kAmHello = 0x7C01;  // open a channel: credit word rkey, ring wishes
@@ -26,6 +28,10 @@ inline constexpr unsigned kAmBye = 0x7C03;    // the source is done; no frame is
 // of a Link open) the sender's consumed count of the reverse direction.
 inline constexpr unsigned kAmFrame = 0x7C04;
 inline constexpr unsigned kAmProof = 0x7C05;  // the source's signature over the challenge
+// No data: a frame was stored into the ring of a target whose credit line said
+// it sleeps. The message itself wakes the target's event fd; the handler has
+// nothing to do.
+inline constexpr unsigned kAmDoorbell = 0x7C06;
 // Target -> source
 inline constexpr unsigned kAmWelcome = 0x7C11;   // the ring: address, rkey, geometry
 inline constexpr unsigned kAmNeedCode = 0x7C12;  // a cached frame arrived for code not held
@@ -99,6 +105,11 @@ inline constexpr std::size_t kCreditLineSize = 64;
 // refusals sent to that source so far, stored before the credit, so a source
 // that reads its credits in place knows how many refusals are on their way.
 inline constexpr std::size_t kCreditLineRefusals = 1;
+// [2] nonzero while the target sleeps (a generation, new for each sleep): a
+// source that stored a frame and reads a generation it has not rung for yet
+// sends kAmDoorbell. The target only ever writes this word; a source that
+// scribbles on it only wakes (or fails to wake) the target for itself.
+inline constexpr std::size_t kCreditLineSleep = 2;
 
 struct NeedCode {
   uint64_t sequence;

@@ -41,6 +41,24 @@ unsigned Receiver::poll() {
   return engine_->poll();
 }
 
+bool Receiver::wait(std::chrono::milliseconds limit) {
+  engine_->check_not_threaded("Receiver::wait");
+  return engine_->sleep_until_work(limit);
+}
+
+void Receiver::wake() noexcept {
+  if (engine_) engine_->wake();
+}
+
+unsigned Receiver::serve_round() {
+  const unsigned frames = poll();
+  return frames + engine_->last_events();
+}
+
+const ProgressOptions& Receiver::progress_options() const noexcept {
+  return engine_->target().options.progress;
+}
+
 void Receiver::start() {
   if (engine_->serves_as_node()) {
     throw Error(errc::invalid_argument,
@@ -48,7 +66,11 @@ void Receiver::start() {
                 "carries out the Node's queued sends");
   }
   detail::Engine* engine = engine_.get();  // the thread is joined before the engine goes
-  engine_->start_thread([engine] { return engine->poll(); });
+  engine_->start_thread([engine] { return engine->poll() + engine->last_events(); },
+                        [engine](std::chrono::milliseconds limit) {
+                          (void)engine->sleep_until_work(limit);
+                        },
+                        progress_options(), 1024);
 }
 
 void Receiver::stop() noexcept {

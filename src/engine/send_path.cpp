@@ -146,6 +146,18 @@ void put_frame(Engine& engine, Link& link, std::size_t slot, std::size_t frame_b
   }
 }
 
+void ring_doorbell(Link& link, uint64_t /*generation*/) noexcept {
+  // Fire and forget: a request UCX still holds is freed when it completes.
+  // If the send fails the peer is going away, which its endpoint reports.
+  if (link.endpoint.handle() == nullptr) return;
+  ucp_request_param_t params{};
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  params.flags = UCP_AM_SEND_FLAG_EAGER;
+  const ucs_status_ptr_t request =
+      ucp_am_send_nbx(link.endpoint.handle(), kAmDoorbell, nullptr, 0, nullptr, 0, &params);
+  if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
+}
+
 void throw_frame_too_large(const Link& link, const Ifunc& ifunc, std::size_t payload_size,
                            std::size_t written) {
   const OutboundRing& ring = link.out->hot;
@@ -478,6 +490,7 @@ void ChannelAccess::send_raw_frame(Channel& channel, std::span<const std::byte> 
     if (!frame.empty()) std::memcpy(at + detail::kCommitWordSize, frame.data(), frame.size());
     std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(at))
         .store(commit_word, std::memory_order_release);
+    detail::wake_if_asleep(ring, *channel.link_);
   } else {
     std::byte* at = detail::staging_slot(*channel.engine_, *channel.link_, slot);
     if (!frame.empty()) std::memcpy(at + detail::kCommitWordSize, frame.data(), frame.size());

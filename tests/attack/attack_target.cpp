@@ -112,9 +112,13 @@ int main(int argc, char** argv) {
                 static_cast<void*>(const_cast<uint64_t*>(g_canary)));
     std::fflush(stdout);
     bool done = false;
-    uint32_t rounds = 0;
+    auto next_look = std::chrono::steady_clock::now();
     receiver.run([&] {
-      if ((++rounds & 0x3ff) != 0) return false;
+      // stdin once a millisecond (rounds come fast while spinning, slowly
+      // once the Receiver sleeps: the clock, not a round count).
+      const auto now = std::chrono::steady_clock::now();
+      if (now < next_look) return false;
+      next_look = now + std::chrono::milliseconds(1);
       std::string command;
       while (!done && read_command(command)) {
         if (command == "report") print_report(receiver);

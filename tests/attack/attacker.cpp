@@ -99,7 +99,7 @@ struct Options {
   uint64_t address = 0;
   std::string variant = "all";
   std::optional<std::array<uint8_t, 32>> key;
-  uint32_t version = 3;  // kProtocolVersion in src/engine/protocol.hpp: else refused before anything
+  uint32_t version = 4;  // kProtocolVersion in src/engine/protocol.hpp: else refused before anything
   unsigned threads = 16;
   uint64_t cycles = 10000;
   unsigned count = 64;

@@ -37,6 +37,14 @@ struct OutboundRing {
   std::byte* direct_ring = nullptr;   // Delivery::direct: the target's ring, mapped here
   std::byte* staging = nullptr;       // otherwise: one staging slot per ring slot
   uint64_t* consumed_word = nullptr;  // the target's credit: last sequence it consumed
+  // Delivery::direct: the word of the target's credit line that says it
+  // sleeps (a generation, 0 while awake), and the generation we last rang
+  // the doorbell for. nullptr otherwise: frames by message wake it themselves.
+  uint64_t* sleep_word = nullptr;  // read only
+  uint64_t rung = 0;
+  // This process could not register for the target's asymmetric fence
+  // (membarrier): the commit store is fenced before the sleep word is read.
+  bool full_fence = false;
   uint64_t next_sequence = 1;
   std::size_t slot_size = 0;
   uint32_t slots = 0;
@@ -61,6 +69,24 @@ struct OutboundRing {
 [[nodiscard]] bool prepare_code(Link& link, const Ifunc& ifunc, std::size_t payload_size);
 // Puts a frame that is ready in its staging slot (put or Active Message).
 void put_frame(Engine& engine, Link& link, std::size_t slot, std::size_t frame_bytes);
+// A frame was stored into the ring of a target asleep in `generation`: wake it.
+void ring_doorbell(Link& link, uint64_t generation) noexcept;
+
+// After a commit store into a direct ring: rings the target's doorbell if it
+// sleeps. Store-then-load against the target's "store the sleep word, then
+// look at the rings": the target's membarrier() is the fence on its side and
+// on ours, so here only the compiler is kept from swapping the two.
+inline void wake_if_asleep(OutboundRing& ring, Link& link) noexcept {
+  if (ring.full_fence) [[unlikely]]
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  else
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  const uint64_t asleep = std::atomic_ref<uint64_t>(*ring.sleep_word).load(std::memory_order_relaxed);
+  if (asleep != 0 && asleep != ring.rung) [[unlikely]] {
+    ring.rung = asleep;
+    ring_doorbell(link, asleep);
+  }
+}
 [[noreturn]] void throw_frame_too_large(const Link& link, const Ifunc& ifunc,
                                         std::size_t payload_size, std::size_t written);
 

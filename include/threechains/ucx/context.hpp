@@ -106,7 +106,11 @@ class Context {
     }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-    params.features = UCP_FEATURE_AM | (options.remote_memory_access ? UCP_FEATURE_RMA : 0);
+    // WAKEUP: an idle serving loop sleeps on the worker's event fd
+    // (ProgressOptions). UCX 1.13 asks transports for event support only
+    // where TAG is requested too, so lane choice is unchanged.
+    params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP |
+                      (options.remote_memory_access ? UCP_FEATURE_RMA : 0);
     params.name = options.name.c_str();
     ucp_context_h handle = nullptr;
     const ucs_status_t status = ucp_init(&params, config, &handle);
