@@ -89,6 +89,7 @@ struct ReceiverStats {
   uint64_t promotion_failures = 0;  // tier-1 compiles or links that failed (tier 0 runs on)
   std::chrono::nanoseconds last_load_time{0};
   std::chrono::nanoseconds total_load_time{0};
+  uint64_t sleeps = 0;  // times the serving loop slept, idle (ProgressOptions)
   int last_load_tier = -1;  // LoadResult::tier of the last load (-1: none yet)
 };
 

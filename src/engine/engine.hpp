@@ -158,7 +158,6 @@ class Engine {
   bool sleep_until_work(std::chrono::milliseconds limit);
   // Ends a sleep_until_work() now, from any thread.
   void wake() noexcept;
-  [[nodiscard]] uint64_t sleeps() const noexcept { return sleeps_; }
   // UCX events the last progress() handled: a loop whose polls dispatch no
   // frame but serve the worker (GETs emulated over tcp, the application's
   // own Active Messages) is not idle.
@@ -286,7 +285,6 @@ class Engine {
   std::unique_ptr<Target> target_;
   int event_fd_ = -1;  // UCX's, taken on the first sleep
   uint64_t sleep_generation_ = 0;
-  uint64_t sleeps_ = 0;
   unsigned last_events_ = 0;
   [[nodiscard]] bool on_other_thread() const noexcept {
     return threaded_.load(std::memory_order_acquire) &&

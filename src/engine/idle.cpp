@@ -88,7 +88,7 @@ bool Engine::sleep_until_work(std::chrono::milliseconds limit) {
     // UCS_ERR_BUSY: events arrived since the last progress; poll them first.
     const ucs_status_t armed = ucp_worker_arm(worker_.handle());
     if (armed == UCS_OK) {
-      ++sleeps_;
+      if (has_target()) ++target_->stats.sleeps;
       pollfd fd{event_fd_, POLLIN, 0};
       woken = ::poll(&fd, 1, static_cast<int>(limit.count())) > 0;
     }
