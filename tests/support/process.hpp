@@ -78,6 +78,8 @@ class Process {
   }
 
   // The next line that starts with `prefix` (earlier lines are kept in output()).
+  [[nodiscard]] pid_t pid() const noexcept { return pid_; }
+
   [[nodiscard]] std::optional<std::string> read_line_starting(const std::string& prefix,
                                                               std::chrono::milliseconds limit) {
     const auto deadline = std::chrono::steady_clock::now() + limit;
