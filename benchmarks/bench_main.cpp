@@ -12,6 +12,7 @@
 // ifunc-{bitcode,binary}-{cached,uncached} (uncached: every frame carries its
 // code; the target looks it up in its cache). Output: a table with each mode's
 // ratio to am, and one JSON line per measurement (--json).
+#include "floor.hpp"
 #include "strong_am.hpp"
 
 #include <threechains/threechains.hpp>
@@ -70,6 +71,7 @@ struct Options {
   uint16_t port = 0;
   std::string am_address;  // the target's strong-baseline worker, in hex
   int port_fd = -1;
+  double floor_us = 0;  // the transport's physical floor, one way (floor.hpp); 0: not measured
 };
 
 void pin(int cpu) {
@@ -526,12 +528,20 @@ int run_source(const Options& o) {
                ? std::string()
                : fmt::format("{:.2f}x", r.value / it->second);
   };
-  fmt::print("  {:<24} {:<8} {:>9} {:>12} {:>8} {:>10} {:>10}  (delivery: {})\n", "mode", "metric",
-             "payload", "value", "vs am", "vs strong", "frame B", delivery);
+  // Latency against the physical floor (one way, like the latency figures).
+  const auto floor_ratio = [&](const Result& r) {
+    return r.metric != "latency" || o.floor_us <= 0 ? std::string()
+                                                    : fmt::format("{:.1f}x", r.value / o.floor_us);
+  };
+  fmt::print("  {:<24} {:<8} {:>9} {:>12} {:>8} {:>10} {:>9} {:>10}  (delivery: {})\n", "mode",
+             "metric", "payload", "value", "vs am", "vs strong", "vs floor", "frame B", delivery);
   for (const Result& r : results) {
-    fmt::print("  {:<24} {:<8} {:>9} {:>9.3f} {:<2} {:>8} {:>10} {:>10}  {}\n", r.mode, r.metric,
-               r.size, r.value, r.metric == "rate" ? "M/s" : "us", ratio(am_value, r),
-               ratio(strong_value, r), r.frame_bytes, r.protocol);
+    fmt::print("  {:<24} {:<8} {:>9} {:>9.3f} {:<2} {:>8} {:>10} {:>9} {:>10}  {}\n", r.mode,
+               r.metric, r.size, r.value, r.metric == "rate" ? "M/s" : "us", ratio(am_value, r),
+               ratio(strong_value, r), floor_ratio(r), r.frame_bytes, r.protocol);
+    if (r.metric == "latency" && o.floor_us > 0)
+      json.write_ratio(transport, r.mode + "_latency_" + std::to_string(r.size) + "_vs_floor",
+                       r.value / o.floor_us);
   }
   std::fflush(stdout);
   channel.flush();
@@ -623,6 +633,7 @@ int main(int argc, char** argv) {
   app.add_option("--port", o.port);
   app.add_option("--am-address", o.am_address);
   app.add_option("--port-fd", o.port_fd);
+  app.add_option("--floor-us", o.floor_us);  // the driver's measurement, passed to the source
   CLI11_PARSE(app, argc, argv);
   try {
     if (o.role == "target") return run_target(o);
@@ -649,6 +660,19 @@ int main(int argc, char** argv) {
     for (const std::string& t : o.transports) {
       if (!steady.empty()) {
         std::vector<std::string> args = pass;
+        // The floor first, here, where no UCX runs yet (floor.hpp).
+        const bool latency =
+            std::find(steady.begin(), steady.end(), "latency") != steady.end();
+        if (latency && o.floor_us <= 0) {
+          const double floor = t == "tcp" ? bench::tcp_loopback_floor_us(20000, 3)
+                                          : bench::cache_line_floor_us(200000, 3);
+          fmt::print("== floor over {}: {} {:.3f} us one way ==\n", t,
+                     t == "tcp" ? "8-byte loopback TCP ping-pong (plain sockets, spinning recv)"
+                                : "one cache line ping-ponged between two processes",
+                     floor);
+          args.push_back("--floor-us");
+          args.push_back(fmt::format("{:.6f}", floor));
+        }
         args.push_back("--modes");
         args.push_back(modes);
         std::string joined;

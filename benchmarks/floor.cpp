@@ -1,0 +1,138 @@
+#include "floor.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <vector>
+
+namespace bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct alignas(64) Line {
+  std::atomic<uint64_t> value;
+};
+
+void reap(pid_t child) {
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+}
+
+}  // namespace
+
+double cache_line_floor_us(uint64_t iterations, int rounds) {
+  void* memory = mmap(nullptr, 2 * sizeof(Line), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                      -1, 0);
+  if (memory == MAP_FAILED) throw std::runtime_error("mmap");
+  // One line each way, as a ring's commit word and its credit line.
+  auto* ping = new (memory) Line{};
+  auto* pong = new (static_cast<Line*>(memory) + 1) Line{};
+  const uint64_t total = iterations * static_cast<uint64_t>(rounds);
+  const pid_t child = fork();
+  if (child == 0) {
+    for (uint64_t i = 1; i <= total; ++i) {
+      while (ping->value.load(std::memory_order_acquire) != i) {
+      }
+      pong->value.store(i, std::memory_order_release);
+    }
+    _exit(0);
+  }
+  std::vector<double> one_way;
+  uint64_t n = 0;
+  for (int r = 0; r < rounds; ++r) {
+    const auto start = Clock::now();
+    for (uint64_t i = 0; i < iterations; ++i) {
+      ++n;
+      ping->value.store(n, std::memory_order_release);
+      while (pong->value.load(std::memory_order_acquire) != n) {
+      }
+    }
+    one_way.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
+                      static_cast<double>(iterations) / 2);
+  }
+  reap(child);
+  munmap(memory, 2 * sizeof(Line));
+  return median(one_way);
+}
+
+double tcp_loopback_floor_us(uint64_t iterations, int rounds) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+      listen(listener, 1) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+    throw std::runtime_error("tcp floor: listen");
+  const auto exchange = [](int fd, uint64_t& word, bool send_first) {
+    const auto receive = [&] {
+      std::size_t got = 0;
+      while (got < sizeof(word)) {
+        const ssize_t n = recv(fd, reinterpret_cast<char*>(&word) + got, sizeof(word) - got,
+                               MSG_DONTWAIT);
+        if (n > 0) got += static_cast<std::size_t>(n);
+        else if (n == 0) return false;
+      }
+      return true;
+    };
+    if (!send_first && !receive()) return false;
+    if (send(fd, &word, sizeof(word), 0) != static_cast<ssize_t>(sizeof(word))) return false;
+    return !send_first || receive();
+  };
+  const uint64_t total = iterations * static_cast<uint64_t>(rounds);
+  const pid_t child = fork();
+  if (child == 0) {
+    const int fd = accept(listener, nullptr, nullptr);
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    uint64_t word = 0;
+    for (uint64_t i = 0; i < total; ++i)
+      if (!exchange(fd, word, false)) break;
+    _exit(0);
+  }
+  close(listener);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    reap(child);
+    throw std::runtime_error("tcp floor: connect");
+  }
+  std::vector<double> one_way;
+  uint64_t word = 0;
+  for (int r = 0; r < rounds; ++r) {
+    const auto start = Clock::now();
+    for (uint64_t i = 0; i < iterations; ++i) {
+      if (!exchange(fd, word, true)) {
+        reap(child);
+        throw std::runtime_error("tcp floor: the peer went away");
+      }
+      ++word;
+    }
+    one_way.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
+                      static_cast<double>(iterations) / 2);
+  }
+  close(fd);
+  reap(child);
+  return median(one_way);
+}
+
+}  // namespace bench
