@@ -18,8 +18,13 @@
 // for the answer as a source does. On a virtual machine whose idle virtual
 // CPUs the host deschedules, that is milliseconds: wake is printed as a
 // multiple of it.
-// Prints a table; --json appends one line per transport and policy.
-// Goals (issue 21): idle CPU < 1% of a core; wake <= 20 us.
+// Then, with the default policy, a crowd: the rate of cached 8-byte frames
+// streamed on one channel while N-1 more peers (--crowd) are connected and
+// idle, against N = 1 in the same run, with the target's resident memory and
+// what each connection took (one after another).
+// Prints tables; --json appends one line per transport and policy / crowd.
+// Goals (issue 21): idle CPU < 1% of a core; wake <= 20 us; rate with 1024
+// idle peers >= 0.95x the rate with one.
 #include "support/process.hpp"
 
 #include <threechains/threechains.hpp>
@@ -29,6 +34,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -109,6 +115,93 @@ double pipe_wake_floor_us(int gap_ms, int wakes) {
   return median(rtt);
 }
 
+// Streams the cached counter for `seconds`; frames per second (all flushed).
+double stream(tc::Channel& channel, const tc::Ifunc& counter, double seconds, uint64_t& sent) {
+  const auto start = Clock::now();
+  const auto end = start + std::chrono::duration<double>(seconds);
+  uint64_t frames = 0;
+  const uint64_t one = 1;
+  do {
+    for (int i = 0; i < 256; ++i)
+      (void)channel.send_bytes(counter, std::as_bytes(std::span(&one, 1)));
+    frames += 256;
+  } while (Clock::now() < end);
+  channel.flush();
+  sent += frames;
+  return static_cast<double>(frames) / std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// "report c0 c1 c2 counter connected refused dispatched rejected refused_code rss hwm"
+struct TargetReport {
+  unsigned long long counter = 0;
+  long rss_kb = -1;
+};
+
+TargetReport report_of(tc::test::Process& target) {
+  target.write_line("report");
+  const std::optional<std::string> line = target.read_line_starting("report ", 10s);
+  TargetReport r;
+  char c0[32], c1[32], c2[32];
+  unsigned long long connected, refused, dispatched, rejected, code_refused;
+  if (!line || std::sscanf(line->c_str(), "report %31s %31s %31s %llu %llu %llu %llu %llu %llu %ld",
+                           c0, c1, c2, &r.counter, &connected, &refused, &dispatched, &rejected,
+                           &code_refused, &r.rss_kb) != 10)
+    throw std::runtime_error("no report from the target");
+  return r;
+}
+
+struct Crowd {
+  int peers = 0;
+  double rate = 0;           // frames/s on the streaming channel, median of the rounds
+  double connect_ms = 0;     // per idle peer, connected one after another
+  long rss_kb = 0;           // the target's, with all of them connected
+};
+
+Crowd crowd_run(const std::string& transport, int peers, int rounds, double seconds,
+                const tc::KeyPair& key, const tc::Ifunc& counter) {
+  tc::test::Process target({THREECHAINS_ATTACK_TARGET, "--transport", transport, "--trust",
+                            THREECHAINS_DEV_PUBLIC_KEY});
+  const std::optional<std::string> port_line = target.read_line_starting("port ", 30s);
+  if (!port_line) throw std::runtime_error("the target did not start: " + target.output());
+  const auto port = static_cast<uint16_t>(std::stoul(port_line->substr(5)));
+  tc::Worker worker(tc::Context({.transport = tc::parse_transport(transport)}));
+  tc::Source source(worker);
+  Crowd c;
+  c.peers = peers;
+  uint64_t sent = 0;
+  tc::Channel busy = source.connect("127.0.0.1", port, {.slots = 64, .slot_size = 4096, .identity = key});
+  std::vector<tc::Channel> idle;
+  const auto connect_start = Clock::now();
+  for (int i = 1; i < peers; ++i) {
+    try {
+      idle.push_back(
+          source.connect("127.0.0.1", port, {.slots = 4, .slot_size = 1024, .identity = key}));
+    } catch (const tc::Error& error) {
+      throw std::runtime_error(fmt::format("peer {} of {}: {}", i + 1, peers, error.what()));
+    }
+  }
+  if (peers > 1)
+    c.connect_ms = std::chrono::duration<double, std::milli>(Clock::now() - connect_start).count() /
+                   (peers - 1);
+  // Each idle peer has run code once (a ring that was used), then goes quiet.
+  const uint64_t one = 1;
+  for (tc::Channel& channel : idle) (void)channel.send_bytes(counter, std::as_bytes(std::span(&one, 1)));
+  for (tc::Channel& channel : idle) channel.flush();
+  sent += idle.size();
+  (void)stream(busy, counter, 0.2, sent);  // warm; the idle rings go cold meanwhile
+  std::vector<double> rates;
+  for (int r = 0; r < rounds; ++r) rates.push_back(stream(busy, counter, seconds, sent));
+  c.rate = median(rates);
+  const TargetReport report = report_of(target);
+  c.rss_kb = report.rss_kb;
+  if (report.counter != sent)
+    throw std::runtime_error(fmt::format("the target counted {} of {} frames", report.counter, sent));
+  busy.close();
+  for (tc::Channel& channel : idle) channel.close();
+  target.write_line("quit");
+  return c;
+}
+
 struct Figures {
   double idle_cpu = 0;  // cores
   double hot_us = 0;
@@ -127,6 +220,9 @@ int main(int argc, char** argv) try {
   int gap_ms = 150;
   int wakes = 20;
   int hot = 2000;
+  std::vector<int> crowd{1, 256, 1024};
+  int crowd_rounds = 3;
+  double crowd_seconds = 0.5;
   std::string json;
   CLI::App app{"Idle CPU and wake-up latency of a Receiver, spinning vs sleeping when idle"};
   app.add_option("--transports", transports, "shm and/or tcp")->delimiter(',');
@@ -136,9 +232,28 @@ int main(int argc, char** argv) try {
   app.add_option("--gap-ms", gap_ms, "silence before each wake-up measurement");
   app.add_option("--wakes", wakes, "wake-up measurements");
   app.add_option("--hot", hot, "back-to-back round trips for the hot figure");
-  app.add_option("--json", json, "append one JSON line per transport and policy");
+  app.add_option("--crowd", crowd, "peers connected while one streams (the first is the baseline)")
+      ->delimiter(',');
+  app.add_option("--crowd-rounds", crowd_rounds, "rounds per crowd; the median is reported");
+  app.add_option("--crowd-seconds", crowd_seconds, "length of each round");
+  app.add_option("--json", json, "append one JSON line per transport and policy / crowd");
   CLI11_PARSE(app, argc, argv);
 
+  // UCX 1.13 watches at most UCX_ASYNC_MAX_EVENTS descriptors per worker
+  // (default 1024; every connection has one, on both sides), read when the
+  // library loads: a crowd near that runs again with room, the target too.
+  if (!crowd.empty() && *std::max_element(crowd.begin(), crowd.end()) > 900 &&
+      getenv("UCX_ASYNC_MAX_EVENTS") == nullptr) {
+    setenv("UCX_ASYNC_MAX_EVENTS", "8192", 1);
+    execv("/proc/self/exe", argv);
+    throw std::runtime_error("execv /proc/self/exe failed");
+  }
+  // A thousand peers are a few thousand descriptors here and in the target.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &files);
+  }
   // First, while this process has no UCX state to fork with.
   const double floor_us = pipe_wake_floor_us(gap_ms, wakes);
   fmt::print("kernel wake-up floor (pipe round trip to a process asleep in poll after {} ms): "
@@ -187,15 +302,11 @@ int main(int argc, char** argv) try {
       for (tc::Channel& channel : channels) channel.close();
 
       // Every frame ran: the target's counter says so.
-      target.write_line("report");
-      const std::optional<std::string> report = target.read_line_starting("report ", 10s);
+      const TargetReport report = report_of(target);
       target.write_line("quit");
-      unsigned long long counted = 0;
-      char c0[32], c1[32], c2[32];
-      if (!report ||
-          std::sscanf(report->c_str(), "report %31s %31s %31s %llu", c0, c1, c2, &counted) != 4 ||
-          counted != f.frames)
-        throw std::runtime_error(fmt::format("the target counted {} of {} frames", counted, f.frames));
+      if (report.counter != f.frames)
+        throw std::runtime_error(
+            fmt::format("the target counted {} of {} frames", report.counter, f.frames));
 
       fmt::print("{:<5} {:<6} {:>6} {:>8.4f} cores {:>10.2f} {:>10.2f} {:>12.2f} {:>9.2f}x {:>10.2f}x\n",
                  transport, policy, peers, f.idle_cpu, f.hot_us, f.wake_us, f.wake_worst_us,
@@ -212,6 +323,26 @@ int main(int argc, char** argv) try {
     }
   }
   fmt::print("goals (issue 21): idle CPU < 0.01 cores; wake <= 20 us\n");
+  if (!crowd.empty()) {
+    fmt::print("\none channel streams while the rest of the peers idle (cached 8-byte frames)\n");
+    fmt::print("{:<5} {:>6} {:>12} {:>10} {:>14} {:>14}\n", "", "peers", "rate M/s", "vs first",
+               "connect ms/peer", "target RSS MiB");
+  }
+  for (const std::string& transport : crowd.empty() ? std::vector<std::string>{} : transports) {
+    double first_rate = 0;
+    for (const int peers : crowd) {
+      const Crowd c = crowd_run(transport, peers, crowd_rounds, crowd_seconds, key, counter);
+      if (first_rate == 0) first_rate = c.rate;
+      fmt::print("{:<5} {:>6} {:>12.3f} {:>9.2f}x {:>14.2f} {:>14.1f}\n", transport, c.peers,
+                 c.rate / 1e6, c.rate / first_rate, c.connect_ms, static_cast<double>(c.rss_kb) / 1024);
+      if (!json.empty()) {
+        std::ofstream(json, std::ios::app) << fmt::format(
+            "{{\"bench\":\"crowd\",\"transport\":\"{}\",\"peers\":{},\"rate\":{:.0f},"
+            "\"vs_first\":{:.4f},\"connect_ms_per_peer\":{:.3f},\"target_rss_kb\":{}}}\n",
+            transport, c.peers, c.rate, c.rate / first_rate, c.connect_ms, c.rss_kb);
+      }
+    }
+  }
   return 0;
 } catch (const std::exception& error) {
   std::fprintf(stderr, "threechains-bench-idle: %s\n", error.what());

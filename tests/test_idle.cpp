@@ -21,6 +21,7 @@ struct IdleReport {
   CounterResult counter;
   double idle_cpu;  // CPU seconds per second of the process while it had nothing to do
   uint64_t sleeps;
+  uint64_t doorbells;
 };
 
 double process_cpu_seconds() {
@@ -47,6 +48,7 @@ IdleReport serve_and_measure(ChildContext& context) {
   receiver.stop();
   report.counter = threechains::test::report(context);
   report.sleeps = receiver.stats().sleeps;
+  report.doorbells = receiver.stats().doorbells;
   return report;
 }
 
@@ -141,7 +143,51 @@ TEST_CASE("wake() ends a Receiver's wait from another thread", "[idle][thread][u
   bool woken = false;
   // A wake() before the wait began is not lost either: the event fd keeps it.
   while (!woken && std::chrono::steady_clock::now() - start < 10s) woken = receiver.wait(20s);
+  const auto took = std::chrono::steady_clock::now() - start;
   waker.join();
   CHECK(woken);
-  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  // It slept until the wake() 50 ms in (a wait that returned at once, for
+  // any other reason, would not get here), and no longer.
+  CHECK(took >= 40ms);
+  CHECK(took < 5s);
+}
+
+TEMPLATE_TEST_CASE("a ring nobody stored into for a while stops being polled, and its next frame "
+                   "rings it back",
+                   "[idle][thread][ucx]", Shm, Tcp) {
+  // The target never sleeps (spin 60 s), so only the cooling of idle rings
+  // is at work: after 5 ms with nothing, a shared-memory ring goes cold and
+  // the source's next frame must ring the doorbell (tcp frames are messages:
+  // their rings are never polled, so no doorbell at all).
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  ReceiverOptions options;
+  options.progress.spin = 60s;
+  ChildTarget<IdleReport> target(TestType::transport, serve_and_measure, options);
+  TestSource quiet(TestType::transport, target.port(), ChannelOptions{.timeout = 5s});
+  TestSource busy(TestType::transport, target.port(), ChannelOptions{.timeout = 5s});
+  constexpr int kRounds = 20;
+  for (int i = 0; i < kRounds; ++i) {
+    (void)send(quiet.channel, counter, uint64_t{1});
+    quiet.channel.flush();
+    // The other peer keeps the target polling meanwhile (so its rounds, and
+    // its cooling passes, go on).
+    const auto until = std::chrono::steady_clock::now() + 20ms;
+    while (std::chrono::steady_clock::now() < until) {
+      (void)send(busy.channel, counter, uint64_t{1000});
+      busy.channel.flush();
+    }
+  }
+  quiet.channel.close();
+  busy.channel.close();
+  target.command('q');
+  const IdleReport report = target.result();
+  INFO(report.counter.first_error);
+  CHECK(report.counter.counter % 1000 == kRounds);  // every quiet frame ran
+  CHECK(report.sleeps == 0);
+  if (TestType::transport == Transport::shared_memory) {
+    INFO("doorbells: " << report.doorbells);
+    CHECK(report.doorbells >= kRounds / 2);  // the quiet ring went cold between its frames
+  } else {
+    CHECK(report.doorbells == 0);
+  }
 }

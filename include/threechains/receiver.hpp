@@ -33,7 +33,14 @@ struct NodeCore;
 // evicts its least recently used ifunc, which comes back through the
 // cache-miss path when a frame needs it again.
 struct ReceiverLimits {
-  uint32_t max_peers = 64;              // connected, or still proving who they are
+  // Connected, or still proving who they are. A connected peer costs its
+  // ring (max_ring_bytes caps them all: with the default 2 MiB rings, 128
+  // fit; ask for smaller rings to have more) and 13-24 KiB besides (UCX's
+  // endpoint; measured), and nothing per poll while idle (its ring goes
+  // cold). UCX 1.13 watches at most UCX_ASYNC_MAX_EVENTS descriptors per
+  // worker (default 1024, one per connection): for more than ~1000 peers set
+  // it higher in the environment before the process starts.
+  uint32_t max_peers = 1024;
   // Connected, not yet proven: at most this many in all, and at most
   // max_pending_per_address from one host. Over either, a newer connection
   // evicts the oldest of the host with the most pending (over the second,
@@ -90,6 +97,7 @@ struct ReceiverStats {
   std::chrono::nanoseconds last_load_time{0};
   std::chrono::nanoseconds total_load_time{0};
   uint64_t sleeps = 0;  // times the serving loop slept, idle (ProgressOptions)
+  uint64_t doorbells = 0;  // frames that found their ring cold (unpolled) and woke it
   int last_load_tier = -1;  // LoadResult::tier of the last load (-1: none yet)
 };
 
@@ -123,9 +131,10 @@ class Receiver {
   }
 
   // Sleeps until there may be work — a message, a connection, a frame a
-  // source stored into its ring, wake() — or `limit` passed; returns false if
-  // the time ran out. What run() does when idle, for loops of your own around
-  // poll(). Returns at once if something is due.
+  // source stored into its ring, wake() — or `limit` (1 ms to 1 h) passed.
+  // What run() does when idle, for loops of your own around poll(): call
+  // poll() after it either way. True if something woke it or is due; false
+  // if the time ran out (or the sleep was interrupted: a hint, not a promise).
   bool wait(std::chrono::milliseconds limit);
   // Ends a wait() now (run()'s, or the progress thread's sleep); any thread.
   void wake() noexcept;

@@ -28,14 +28,20 @@ unsigned Engine::poll_without_credits() {
   if (target_->cache.compiles_in_progress()) [[unlikely]]
     promote_tiers();
   progress();
+  if (rewarm_pending_) [[unlikely]]
+    rebuild_polled();
   unsigned dispatched = 0;
-  // drain() runs ifuncs, which never touch the link table: inbound_ is stable here.
-  for (Link* link : inbound_) dispatched += drain(*link);
+  // drain() runs ifuncs, which never touch the link table: polled_ is stable here.
+  for (Link* link : polled_) dispatched += drain(*link);
+  // Rings idle for a while stop being polled: what a poll costs does not
+  // grow with peers that send nothing (the clock is read every 1024 polls).
+  if ((++polls_ & 1023) == 0) [[unlikely]]
+    cool_idle_rings();
   return dispatched;
 }
 
 void Engine::return_credits(CreditTiming timing) {
-  for (Link* link : inbound_) {
+  for (Link* link : credit_due_) {
     Inbound& in = link->in;
     const uint64_t consumed = in.expected - 1;
     if (in.reported == consumed) continue;
@@ -54,6 +60,12 @@ void Engine::return_credits(CreditTiming timing) {
     in.consumed_at_last_look = consumed;
     return_credit(*link);
   }
+  // Those whose credit went out (here, or on a frame of ours) owe no more.
+  std::erase_if(credit_due_, [](Link* link) {
+    if (link->in.reported != link->in.expected - 1) return false;
+    link->in.credit_due = false;
+    return true;
+  });
 }
 
 unsigned Engine::drain(Link& link) {
@@ -80,6 +92,10 @@ unsigned Engine::drain(Link& link) {
     if (!dispatch(link, slot + kCommitWordSize, in.slot_size - kCommitWordSize)) break;
     ++in.expected;
     ++dispatched;
+  }
+  if (dispatched != 0) {
+    in.active = true;
+    owe_credit(link);
   }
   return dispatched;
 }
@@ -185,6 +201,7 @@ void Engine::dispatch_delivered(Link& link, uint64_t sequence, std::byte* data,
   }
   if (dispatch(link, frame, length)) {
     ++in.expected;
+    owe_credit(link);
   } else {
     in.backlog.emplace_back(data, data + length);
   }
@@ -209,6 +226,7 @@ void Engine::drain_backlog(Link& link) {
     if (!dispatch(link, frame, head.size())) return;
     in.backlog.pop_front();
     ++in.expected;
+    owe_credit(link);
   }
 }
 
@@ -423,6 +441,7 @@ void Engine::skip_stalled(Link& link) {
   Inbound& in = link.in;
   if (in.stalled_on == in.expected) {
     ++in.expected;
+    owe_credit(link);
     if (!in.backlog.empty()) in.backlog.pop_front();  // AM delivery: the frame itself
   }
   in.stalled_on = 0;
@@ -483,6 +502,7 @@ ucs_status_t Engine::on_frame(void* arg, const void* header, std::size_t header_
         return UCS_OK;
       }
       link->in.by_active_message = true;
+      self->rewarm_pending_ = true;  // frames by message: the ring is not polled
     }
     // Both directions open: the frame carries what the peer consumed of ours.
     if (header_length == sizeof(uint64_t) && link->out && link->out->credit_is_local()) {

@@ -81,6 +81,8 @@ Engine::~Engine() {
   for (auto& [ep, link] : links_) closing_.push_back({link, link->endpoint.start_close()});
   links_.clear();
   inbound_.clear();
+  polled_.clear();
+  credit_due_.clear();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
   while (!closing_.empty() && std::chrono::steady_clock::now() < deadline) {
     worker_.progress();
@@ -203,6 +205,7 @@ void Engine::open_outbound(Link& link, const ChannelOptions& options, int64_t my
     if (!out.credit_by_put) out.hot.consumed_word = credit_line;
     // Frames stored here wake nobody: the commit looks whether the target sleeps.
     out.hot.sleep_word = credit_line + kCreditLineSleep;
+    out.hot.bye_word = credit_line + kCreditLineBye;
     out.hot.full_fence = !hot_side_registered();
   }
 }
@@ -297,6 +300,8 @@ void Engine::say_goodbye_here(Link& link) noexcept {
   try {
     // Puts and the goodbye travel on different paths; order them.
     if (link.out->delivery == Delivery::put) worker_.fence();
+    if (link.out->hot.bye_word != nullptr)  // after every frame's commit (program order, release)
+      std::atomic_ref<uint64_t>(*link.out->hot.bye_word).store(1, std::memory_order_release);
     outbox_.send(link.endpoint, kAmBye, uint64_t{0}, {});
   } catch (const Error&) {  // the peer went away meanwhile: it will be noticed as lost
   }
@@ -398,6 +403,11 @@ void Engine::handle_control() {
     if (code_came && link->receiving() && !link->in.by_active_message) drain(*link);
     if (!link->in.backlog.empty()) drain_backlog(*link);
     const bool lost = link->endpoint.failed();
+    // A goodbye stored into the credit line counts as one (kCreditLineBye).
+    if (lost && link->receiving() && !link->in.bye && !link->in.by_active_message &&
+        std::atomic_ref<uint64_t>(link->in.credit_line[kCreditLineBye])
+                .load(std::memory_order_acquire) != 0)
+      link->in.bye = true;
     if (link->receiving() && (lost || link->in.bye)) close_inbound(*link, lost && !link->in.bye);
     if (lost) {
       retire(link);  // a Channel on it sees the failure at its next blocking call
@@ -475,6 +485,17 @@ void Engine::refresh_inbound() {
   inbound_.clear();
   for (const auto& [ep, link] : links_)
     if (link->receiving()) inbound_.push_back(link.get());
+  // The lists a poll walks hold only links of inbound_, and have room for all
+  // of them: adding to them in a poll never allocates.
+  polled_.reserve(inbound_.size());
+  credit_due_.reserve(inbound_.size());
+  cooling_.reserve(inbound_.size());
+  std::erase_if(credit_due_, [](Link* link) {
+    if (link->receiving()) return false;
+    link->in.credit_due = false;
+    return true;
+  });
+  rebuild_polled();
 }
 
 std::shared_ptr<Link> Engine::inbound_link_of_rank(int64_t rank) const {
@@ -570,6 +591,8 @@ void Engine::stop_target() noexcept {
     if (!link->sending()) retire(link);
   }
   inbound_.clear();
+  polled_.clear();
+  credit_due_.clear();
   ring_bytes_granted_ = 0;
   keep_code_ = false;
   runtime_hooks_ = nullptr;
@@ -765,10 +788,20 @@ ucs_status_t Engine::on_code_refused(void* arg, const void* header, std::size_t 
   return UCS_OK;
 }
 
-// The doorbell's work was done by its arrival (it woke the event fd), from
-// whoever sent it: there is nothing to read and nothing to answer.
-ucs_status_t Engine::on_doorbell(void*, const void*, std::size_t, void*, std::size_t,
-                                 const ucp_am_recv_param_t*) {
+// A source stored a frame into its ring, which we no longer poll (cold, or
+// we slept): its arrival woke the event fd; the ring is polled again. From a
+// peer that is no Link of ours (no ring), it did nothing else.
+ucs_status_t Engine::on_doorbell(void* arg, const void*, std::size_t, void*, std::size_t,
+                                 const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<Engine*>(arg);
+  Link* link = self->find(param);
+  if (link != nullptr && link->receiving() && link->in.cold) {
+    link->in.cold = false;
+    std::atomic_ref<uint64_t>(link->in.credit_line[kCreditLineSleep])
+        .store(0, std::memory_order_relaxed);
+    self->rewarm_pending_ = true;
+    if (self->target_) ++self->target_->stats.doorbells;
+  }
   return UCS_OK;
 }
 

@@ -219,8 +219,17 @@ class Engine {
   Delivery resolve_delivery(Delivery wanted, const Link& link) const;
 
   [[nodiscard]] bool has_timed_work() const noexcept;
-  void store_sleep_words(uint64_t generation) noexcept;
-  [[nodiscard]] bool committed_frame_waiting() const noexcept;
+  // Makes the rings in cooling_ cold (idle.cpp); false if one of them holds
+  // a frame (it stays hot) or no fence exists here (all stay hot).
+  bool cool(uint64_t generation);
+  void cool_idle_rings();  // every few milliseconds: rings idle since the last pass
+  uint64_t next_generation() noexcept;
+  void rebuild_polled() noexcept;
+  void owe_credit(Link& link) noexcept {
+    if (link.in.credit_due) return;
+    link.in.credit_due = true;
+    credit_due_.push_back(&link);  // capacity: inbound_.size() (refresh_inbound)
+  }
 
   unsigned drain(Link& link);
   bool dispatch(Link& link, std::byte* frame, std::size_t available);
@@ -273,7 +282,17 @@ class Engine {
   Outbox outbox_;
   Admission admission_{worker_, outbox_};  // after both: it sends through them
   std::unordered_map<ucp_ep_h, std::shared_ptr<Link>> links_;  // proven peers and our own
-  std::vector<Link*> inbound_;  // links_ entries whose inbound ring is open (hot loop)
+  std::vector<Link*> inbound_;  // links_ entries whose inbound ring is open
+  // Of those, what each poll looks at: rings stored into directly and hot
+  // (frames by AM run from their handler; cold rings wake by doorbell), and
+  // the links that owe their source a credit. Both only hold links of
+  // inbound_, are rebuilt with it, and have its capacity: no allocation in a poll.
+  std::vector<Link*> polled_;
+  std::vector<Link*> credit_due_;
+  std::vector<Link*> cooling_;  // scratch of a cooling pass
+  bool rewarm_pending_ = false;  // a doorbell made a cold ring hot: rebuild polled_
+  uint32_t polls_ = 0;
+  std::chrono::steady_clock::time_point last_cooling_{};
   std::vector<Closing> closing_;
   std::size_t ring_bytes_granted_ = 0;  // rings of all inbound links (ReceiverLimits)
   bool control_pending_ = false;

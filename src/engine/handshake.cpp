@@ -205,6 +205,7 @@ void Engine::grant_ring(Link& link, const Hello& hello, std::span<const std::byt
     // One registration per peer: its rkey reaches this ring and nothing else.
     in.ring.emplace(worker_.context(), bytes + kCreditLineSize);
     in.credit_line = reinterpret_cast<uint64_t*>(in.ring->data() + bytes);
+    std::fill_n(in.credit_line, kCreditLineSize / sizeof(uint64_t), uint64_t{0});
     rkey = in.ring->pack_rkey();
     welcome.slots = in.slots;
     welcome.slot_size = in.slot_size;

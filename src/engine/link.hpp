@@ -137,6 +137,12 @@ struct Inbound {
   uint64_t stalled_on = 0;         // sequence waiting for its code (cache miss), 0 if none
   CodeId stalled_code = 0;         // the code it waits for: only an answer about it settles it
   bool by_active_message = false;  // the source delivers frames by AM, not into the ring
+  // Polling (idle.cpp): a ring stored into directly is polled while hot; one
+  // with nothing for a cooling interval goes cold (its credit line says so,
+  // and the source's next frame rings the doorbell, which makes it hot).
+  bool cold = false;
+  bool active = false;       // a frame ran since the last cooling pass
+  bool credit_due = false;   // in the engine's credit_due_ list
   bool bye = false;                // the source said goodbye
   // AM delivery: frames that arrived while an earlier one waits for its code,
   // the waiting one first (slow path, copied).

@@ -110,6 +110,12 @@ inline constexpr std::size_t kCreditLineRefusals = 1;
 // sends kAmDoorbell. The target only ever writes this word; a source that
 // scribbles on it only wakes (or fails to wake) the target for itself.
 inline constexpr std::size_t kCreditLineSleep = 2;
+// [3] set by a source that stores into the ring when it says goodbye, before
+// its kAmBye: over shared memory UCX may report its endpoint closed before it
+// delivers the goodbye queued behind another message, and UCX drops messages
+// from an endpoint it saw fail. The store travels with the frames. It decides
+// only whether that source left or was lost.
+inline constexpr std::size_t kCreditLineBye = 3;
 
 struct NeedCode {
   uint64_t sequence;

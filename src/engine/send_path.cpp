@@ -146,16 +146,19 @@ void put_frame(Engine& engine, Link& link, std::size_t slot, std::size_t frame_b
   }
 }
 
-void ring_doorbell(Link& link, uint64_t /*generation*/) noexcept {
+bool ring_doorbell(Link& link, uint64_t /*generation*/) noexcept {
   // Fire and forget: a request UCX still holds is freed when it completes.
   // If the send fails the peer is going away, which its endpoint reports.
-  if (link.endpoint.handle() == nullptr) return;
+  if (link.endpoint.handle() == nullptr) return false;
   ucp_request_param_t params{};
   params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  params.flags = UCP_AM_SEND_FLAG_EAGER;
+  // REPLY: the target finds the ring by the endpoint the doorbell came from.
+  params.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
   const ucs_status_ptr_t request =
       ucp_am_send_nbx(link.endpoint.handle(), kAmDoorbell, nullptr, 0, nullptr, 0, &params);
+  if (UCS_PTR_IS_ERR(request)) return false;
   if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
+  return true;
 }
 
 void throw_frame_too_large(const Link& link, const Ifunc& ifunc, std::size_t payload_size,
