@@ -23,7 +23,10 @@ std::unordered_map<ucp_worker_h, std::weak_ptr<Engine>>& registry() {
   return engines;
 }
 
-constexpr unsigned kControlEvery = 0xfff;  // rounds between looks for lost peers
+// Rounds between looks at every peer for one lost: a backstop, since an
+// endpoint's failure is noticed through Endpoint::failures() at once. A look
+// walks every link, so not often: with a thousand peers it is not free.
+constexpr unsigned kControlEvery = 0xfffff;
 
 std::string describe_peer(const std::string& host, uint16_t port) {
   return host + ":" + std::to_string(port);
@@ -107,8 +110,13 @@ unsigned Engine::progress() {
   const unsigned events = worker_.progress();
   last_events_ = events;
   // A peer that vanished is noticed by its endpoint's error handler, which
-  // cannot reach us; look for such peers every few thousand rounds.
+  // cannot reach us but counts (Endpoint::failures()); a control round then
+  // finds which. And, as a backstop, every million rounds or so.
   if ((++rounds_ & kControlEvery) == 0) control_pending_ = true;
+  if (const uint64_t failures = Endpoint::failures(); failures != failures_seen_) [[unlikely]] {
+    failures_seen_ = failures;  // some endpoint failed (maybe another engine's): look
+    control_pending_ = true;
+  }
   if (control_pending_) [[unlikely]]
     handle_control();
   if (code_requests_pending_) [[unlikely]]

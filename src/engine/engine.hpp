@@ -298,6 +298,7 @@ class Engine {
   bool control_pending_ = false;
   bool code_requests_pending_ = false;
   uint32_t rounds_ = 0;
+  uint64_t failures_seen_ = 0;  // Endpoint::failures() at the last look
   bool keep_code_ = false;
   const RuntimeHooks* runtime_hooks_ = nullptr;
   bool defer_credits_ = false;  // NodeOptions::defer_credits

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -55,6 +56,11 @@ class Endpoint {
   // UCS_OK while the connection is usable; the error UCX reported once it is not.
   [[nodiscard]] ucs_status_t status() const noexcept { return state_->status; }
   [[nodiscard]] bool failed() const noexcept { return state_->status != UCS_OK; }
+  // Endpoints of this process that UCX reported failed, so far: a loop that
+  // holds many can look at this one number instead of at each of them.
+  [[nodiscard]] static uint64_t failures() noexcept {
+    return failures_.load(std::memory_order_acquire);
+  }
 
   // UCX's own description of this endpoint's lanes (which transport carries AM, RMA).
   [[nodiscard]] std::string describe() const {
@@ -150,6 +156,8 @@ class Endpoint {
     ucs_status_t status = UCS_OK;
   };
 
+  static inline std::atomic<uint64_t> failures_{0};
+
   explicit Endpoint(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
   static ucp_ep_params_t base_params(State* state) {
@@ -158,6 +166,7 @@ class Endpoint {
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t status) {
       static_cast<State*>(arg)->status = status;
+      failures_.fetch_add(1, std::memory_order_release);  // after the status
     };
     params.err_handler.arg = state;
     return params;
