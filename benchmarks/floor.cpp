@@ -38,8 +38,8 @@ void reap(pid_t child) {
 }  // namespace
 
 double cache_line_floor_us(uint64_t iterations, int rounds) {
-  void* memory = mmap(nullptr, 2 * sizeof(Line), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                      -1, 0);
+  void* memory =
+      mmap(nullptr, 2 * sizeof(Line), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) throw std::runtime_error("mmap");
   // One line each way, as a ring's commit word and its credit line.
   auto* ping = new (memory) Line{};
@@ -86,10 +86,12 @@ double tcp_loopback_floor_us(uint64_t iterations, int rounds) {
     const auto receive = [&] {
       std::size_t got = 0;
       while (got < sizeof(word)) {
-        const ssize_t n = recv(fd, reinterpret_cast<char*>(&word) + got, sizeof(word) - got,
-                               MSG_DONTWAIT);
-        if (n > 0) got += static_cast<std::size_t>(n);
-        else if (n == 0) return false;
+        const ssize_t n =
+            recv(fd, reinterpret_cast<char*>(&word) + got, sizeof(word) - got, MSG_DONTWAIT);
+        if (n > 0)
+          got += static_cast<std::size_t>(n);
+        else if (n == 0)
+          return false;
       }
       return true;
     };

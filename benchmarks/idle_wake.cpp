@@ -29,13 +29,13 @@
 
 #include <threechains/threechains.hpp>
 
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <CLI/CLI.hpp>
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/resource.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -152,9 +152,9 @@ TargetReport report_of(tc::test::Process& target) {
 
 struct Crowd {
   int peers = 0;
-  double rate = 0;           // frames/s on the streaming channel, median of the rounds
-  double connect_ms = 0;     // per idle peer, connected one after another
-  long rss_kb = 0;           // the target's, with all of them connected
+  double rate = 0;        // frames/s on the streaming channel, median of the rounds
+  double connect_ms = 0;  // per idle peer, connected one after another
+  long rss_kb = 0;        // the target's, with all of them connected
 };
 
 Crowd crowd_run(const std::string& transport, const std::string& policy, int peers, int rounds,
@@ -169,7 +169,8 @@ Crowd crowd_run(const std::string& transport, const std::string& policy, int pee
   Crowd c;
   c.peers = peers;
   uint64_t sent = 0;
-  tc::Channel busy = source.connect("127.0.0.1", port, {.slots = 64, .slot_size = 4096, .identity = key});
+  tc::Channel busy =
+      source.connect("127.0.0.1", port, {.slots = 64, .slot_size = 4096, .identity = key});
   std::vector<tc::Channel> idle;
   const auto connect_start = Clock::now();
   for (int i = 1; i < peers; ++i) {
@@ -185,7 +186,8 @@ Crowd crowd_run(const std::string& transport, const std::string& policy, int pee
                    (peers - 1);
   // Each idle peer has run code once (a ring that was used), then goes quiet.
   const uint64_t one = 1;
-  for (tc::Channel& channel : idle) (void)channel.send_bytes(counter, std::as_bytes(std::span(&one, 1)));
+  for (tc::Channel& channel : idle)
+    (void)channel.send_bytes(counter, std::as_bytes(std::span(&one, 1)));
   for (tc::Channel& channel : idle) channel.flush();
   sent += idle.size();
   (void)stream(busy, counter, 0.2, sent);  // warm; the idle rings go cold meanwhile
@@ -195,7 +197,8 @@ Crowd crowd_run(const std::string& transport, const std::string& policy, int pee
   const TargetReport report = report_of(target);
   c.rss_kb = report.rss_kb;
   if (report.counter != sent)
-    throw std::runtime_error(fmt::format("the target counted {} of {} frames", report.counter, sent));
+    throw std::runtime_error(
+        fmt::format("the target counted {} of {} frames", report.counter, sent));
   busy.close();
   for (tc::Channel& channel : idle) channel.close();
   target.write_line("quit");
@@ -259,9 +262,10 @@ int main(int argc, char** argv) try {
   }
   // First, while this process has no UCX state to fork with.
   const double floor_us = pipe_wake_floor_us(gap_ms, wakes);
-  fmt::print("kernel wake-up floor (pipe round trip to a process asleep in poll after {} ms): "
-             "{:.1f} us\n",
-             gap_ms, floor_us);
+  fmt::print(
+      "kernel wake-up floor (pipe round trip to a process asleep in poll after {} ms): "
+      "{:.1f} us\n",
+      gap_ms, floor_us);
   const tc::KeyPair key = tc::KeyPair::load(THREECHAINS_DEV_KEY);
   const tc::Ifunc counter = tc::Ifunc::load(THREECHAINS_BENCH_BINARY);
   fmt::print("{:<5} {:<6} {:>6} {:>14} {:>10} {:>10} {:>12} {:>10} {:>11}\n", "", "policy", "peers",
@@ -277,8 +281,8 @@ int main(int argc, char** argv) try {
       tc::Source source(worker);
       std::vector<tc::Channel> channels;
       for (int i = 0; i < peers; ++i)
-        channels.push_back(source.connect("127.0.0.1", port, {.slots = 16, .slot_size = 1024,
-                                                              .identity = key}));
+        channels.push_back(
+            source.connect("127.0.0.1", port, {.slots = 16, .slot_size = 1024, .identity = key}));
       Figures f;
       for (tc::Channel& channel : channels) (void)round_trip_us(channel, counter);  // code loaded
       f.frames += channels.size();
@@ -292,8 +296,8 @@ int main(int argc, char** argv) try {
       std::vector<double> wake;
       for (int i = 0; i < wakes; ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(gap_ms));
-        wake.push_back(round_trip_us(channels[static_cast<std::size_t>(i) % channels.size()],
-                                     counter));
+        wake.push_back(
+            round_trip_us(channels[static_cast<std::size_t>(i) % channels.size()], counter));
       }
       f.frames += static_cast<uint64_t>(wakes);
       std::vector<double> rtt;
@@ -311,9 +315,10 @@ int main(int argc, char** argv) try {
         throw std::runtime_error(
             fmt::format("the target counted {} of {} frames", report.counter, f.frames));
 
-      fmt::print("{:<5} {:<6} {:>6} {:>8.4f} cores {:>10.2f} {:>10.2f} {:>12.2f} {:>9.2f}x {:>10.2f}x\n",
-                 transport, policy, peers, f.idle_cpu, f.hot_us, f.wake_us, f.wake_worst_us,
-                 f.wake_us / f.hot_us, f.wake_us / floor_us);
+      fmt::print(
+          "{:<5} {:<6} {:>6} {:>8.4f} cores {:>10.2f} {:>10.2f} {:>12.2f} {:>9.2f}x {:>10.2f}x\n",
+          transport, policy, peers, f.idle_cpu, f.hot_us, f.wake_us, f.wake_worst_us,
+          f.wake_us / f.hot_us, f.wake_us / floor_us);
       if (!json.empty()) {
         std::ofstream(json, std::ios::app) << fmt::format(
             "{{\"bench\":\"idle\",\"transport\":\"{}\",\"policy\":\"{}\",\"peers\":{},"
@@ -328,7 +333,8 @@ int main(int argc, char** argv) try {
   fmt::print("goals (issue 21): idle CPU < 0.01 cores; wake <= 20 us\n");
   if (!crowd.empty()) {
     fmt::print("\none channel streams while the rest of the peers idle (cached 8-byte frames)\n");
-    fmt::print("(spin: every ring polled every round, the loop of before; sleep: idle rings go cold)\n");
+    fmt::print(
+        "(spin: every ring polled every round, the loop of before; sleep: idle rings go cold)\n");
     fmt::print("{:<5} {:<6} {:>6} {:>12} {:>10} {:>14} {:>14}\n", "", "policy", "peers", "rate M/s",
                "vs first", "connect ms/peer", "target RSS MiB");
   }

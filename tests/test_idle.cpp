@@ -152,9 +152,10 @@ TEST_CASE("wake() ends a Receiver's wait from another thread", "[idle][thread][u
   CHECK(took < 5s);
 }
 
-TEMPLATE_TEST_CASE("a ring nobody stored into for a while stops being polled, and its next frame "
-                   "rings it back",
-                   "[idle][thread][ucx]", Shm, Tcp) {
+TEMPLATE_TEST_CASE(
+    "a ring nobody stored into for a while stops being polled, and its next frame "
+    "rings it back",
+    "[idle][thread][ucx]", Shm, Tcp) {
   // The target never sleeps (spin 60 s), so only the cooling of idle rings
   // is at work: after 5 ms with nothing, a shared-memory ring goes cold and
   // the source's next frame must ring the doorbell (tcp frames are messages:

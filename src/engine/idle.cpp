@@ -161,7 +161,7 @@ bool Engine::sleep_until_work(std::chrono::milliseconds limit) {
     if (!polled_.empty() && std::any_of(polled_.begin(), polled_.end(), [](const Link* link) {
           return holds_next_frame(link->in);
         }))
-      return true;  // a frame came in as we cooled: no sleep
+      return true;                                   // a frame came in as we cooled: no sleep
     limit = std::min(limit, kUnsignalledRingSleep);  // no fence here: look now and then
   }
   bool woken = true;

@@ -21,9 +21,9 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   using namespace threechains::detail;
   static threechains::fuzz::ForkedSource link;
-  static constexpr std::array kIds = {kAmHello, kAmProof,     kAmCode,      kAmBye,
-                                      kAmFrame, kAmWelcome,   kAmChallenge, kAmNeedCode,
-                                      kAmCredit, kAmCodeRefused};
+  static constexpr std::array kIds = {kAmHello,  kAmProof,       kAmCode,      kAmBye,
+                                      kAmFrame,  kAmWelcome,     kAmChallenge, kAmNeedCode,
+                                      kAmCredit, kAmCodeRefused, kAmDoorbell};
   if (size < 2) return 0;
   const unsigned id = kIds[(data[0] & 0x7f) % kIds.size()];
   const std::size_t header_length = std::min<std::size_t>(data[1], size - 2);
