@@ -4,6 +4,8 @@
 // the C++ API — and rounds of N 8-byte sends of the cached counter ifunc,
 // alternating between them. Prints the median per-send time of each and their
 // ratio; --json appends one line.
+#include "bench_util.hpp"
+
 #include <threechains/threechains.h>
 #include <threechains/threechains.hpp>
 
@@ -22,11 +24,6 @@ namespace {
 
 void check(threechains_status status) {
   if (status != THREECHAINS_OK) throw std::runtime_error(threechains_last_error());
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace
@@ -105,8 +102,8 @@ int main(int argc, char** argv) try {
   receiver.stop();
 
   const uint64_t expected = 2 + 2 * sends * static_cast<uint64_t>(rounds);
-  const double c = median(c_us);
-  const double cxx = median(cxx_us);
+  const double c = bench::median(c_us);
+  const double cxx = bench::median(cxx_us);
   fmt::print("{} 8 B cached sends, median of {} rounds of {}: C API {:.3f} us, C++ API {:.3f} us, "
              "C/C++ {:.2f}x; counter {} (expected {})\n",
              transport, rounds, sends, c, cxx, c / cxx, counter, expected);

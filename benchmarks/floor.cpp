@@ -1,5 +1,7 @@
 #include "floor.hpp"
 
+#include "bench_util.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -20,11 +22,6 @@ namespace bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct alignas(64) Line {
   std::atomic<uint64_t> value;

@@ -25,6 +25,7 @@
 // Prints tables; --json appends one line per transport and policy / crowd.
 // Goals (issue 21): idle CPU < 1% of a core; wake <= 20 us; rate with 1024
 // idle peers >= 0.95x the rate with one.
+#include "bench_util.hpp"
 #include "support/process.hpp"
 
 #include <threechains/threechains.hpp>
@@ -52,11 +53,6 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 // User plus system CPU seconds of every thread of `pid` so far.
 double cpu_seconds(pid_t pid) {
@@ -112,23 +108,20 @@ double pipe_wake_floor_us(int gap_ms, int wakes) {
   close(reply[0]);
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
-  return median(rtt);
+  return bench::median(rtt);
 }
 
-// Streams the cached counter for `seconds`; frames per second (all flushed).
-double stream(tc::Channel& channel, const tc::Ifunc& counter, double seconds, uint64_t& sent) {
-  const auto start = Clock::now();
-  const auto end = start + std::chrono::duration<double>(seconds);
-  uint64_t frames = 0;
-  const uint64_t one = 1;
-  do {
-    for (int i = 0; i < 256; ++i)
-      (void)channel.send_bytes(counter, std::as_bytes(std::span(&one, 1)));
-    frames += 256;
-  } while (Clock::now() < end);
-  channel.flush();
-  sent += frames;
-  return static_cast<double>(frames) / std::chrono::duration<double>(Clock::now() - start).count();
+// The target (threechains-attack-target) with the given progress policy.
+tc::test::Process start_target(const std::string& transport, const std::string& policy) {
+  return tc::test::Process({THREECHAINS_ATTACK_TARGET, "--transport", transport, "--trust",
+                            THREECHAINS_DEV_PUBLIC_KEY, "--progress", policy});
+}
+
+// The port it listens on, from its first line.
+uint16_t port_of(tc::test::Process& target) {
+  const std::optional<std::string> line = target.read_line_starting("port ", 30s);
+  if (!line) throw std::runtime_error("the target did not start: " + target.output());
+  return static_cast<uint16_t>(std::stoul(line->substr(5)));
 }
 
 // "report c0 c1 c2 counter connected refused dispatched rejected refused_code rss hwm"
@@ -159,11 +152,8 @@ struct Crowd {
 
 Crowd crowd_run(const std::string& transport, const std::string& policy, int peers, int rounds,
                 double seconds, const tc::KeyPair& key, const tc::Ifunc& counter) {
-  tc::test::Process target({THREECHAINS_ATTACK_TARGET, "--transport", transport, "--trust",
-                            THREECHAINS_DEV_PUBLIC_KEY, "--progress", policy});
-  const std::optional<std::string> port_line = target.read_line_starting("port ", 30s);
-  if (!port_line) throw std::runtime_error("the target did not start: " + target.output());
-  const auto port = static_cast<uint16_t>(std::stoul(port_line->substr(5)));
+  tc::test::Process target = start_target(transport, policy);
+  const uint16_t port = port_of(target);
   tc::Worker worker(tc::Context({.transport = tc::parse_transport(transport)}));
   tc::Source source(worker);
   Crowd c;
@@ -190,10 +180,12 @@ Crowd crowd_run(const std::string& transport, const std::string& policy, int pee
     (void)channel.send_bytes(counter, std::as_bytes(std::span(&one, 1)));
   for (tc::Channel& channel : idle) channel.flush();
   sent += idle.size();
-  (void)stream(busy, counter, 0.2, sent);  // warm; the idle rings go cold meanwhile
+  (void)bench::stream_counter(busy, counter, sent,
+                              bench::for_seconds(0.2));  // warm; the idle rings go cold meanwhile
   std::vector<double> rates;
-  for (int r = 0; r < rounds; ++r) rates.push_back(stream(busy, counter, seconds, sent));
-  c.rate = median(rates);
+  for (int r = 0; r < rounds; ++r)
+    rates.push_back(bench::stream_counter(busy, counter, sent, bench::for_seconds(seconds)));
+  c.rate = bench::median(rates);
   const TargetReport report = report_of(target);
   c.rss_kb = report.rss_kb;
   if (report.counter != sent)
@@ -272,11 +264,8 @@ int main(int argc, char** argv) try {
              "idle CPU", "hot us", "wake us", "wake worst", "wake/hot", "wake/floor");
   for (const std::string& transport : transports) {
     for (const std::string& policy : policies) {
-      tc::test::Process target({THREECHAINS_ATTACK_TARGET, "--transport", transport, "--trust",
-                                THREECHAINS_DEV_PUBLIC_KEY, "--progress", policy});
-      const std::optional<std::string> port_line = target.read_line_starting("port ", 30s);
-      if (!port_line) throw std::runtime_error("the target did not start: " + target.output());
-      const auto port = static_cast<uint16_t>(std::stoul(port_line->substr(5)));
+      tc::test::Process target = start_target(transport, policy);
+      const uint16_t port = port_of(target);
       tc::Worker worker(tc::Context({.transport = tc::parse_transport(transport)}));
       tc::Source source(worker);
       std::vector<tc::Channel> channels;
@@ -303,8 +292,8 @@ int main(int argc, char** argv) try {
       std::vector<double> rtt;
       for (int i = 0; i < hot; ++i) rtt.push_back(round_trip_us(channels.front(), counter));
       f.frames += static_cast<uint64_t>(hot);
-      f.hot_us = median(rtt);
-      f.wake_us = median(wake);
+      f.hot_us = bench::median(rtt);
+      f.wake_us = bench::median(wake);
       f.wake_worst_us = *std::max_element(wake.begin(), wake.end());
       for (tc::Channel& channel : channels) channel.close();
 

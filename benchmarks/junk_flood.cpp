@@ -14,6 +14,7 @@
 //          the target; the rate is taken while it runs.
 // Prints the median rate of each phase and flood/quiet, flood/hog; --json
 // appends one line per transport. The goal: flood >= 0.5x quiet.
+#include "bench_util.hpp"
 #include "support/process.hpp"
 
 #include <threechains/threechains.hpp>
@@ -37,29 +38,6 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-// Streams the cached counter in batches until `done()` says stop; returns
-// frames per second over the whole time (flushed: every frame ran).
-template <class Done>
-double stream(tc::Channel& channel, const tc::Ifunc& counter, uint64_t& sent, Done&& done) {
-  const auto start = Clock::now();
-  uint64_t frames = 0;
-  do {
-    for (int i = 0; i < 256; ++i) {
-      const uint64_t one = 1;
-      (void)channel.send_bytes(counter, std::as_bytes(std::span(&one, 1)));
-    }
-    frames += 256;
-  } while (!done());
-  channel.flush();
-  sent += frames;
-  return static_cast<double>(frames) / std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // A process that spins until killed: the hog phase's third process.
 pid_t start_hog() {
@@ -105,22 +83,18 @@ int main(int argc, char** argv) try {
     tc::Channel channel = source.connect("127.0.0.1", static_cast<uint16_t>(std::stoul(port)),
                                          {.slots = 64, .slot_size = 4096, .identity = key});
     uint64_t sent = 0;
-    const auto for_seconds = [](double seconds) {
-      const auto end = Clock::now() + std::chrono::duration<double>(seconds);
-      return [end] { return Clock::now() >= end; };
-    };
-    (void)stream(channel, counter, sent, for_seconds(0.2));  // warm: code loaded, rings touched
+    (void)bench::stream_counter(channel, counter, sent, bench::for_seconds(0.2));  // warm: code loaded, rings touched
 
     std::vector<double> quiet, hog, flood, flood_seconds;
     for (int round = 0; round < rounds; ++round) {
-      quiet.push_back(stream(channel, counter, sent, for_seconds(quiet_seconds)));
+      quiet.push_back(bench::stream_counter(channel, counter, sent, bench::for_seconds(quiet_seconds)));
       const pid_t spinner = start_hog();
-      hog.push_back(stream(channel, counter, sent, for_seconds(quiet_seconds)));
+      hog.push_back(bench::stream_counter(channel, counter, sent, bench::for_seconds(quiet_seconds)));
       stop(spinner);
       tc::test::Process attacker({THREECHAINS_ATTACKER, "junk-am", "--bytes", bytes, "--size", "1M",
                                   "--port", port, "--transport", transport});
       const auto flood_start = Clock::now();
-      flood.push_back(stream(channel, counter, sent, [&] { return !attacker.running(); }));
+      flood.push_back(bench::stream_counter(channel, counter, sent, [&] { return !attacker.running(); }));
       flood_seconds.push_back(std::chrono::duration<double>(Clock::now() - flood_start).count());
       const std::string output = attacker.read_rest(10000ms);
       if (output.find("junk-am: sent=") == std::string::npos)
@@ -141,9 +115,9 @@ int main(int argc, char** argv) try {
     if (counted != sent)
       throw std::runtime_error(fmt::format("the target counted {} of {} frames", counted, sent));
 
-    const double q = median(quiet), h = median(hog), f = median(flood);
+    const double q = bench::median(quiet), h = bench::median(hog), f = bench::median(flood);
     fmt::print("{}: honest 8-byte cached frames, median of {} rounds (flood of {} took {:.2f} s)\n",
-               transport, rounds, bytes, median(flood_seconds));
+               transport, rounds, bytes, bench::median(flood_seconds));
     fmt::print("  quiet {:.3f} M/s   hog {:.3f} M/s   flood {:.3f} M/s\n", q / 1e6, h / 1e6, f / 1e6);
     fmt::print("  flood/quiet {:.2f}x   flood/hog {:.2f}x   (goal: flood >= 0.5x quiet)\n", f / q,
                f / h);
@@ -153,7 +127,7 @@ int main(int argc, char** argv) try {
           "{{\"bench\":\"flood\",\"transport\":\"{}\",\"junk\":\"{}\",\"rounds\":{},"
           "\"quiet_rate\":{:.0f},\"hog_rate\":{:.0f},\"flood_rate\":{:.0f},\"flood_seconds\":{:.3f},"
           "\"flood_vs_quiet\":{:.3f},\"flood_vs_hog\":{:.3f}}}\n",
-          transport, bytes, rounds, q, h, f, median(flood_seconds), f / q, f / h);
+          transport, bytes, rounds, q, h, f, bench::median(flood_seconds), f / q, f / h);
     }
   }
   return 0;

@@ -146,7 +146,7 @@ void put_frame(Engine& engine, Link& link, std::size_t slot, std::size_t frame_b
   }
 }
 
-bool ring_doorbell(Link& link, uint64_t /*generation*/) noexcept {
+bool ring_doorbell(Link& link) noexcept {
   // Fire and forget: a request UCX still holds is freed when it completes.
   // If the send fails the peer is going away, which its endpoint reports.
   if (link.endpoint.handle() == nullptr) return false;

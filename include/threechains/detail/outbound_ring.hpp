@@ -40,6 +40,8 @@ struct OutboundRing {
   // Delivery::direct: the word of the target's credit line that says it
   // sleeps (a generation, 0 while awake), and the generation we last rang
   // the doorbell for. nullptr otherwise: frames by message wake it themselves.
+  // Like consumed_word, both words point into the target's ring as mapped
+  // by the Outbound's RemoteBuffer, which lives in the same Link as this.
   uint64_t* sleep_word = nullptr;  // read only
   uint64_t* bye_word = nullptr;    // in the same line: set when we say goodbye
   uint64_t rung = 0;
@@ -70,9 +72,9 @@ struct OutboundRing {
 [[nodiscard]] bool prepare_code(Link& link, const Ifunc& ifunc, std::size_t payload_size);
 // Puts a frame that is ready in its staging slot (put or Active Message).
 void put_frame(Engine& engine, Link& link, std::size_t slot, std::size_t frame_bytes);
-// A frame was stored into the ring of a target asleep in `generation`: wake
-// it. False if the message could not go (the next frame tries again).
-[[nodiscard]] bool ring_doorbell(Link& link, uint64_t generation) noexcept;
+// A frame was stored into a ring the target no longer polls: wake it. False
+// if the message could not go (the next frame tries again).
+[[nodiscard]] bool ring_doorbell(Link& link) noexcept;
 
 // After a commit store into a direct ring: rings the target's doorbell if it
 // sleeps. Store-then-load against the target's "store the sleep word, then
@@ -85,7 +87,7 @@ inline void wake_if_asleep(OutboundRing& ring, Link& link) noexcept {
     std::atomic_signal_fence(std::memory_order_seq_cst);
   const uint64_t asleep = std::atomic_ref<uint64_t>(*ring.sleep_word).load(std::memory_order_relaxed);
   if (asleep != 0 && asleep != ring.rung) [[unlikely]] {
-    if (ring_doorbell(link, asleep)) ring.rung = asleep;
+    if (ring_doorbell(link)) ring.rung = asleep;
   }
 }
 [[noreturn]] void throw_frame_too_large(const Link& link, const Ifunc& ifunc,
