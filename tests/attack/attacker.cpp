@@ -774,7 +774,9 @@ struct JunkConnection {
 };
 
 int run_junk_am(const Options& options) {
-  static constexpr std::array<unsigned, 5> kIds{kAmFrame, kAmCode, kAmHello, kAmProof, 0x1234};
+  // kAmDoorbell (0x7C06): its handler is reachable before a key, like every id.
+  static constexpr std::array<unsigned, 6> kIds{kAmFrame, kAmCode,  kAmHello,
+                                                kAmProof, 0x7C06, 0x1234};
   static constexpr std::array<uint32_t, 3> kFlags{UCP_AM_SEND_FLAG_EAGER, UCP_AM_SEND_FLAG_RNDV, 0};
   Replies replies;
   replies.quiet = true;
