@@ -173,7 +173,7 @@ int run_target(const Options& o) {
   // Secured as in deployment: the source proves the build's development key,
   // which also signed the counter. The rings are what the run asks for.
   const tc::PublicKey key = tc::KeyPair::load(THREECHAINS_DEV_KEY).public_key();
-  tc::Receiver receiver(worker, {.trust = tc::Trust().allow_peer(key).allow_code_signer(key),
+  tc::Receiver receiver(worker, {.trust = tc::Trust().allow_peer(key).allow_native_code_signer(key),
                                  .limits = {.max_ring_bytes_per_peer = std::size_t{1} << 40,
                                             .max_ring_bytes = std::size_t{1} << 40},
                                  .max_slot_size = o.max_size + (64 << 10),

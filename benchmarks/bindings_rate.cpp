@@ -43,7 +43,7 @@ int main(int argc, char** argv) try {
   uint64_t counter = 0;
   const tc::KeyPair key = tc::KeyPair::load(THREECHAINS_DEV_KEY);
   tc::ReceiverOptions options;
-  options.trust.allow_peer(key.public_key()).allow_code_signer(key.public_key());
+  options.trust.allow_peer(key.public_key()).allow_native_code_signer(key.public_key());
   options.target_args = &counter;
   tc::Receiver receiver(tc::Worker(tc::Context({.transport = tc::parse_transport(transport)})),
                         options);

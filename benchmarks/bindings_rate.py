@@ -27,7 +27,7 @@ args = parser.parse_args()
 
 counter = ctypes.c_uint64(0)
 receiver = tc.Receiver(tc.Worker(args.transport),
-                       trust=tc.Trust(peers=[args.pub], code_signers=[args.pub]),
+                       trust=tc.Trust(peers=[args.pub], native_code_signers=[args.pub]),
                        target_args=counter)
 receiver.start()
 channel = tc.Source(tc.Worker(args.transport)).connect("127.0.0.1", receiver.port,

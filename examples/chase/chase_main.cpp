@@ -163,7 +163,7 @@ tc::NodeOptions mesh_options(void* target_args) {
   const tc::KeyPair key = tc::KeyPair::load(THREECHAINS_DEV_KEY);
   tc::NodeOptions options;
   options.receiver.trust =
-      tc::Trust().allow_peer(key.public_key()).allow_code_signer(key.public_key());
+      tc::Trust().allow_peer(key.public_key()).allow_native_code_signer(key.public_key());
   options.receiver.target_args = target_args;
   options.channel.identity = key;
   // Request-reply between ranks: replies carry the credits (docs/design.md).

@@ -123,7 +123,7 @@ int run_target(tc::Transport transport, uint64_t expect, uint64_t expect_am, int
   // Secured: sources must prove the build's development key, which also
   // signed the counter ifunc (docs/security.md).
   const tc::PublicKey key = tc::KeyPair::load(THREECHAINS_DEV_KEY).public_key();
-  tc::Receiver receiver(worker, {.trust = tc::Trust().allow_peer(key).allow_code_signer(key),
+  tc::Receiver receiver(worker, {.trust = tc::Trust().allow_peer(key).allow_native_code_signer(key),
                                  .target_args = &counter});
   const std::string port = std::to_string(receiver.port()) + "\n";
   if (write(port_fd, port.data(), port.size()) != static_cast<ssize_t>(port.size())) return 3;

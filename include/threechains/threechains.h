@@ -65,6 +65,7 @@ typedef enum threechains_status {
   THREECHAINS_CODE_REFUSED = 20,
   THREECHAINS_IMPORT_REFUSED = 21,
   THREECHAINS_LIMIT_EXCEEDED = 22,
+  THREECHAINS_CODE_TRAPPED = 23, /* confined code broke a rule and was stopped */
   THREECHAINS_WOULD_BLOCK = 100, /* a non-blocking send found the ring full */
   THREECHAINS_UCX_ERROR = 200,   /* UCX failed; the message names its status */
   THREECHAINS_UNKNOWN_ERROR = 255
@@ -118,8 +119,13 @@ THREECHAINS_C_API threechains_status threechains_trust_create(threechains_trust*
 THREECHAINS_C_API threechains_status threechains_trust_anyone(threechains_trust** out);
 THREECHAINS_C_API threechains_status
 threechains_trust_allow_peer(threechains_trust* trust, const threechains_public_key* key);
+/* Code signed by `key` runs confined (bitcode only, checked; see
+ * <threechains/confinement.hpp>). */
 THREECHAINS_C_API threechains_status
 threechains_trust_allow_code_signer(threechains_trust* trust, const threechains_public_key* key);
+/* Code signed by `key` runs as it is, machine code included: fully trusted. */
+THREECHAINS_C_API threechains_status threechains_trust_allow_native_code_signer(
+    threechains_trust* trust, const threechains_public_key* key);
 THREECHAINS_C_API void threechains_trust_destroy(threechains_trust* trust);
 
 /* ---- ifuncs (source side) ---------------------------------------------- */

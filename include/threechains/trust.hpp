@@ -72,16 +72,23 @@ class Trust {
   Trust() = default;
 
   // DEVELOPMENT ONLY, on a machine where every process is yours: any peer may
-  // connect without proving who it is, and any code runs, signed or not (a
+  // connect without proving who it is, and any code runs unconfined, signed or not (a
   // signature that does not verify is still refused: that code was tampered
   // with). Named so that a reviewer notices it.
   [[nodiscard]] static Trust anyone();
 
   // A Source holding this key's secret may connect.
   Trust& allow_peer(const PublicKey& key);
-  // Code signed by this key may run (see sign_container, threechains-key sign).
+  // Code signed by this key may run, confined (confinement.hpp): bitcode
+  // only, checked so that it touches only its payload, its own state and
+  // what the target exposes, and stopped when it breaks a rule or runs too
+  // long. See sign_container, threechains-key sign.
   Trust& allow_code_signer(const PublicKey& key);
-  // Unsigned code may run (from authenticated peers only, unless anyone()).
+  // Code signed by this key runs as it is, unconfined, machine code
+  // included: it can do anything this process can. For keys held by whoever
+  // runs the target itself.
+  Trust& allow_native_code_signer(const PublicKey& key);
+  // Unsigned code may run, confined (from authenticated peers only, unless anyone()).
   Trust& allow_unsigned_code() noexcept;
 
   [[nodiscard]] bool any_peer() const noexcept { return any_peer_; }
@@ -89,6 +96,8 @@ class Trust {
   [[nodiscard]] bool unsigned_code_allowed() const noexcept { return unsigned_code_; }
   [[nodiscard]] bool accepts_peer(const PublicKey& key) const noexcept;
   [[nodiscard]] bool accepts_code_signer(const PublicKey& key) const noexcept;
+  // Whether code this key signed runs unconfined (anyone() runs all code so).
+  [[nodiscard]] bool runs_native_code_of(const PublicKey& key) const noexcept;
   [[nodiscard]] bool refuses_every_peer() const noexcept { return !any_peer_ && peers_.empty(); }
 
  private:
@@ -97,6 +106,7 @@ class Trust {
   bool unsigned_code_ = false;
   std::vector<PublicKey> peers_;
   std::vector<PublicKey> code_signers_;
+  std::vector<PublicKey> native_signers_;
 };
 
 // Signs a packed container: the result is the container behind an envelope

@@ -48,6 +48,7 @@ class Status(enum.IntEnum):
     CODE_REFUSED = 20
     IMPORT_REFUSED = 21
     LIMIT_EXCEEDED = 22
+    CODE_TRAPPED = 23
     WOULD_BLOCK = 100
     UCX_ERROR = 200
     UNKNOWN_ERROR = 255
@@ -196,12 +197,14 @@ class Trust(_Handle):
     everyone; Trust.anyone() accepts all (development only)."""
     _destroy = lib.threechains_trust_destroy
 
-    def __init__(self, peers=(), code_signers=(), handle=None):
+    def __init__(self, peers=(), code_signers=(), native_code_signers=(), handle=None):
         super().__init__(handle or _make(lib.threechains_trust_create))
         for key in peers:
             self.allow_peer(key)
         for key in code_signers:
             self.allow_code_signer(key)
+        for key in native_code_signers:
+            self.allow_native_code_signer(key)
 
     @classmethod
     def anyone(cls):
@@ -219,8 +222,15 @@ class Trust(_Handle):
         return self
 
     def allow_code_signer(self, key):
+        """Code this key signed runs confined: bitcode only, checked."""
         key = self._key(key)
         _check(lib.threechains_trust_allow_code_signer(self.handle, key.handle))
+        return self
+
+    def allow_native_code_signer(self, key):
+        """Code this key signed runs as it is, machine code included."""
+        key = self._key(key)
+        _check(lib.threechains_trust_allow_native_code_signer(self.handle, key.handle))
         return self
 
 

@@ -93,6 +93,7 @@ for _name, _restype, _args in [
         ("threechains_trust_anyone", _status, (_P,)),
         ("threechains_trust_allow_peer", _status, (c_void_p, c_void_p)),
         ("threechains_trust_allow_code_signer", _status, (c_void_p, c_void_p)),
+        ("threechains_trust_allow_native_code_signer", _status, (c_void_p, c_void_p)),
         ("threechains_trust_destroy", None, (c_void_p,)),
         ("threechains_ifunc_load", _status, (c_char_p, _P)),
         ("threechains_ifunc_from_memory", _status, (c_void_p, c_size_t, _P)),

@@ -78,6 +78,12 @@ threechains_status threechains_trust_allow_code_signer(threechains_trust* trust,
   return guarded("threechains_trust_allow_code_signer",
                  [&] { trust->trust.allow_code_signer(key->key); });
 }
+threechains_status threechains_trust_allow_native_code_signer(threechains_trust* trust,
+                                                              const threechains_public_key* key) {
+  if (!all_given(trust, key)) return fail(THREECHAINS_INVALID_ARGUMENT, kMissing);
+  return guarded("threechains_trust_allow_native_code_signer",
+                 [&] { trust->trust.allow_native_code_signer(key->key); });
+}
 void threechains_trust_destroy(threechains_trust* trust) { delete trust; }
 
 threechains_status threechains_ifunc_load(const char* path, threechains_ifunc** out) {

@@ -206,6 +206,17 @@ Trust& Trust::allow_code_signer(const PublicKey& key) {
   return *this;
 }
 
+Trust& Trust::allow_native_code_signer(const PublicKey& key) {
+  (void)allow_code_signer(key);
+  if (!runs_native_code_of(key)) native_signers_.push_back(key);
+  return *this;
+}
+
+bool Trust::runs_native_code_of(const PublicKey& key) const noexcept {
+  return any_code_ ||
+         std::find(native_signers_.begin(), native_signers_.end(), key) != native_signers_.end();
+}
+
 Trust& Trust::allow_unsigned_code() noexcept {
   unsigned_code_ = true;
   return *this;

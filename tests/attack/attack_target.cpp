@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   try {
     const tc::PublicKey key = tc::PublicKey::load(trust);
     tc::ReceiverOptions options;
-    options.trust = anyone ? tc::Trust::anyone() : tc::Trust().allow_peer(key).allow_code_signer(key);
+    options.trust = anyone ? tc::Trust::anyone() : tc::Trust().allow_peer(key).allow_native_code_signer(key);
     options.target_args = &g_counter;
     options.progress.sleep_when_idle = !spin_only;
     if (handshake_timeout_ms > 0)

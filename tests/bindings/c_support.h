@@ -27,7 +27,7 @@ static inline threechains_trust* trust_of_key_file(const char* public_key_file) 
   CHECK(threechains_public_key_load(public_key_file, &key));
   CHECK(threechains_trust_create(&trust));
   CHECK(threechains_trust_allow_peer(trust, key));
-  CHECK(threechains_trust_allow_code_signer(trust, key));
+  CHECK(threechains_trust_allow_native_code_signer(trust, key));
   threechains_public_key_destroy(key); /* the trust keeps a copy */
   return trust;
 }

@@ -19,7 +19,7 @@ int target(const std::string& transport, const std::string& public_key, uint64_t
   uint64_t counter = 0;
   tc::ReceiverOptions options;
   const tc::PublicKey key = tc::PublicKey::load(public_key);
-  options.trust.allow_peer(key).allow_code_signer(key);
+  options.trust.allow_peer(key).allow_native_code_signer(key);
   options.target_args = &counter;
   uint64_t errors = 0;
   uint64_t refusals = 0;

@@ -24,7 +24,7 @@ def target(transport, public_key, frames, port_file):
     worker = tc.Worker(transport)
     counter = ctypes.c_uint64(0)
     errors = []
-    receiver = tc.Receiver(worker, trust=tc.Trust(peers=[public_key], code_signers=[public_key]),
+    receiver = tc.Receiver(worker, trust=tc.Trust(peers=[public_key], native_code_signers=[public_key]),
                            target_args=counter, on_error=errors.append)
     with open(port_file + ".tmp", "w") as f:
         f.write(f"{receiver.port}\n")

@@ -22,7 +22,7 @@ def main(launcher, transport, container, key, public_key):
     state = RelayState()
     identity = tc.KeyPair.load(key)
     node = tc.Node.bootstrap(tc.Worker(transport), launcher, identity=identity,
-                             trust=tc.Trust(peers=[public_key], code_signers=[public_key]),
+                             trust=tc.Trust(peers=[public_key], native_code_signers=[public_key]),
                              exposed={"relay_state": state})
     rank, ranks = node.rank, node.ranks
     forwards = 10 * ranks

@@ -14,7 +14,7 @@ namespace threechains::test {
 
 [[nodiscard]] inline Trust test_trust() {
   const PublicKey key = test_identity().public_key();
-  return Trust().allow_peer(key).allow_code_signer(key);
+  return Trust().allow_peer(key).allow_native_code_signer(key);
 }
 
 // Options a test left at the default (which refuses everyone) trust the test key.

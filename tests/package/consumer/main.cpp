@@ -18,7 +18,7 @@ int main() {
     tc::Worker worker(tc::Context({.transport = tc::Transport::tcp}));
     // Only sources holding our key connect; only code it signed runs.
     const tc::PublicKey key = tc::KeyPair::load(CONSUMER_KEY).public_key();
-    tc::Receiver receiver(worker, {.trust = tc::Trust().allow_peer(key).allow_code_signer(key),
+    tc::Receiver receiver(worker, {.trust = tc::Trust().allow_peer(key).allow_native_code_signer(key),
                                    .target_args = &total});
     port = receiver.port();
     receiver.run([&] { return receiver.stats().peers_closed >= 1; });
