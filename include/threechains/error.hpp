@@ -35,6 +35,7 @@ enum class errc {
   code_refused,            // code that is unsigned, tampered, or signed by an untrusted key
   import_refused,          // code that imports what the target's ImportPolicy does not allow
   limit_exceeded,          // a request beyond one of the Receiver's configured limits
+  code_trapped,            // confined code broke a rule and was stopped (confinement.hpp)
 };
 
 [[nodiscard]] inline const std::error_category& threechains_category() noexcept {
@@ -88,6 +89,8 @@ enum class errc {
           return "import refused";
         case errc::limit_exceeded:
           return "limit exceeded";
+        case errc::code_trapped:
+          return "code trapped";
       }
       return "unknown threechains error";
     }

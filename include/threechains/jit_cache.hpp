@@ -5,12 +5,14 @@
 // frees its code. LLVM stays behind the pimpl.
 #pragma once
 
+#include <threechains/confinement.hpp>
 #include <threechains/frame.hpp>
 #include <threechains/import_policy.hpp>
 
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -18,8 +20,30 @@
 
 namespace threechains {
 
+namespace confined {
+struct Code;  // what the runtime knows of a loaded confined ifunc
+}
+
 // The C ABI of an ifunc's entry point, <name>_main.
 using IfuncMain = void (*)(void* payload, std::size_t payload_size, void* target_args);
+
+// A loaded ifunc as a dispatch loop runs it (JitCache::invoke).
+struct CachedIfunc {
+  IfuncMain main = nullptr;
+  const confined::Code* confined = nullptr;  // set: it runs confined (confinement.hpp)
+};
+
+// How a load runs the code it is given.
+enum class Confine : uint8_t {
+  no,   // as it is: code from a fully trusted signer (or Trust::anyone())
+  yes,  // bitcode only, through the confinement pass; binary code is refused
+};
+
+// Why a confined invocation ended early, and where.
+struct ConfinedTrap {
+  TrapReason reason;
+  uintptr_t address;  // the address it reached for, where there is one
+};
 
 // What a target runs of a tiered container (both an object and IR per triple).
 enum class Tiering : uint8_t {
@@ -55,6 +79,8 @@ struct JitOptions {
   // docs/performance.md).
   Tiering tiering = Tiering::tiered;
   uint32_t promote_after_calls = 2;
+  // How confined code (Confine::yes) is bounded: time, stack.
+  ConfinementOptions confinement;
   // What injected code may import (symbols, dependency libraries); checked
   // when it is linked, before any of it runs. Default: the safe set.
   ImportPolicy imports;
@@ -88,11 +114,32 @@ class JitCache {
   JitCache(JitCache&&) noexcept;
   JitCache& operator=(JitCache&&) noexcept;
 
-  // Hot path: the entry point for `id`, or nullptr if it is not cached.
-  [[nodiscard]] IfuncMain find(CodeId id) const noexcept {
+  // Hot path: the ifunc loaded as `id`, or nullptr if it is not cached. Run
+  // it with invoke(): confined code needs its runner around each call.
+  [[nodiscard]] const CachedIfunc* find_ifunc(CodeId id) const noexcept {
     const auto it = entries_.find(id);
-    return it == entries_.end() ? nullptr : it->second;
+    return it == entries_.end() ? nullptr : &it->second;
   }
+  // The entry point of unconfined code loaded as `id` (to call directly), or
+  // nullptr if it is not cached or runs confined.
+  [[nodiscard]] IfuncMain find(CodeId id) const noexcept {
+    const CachedIfunc* ifunc = find_ifunc(id);
+    return ifunc == nullptr || ifunc->confined != nullptr ? nullptr : ifunc->main;
+  }
+  // Runs a cached ifunc on `payload`. nullopt: it returned; a trap: confined
+  // code broke a rule and was stopped there (nothing of it runs on).
+  std::optional<ConfinedTrap> invoke(const CachedIfunc& ifunc, void* payload, std::size_t size,
+                                     void* target_args) noexcept {
+    if (ifunc.confined == nullptr) [[likely]] {
+      ifunc.main(payload, size, target_args);
+      return std::nullopt;
+    }
+    return invoke_confined(ifunc, payload, size, target_args);
+  }
+  // The name of a cached confined ifunc, for reports ("" if not confined).
+  [[nodiscard]] std::string confined_name(const CachedIfunc& ifunc) const;
+  // Regions of this process that confined code may use (replaces the last set).
+  void expose(const std::vector<ExposedRegion>& regions);
   [[nodiscard]] bool contains(CodeId id) const noexcept { return entries_.contains(id); }
   [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
 
@@ -102,10 +149,15 @@ class JitCache {
   // import_refused, jit_failed)
   // and leaves the cache as it was. Loading an id already cached returns its
   // entry (with tier, from_code_cache and compile_time not reported).
-  LoadResult load(CodeId id, CodecId codec, std::span<const std::byte> code);
+  // With Confine::yes, binary code is refused (errc::code_refused) and
+  // bitcode runs through the confinement pass (errc::import_refused, naming
+  // what it cannot confine); a tiered container runs its IR.
+  LoadResult load(CodeId id, CodecId codec, std::span<const std::byte> code,
+                  Confine confine = Confine::no);
 
   // Another symbol of a loaded ifunc (e.g. <name>_payload_init), or nullptr if
-  // the ifunc is not loaded or does not define it.
+  // the ifunc is not loaded, does not define it, or runs confined (its code
+  // may be called only through invoke()).
   [[nodiscard]] void* lookup(CodeId id, const std::string& symbol);
 
   // Removes an ifunc and frees its code (every tier). Returns false if it was
@@ -146,8 +198,10 @@ class JitCache {
   std::unique_ptr<Impl> impl_;
   void note_call(CodeId id);
   void sync_promotion_counts() noexcept;
+  std::optional<ConfinedTrap> invoke_confined(const CachedIfunc& ifunc, void* payload,
+                                              std::size_t size, void* target_args) noexcept;
 
-  std::unordered_map<CodeId, IfuncMain> entries_;
+  std::unordered_map<CodeId, CachedIfunc> entries_;
   std::size_t awaiting_calls_ = 0;  // tier-0 ifuncs whose compile waits for calls
   std::size_t compiling_ = 0;       // tier-1 compiles due or submitted, not yet linked
 };

@@ -72,6 +72,13 @@ struct ReceiverOptions {
   uint32_t max_slots = 64;              // per source
   std::size_t max_slot_size = 1 << 20;  // per slot, commit word included
   void* target_args = nullptr;          // third argument of every ifunc's main
+  // How large *target_args is: confined code may read (and write) that many
+  // bytes of it; with 0 it gets the pointer but can touch nothing there.
+  std::size_t target_args_bytes = 0;
+  bool target_args_writable = true;
+  // Further regions of this process confined code may use (their names are
+  // for reports; threechains_lookup finds objects a Node exposed).
+  std::vector<ExposedRegion> exposed;
   JitOptions jit;
   // Called for every rejected frame or failed load; the default prints to stderr.
   std::function<void(const Error&)> on_error;
@@ -91,6 +98,7 @@ struct ReceiverStats {
   uint64_t peers_lost = 0;          // left without goodbye (endpoint error: crashed, cut off)
   uint64_t peers_refused = 0;       // did not prove a trusted key, or over a limit: no ring
   uint64_t code_refused = 0;        // loads refused: signature, imports, size
+  uint64_t code_trapped = 0;        // confined invocations stopped for breaking a rule
   uint64_t evictions = 0;           // ifuncs evicted from the cache under its limits
   uint64_t promotions = 0;          // tiered ifuncs switched to code compiled for this CPU
   uint64_t promotion_failures = 0;  // tier-1 compiles or links that failed (tier 0 runs on)
@@ -157,7 +165,8 @@ class Receiver {
   [[nodiscard]] const ReceiverStats& stats() const noexcept;
   // Sources connected now.
   [[nodiscard]] std::size_t peers() const noexcept;
-  void set_target_args(void* args);
+  // `bytes`: how much of *args confined code may use (0: none of it).
+  void set_target_args(void* args, std::size_t bytes = 0);
   [[nodiscard]] void* target_args() const noexcept;
   [[nodiscard]] const Worker& worker() const noexcept;
 

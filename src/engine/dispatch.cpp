@@ -2,6 +2,8 @@
 // JIT cache, cache misses, credits back to the sources.
 #include "engine/engine.hpp"
 
+#include <cstdio>
+
 #include "trust/envelope.hpp"
 
 #include <threechains/container.hpp>
@@ -108,20 +110,41 @@ void Engine::promote_tiers() {
   for (std::string& failure : done.failures) report(Error(errc::jit_failed, std::move(failure)));
 }
 
-void Engine::run_entry(IfuncMain entry, CodeId id, int64_t origin, void* payload,
-                       std::size_t size) {
+std::optional<ConfinedTrap> Engine::run_entry(const CachedIfunc& ifunc, CodeId id, int64_t origin,
+                                              void* payload, std::size_t size) {
   Target& t = *target_;
   t.cache.count_call(id);
   const DispatchContext outer = t.running;
   t.running = {id, origin};
+  std::optional<ConfinedTrap> trap;
   if (runtime_hooks_ == nullptr) {  // a plain Receiver: injected code has no Node to call
-    entry(payload, size, t.options.target_args);
+    trap = t.cache.invoke(ifunc, payload, size, t.options.target_args);
   } else {
     const RuntimeHooks* previous = exchange_runtime_hooks(runtime_hooks_);
-    entry(payload, size, t.options.target_args);
+    trap = t.cache.invoke(ifunc, payload, size, t.options.target_args);
     exchange_runtime_hooks(previous);
   }
   t.running = outer;
+  if (trap) [[unlikely]]
+    ++t.stats.code_trapped;
+  return trap;
+}
+
+// A confined ifunc broke a rule: that invocation ended there. The error
+// names it; the source hears it (its next flush or wait throws it); nothing
+// else changes: the Receiver serves on, the code stays loaded.
+Error Engine::trap_error(const CachedIfunc& ifunc, CodeId id, const ConfinedTrap& trap,
+                         const std::string& peer) const {
+  std::string text = "ifunc '" + target_->cache.confined_name(ifunc) + "' (code " +
+                     std::to_string(id) + ") from " + peer + " trapped: " +
+                     std::string(to_string(trap.reason));
+  if (trap.address != 0) {
+    char address[32];
+    std::snprintf(address, sizeof(address), " (address 0x%llx)",
+                  static_cast<unsigned long long>(trap.address));
+    text += address;
+  }
+  return Error(errc::code_trapped, std::move(text));
 }
 
 // Validates and runs the frame at `frame_bytes` (`available` bytes may hold
@@ -143,7 +166,8 @@ bool Engine::dispatch(Link& link, std::byte* frame_bytes, std::size_t available)
                         : FrameView::describe(e, bytes)));
     return true;
   }
-  IfuncMain entry = in.has_shown(frame.code_id()) ? t.cache.find(frame.code_id()) : nullptr;
+  const CachedIfunc* entry =
+      in.has_shown(frame.code_id()) ? t.cache.find_ifunc(frame.code_id()) : nullptr;
   if (entry == nullptr) [[unlikely]] {
     if (!frame.has_code()) return request_code(link, frame);
     entry = load(link, frame.code_id(), frame.codec(), frame.code());
@@ -155,8 +179,13 @@ bool Engine::dispatch(Link& link, std::byte* frame_bytes, std::size_t available)
   if (frame.code_id() != t.last_dispatched) [[unlikely]]
     touch(frame.code_id());
   in.stalled_on = 0;
-  run_entry(entry, frame.code_id(), link.rank, frame_bytes + sizeof(FrameHeader),
-            frame.header().payload_size);
+  if (const std::optional<ConfinedTrap> trap =
+          run_entry(*entry, frame.code_id(), link.rank, frame_bytes + sizeof(FrameHeader),
+                    frame.header().payload_size)) [[unlikely]] {
+    const Error error = trap_error(*entry, frame.code_id(), *trap, link.peer_name);
+    report(error);
+    send_code_refusal(link, frame.code_id(), error);
+  }
   ++t.stats.frames_dispatched;
   return true;
 }
@@ -230,7 +259,8 @@ void Engine::drain_backlog(Link& link) {
   }
 }
 
-IfuncMain Engine::load(Link& link, CodeId id, CodecId codec, std::span<const std::byte> code) {
+const CachedIfunc* Engine::load(Link& link, CodeId id, CodecId codec,
+                                std::span<const std::byte> code) {
   Target& t = *target_;
   try {
     if (code.size() > t.options.limits.max_code_bytes) {
@@ -249,7 +279,7 @@ IfuncMain Engine::load(Link& link, CodeId id, CodecId codec, std::span<const std
                         " names other code here (identities are a shorthand; code is "
                         "known by its BLAKE2b-256)");
       }
-      if (IfuncMain entry = t.cache.find(id)) {
+      if (const CachedIfunc* entry = t.cache.find_ifunc(id)) {
         link.in.shown.insert(id);
         return entry;
       }
@@ -259,8 +289,8 @@ IfuncMain Engine::load(Link& link, CodeId id, CodecId codec, std::span<const std
                       " is taken by code this process loaded into Receiver::cache() itself");
     }
     // Before anything parses it: whose code is this, and is it intact?
-    check_code_trust(t.options.trust, code);
-    const LoadResult result = t.cache.load(id, codec, code);
+    const Confine confine = check_code_trust(t.options.trust, code);
+    const LoadResult result = t.cache.load(id, codec, code, confine);
     t.digests.insert_or_assign(id, digest);
     link.in.shown.insert(id);
     note_loaded(id, code.size());
@@ -272,7 +302,7 @@ IfuncMain Engine::load(Link& link, CodeId id, CodecId codec, std::span<const std
           id, Target::StoredCode{std::vector<std::byte>(code.begin(), code.end()), std::nullopt});
     }
     count_load(result);
-    return result.entry;
+    return t.cache.find_ifunc(id);
   } catch (const Error& error) {
     if (error.is(errc::code_refused) || error.is(errc::import_refused) ||
         error.is(errc::limit_exceeded)) {

@@ -46,6 +46,17 @@ std::size_t checked_slot_size(const ChannelOptions& options) {
 
 }  // namespace
 
+// What confined code may use besides its payload and its own state.
+void Target::expose_regions() {
+  std::vector<ExposedRegion> regions = options.exposed;
+  if (options.target_args != nullptr && options.target_args_bytes != 0) {
+    regions.push_back({"target_args",
+                       {static_cast<std::byte*>(options.target_args), options.target_args_bytes},
+                       options.target_args_writable});
+  }
+  cache.expose(regions);
+}
+
 Target::Target(const Worker& worker, ReceiverOptions receiver_options,
                Listener::OnConnect on_connect)
     : options(std::move(receiver_options)),
@@ -54,6 +65,7 @@ Target::Target(const Worker& worker, ReceiverOptions receiver_options,
   // A key of its own even if none was given: the handshake binds each proof
   // to the Receiver that asked for it (src/engine/handshake.cpp).
   if (!options.identity && !options.trust.any_peer()) options.identity = KeyPair::generate();
+  expose_regions();
   if (!options.on_error) {
     options.on_error = [](const Error& e) {
       std::fprintf(stderr, "threechains receiver: %s\n", e.what());
@@ -351,8 +363,9 @@ void Engine::throw_code_refusal(Link& link, const char* operation) {
       link.out->code_refusals.size() - 1 + link.out->code_refusals_dropped;
   link.out->code_refusals.clear();
   link.out->code_refusals_dropped = 0;
-  throw Error(first.error, "channel to " + link.peer_name + ": " + operation +
-                               ": the target refused code: " + first.message +
+  const char* what =
+      first.error == errc::code_trapped ? ": the target stopped an ifunc: " : ": the target refused code: ";
+  throw Error(first.error, "channel to " + link.peer_name + ": " + operation + what + first.message +
                                (more != 0 ? " (and " + std::to_string(more) + " more)" : ""));
 }
 

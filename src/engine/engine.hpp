@@ -50,6 +50,8 @@ struct DispatchContext {
 // The Receiver role of an engine.
 struct Target {
   Target(const Worker& worker, ReceiverOptions receiver_options, Listener::OnConnect on_connect);
+  // Hands the JitCache the regions options name for confined code.
+  void expose_regions();
 
   // Code this process loaded, kept (by a Node) so injected code can send it onward.
   struct StoredCode {
@@ -147,7 +149,11 @@ class Engine {
   [[nodiscard]] const Ifunc* stored(CodeId id);
   [[nodiscard]] const Ifunc* stored(const std::string& name);
   // Runs `entry` as the dispatch of `id` from `origin` (the runtime sees it).
-  void run_entry(IfuncMain entry, CodeId id, int64_t origin, void* payload, std::size_t size);
+  // Runs a cached ifunc as the frame of `origin`; a trap if confined code broke a rule.
+  std::optional<ConfinedTrap> run_entry(const CachedIfunc& ifunc, CodeId id, int64_t origin,
+                                        void* payload, std::size_t size);
+  [[nodiscard]] Error trap_error(const CachedIfunc& ifunc, CodeId id, const ConfinedTrap& trap,
+                                 const std::string& peer) const;
   void report(const Error& error);
   [[nodiscard]] std::size_t receiving_links() const noexcept { return inbound_.size(); }
 
@@ -238,7 +244,7 @@ class Engine {
   void drain_backlog(Link& link);
   // Checks (size, signature) and loads code that arrived from `link`; a
   // refusal is reported, and told to the source. nullptr if it cannot run.
-  IfuncMain load(Link& link, CodeId id, CodecId codec, std::span<const std::byte> code);
+  const CachedIfunc* load(Link& link, CodeId id, CodecId codec, std::span<const std::byte> code);
   void count_load(const LoadResult& result) noexcept;  // the stats of a load that worked
   void note_loaded(CodeId id, std::size_t bytes);
   void touch(CodeId id) noexcept;

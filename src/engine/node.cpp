@@ -115,17 +115,19 @@ struct NodeCore {
       Pending& next = pending.front();
       if (next.rank == rank) {
         // Local: run it here, from the loop, not from inside the sender.
-        IfuncMain entry = engine->target().cache.find(next.ifunc.id());
+        const CachedIfunc* entry = engine->target().cache.find_ifunc(next.ifunc.id());
         if (entry == nullptr) {  // evicted under the cache's limits since it was queued
           try {
             engine->install(next.ifunc);
-            entry = engine->target().cache.find(next.ifunc.id());
+            entry = engine->target().cache.find_ifunc(next.ifunc.id());
           } catch (const Error& error) {
             engine->report(error);
           }
         }
         if (entry != nullptr) {
-          engine->run_entry(entry, next.ifunc.id(), rank, next.payload.data(), next.payload.size());
+          if (const std::optional<ConfinedTrap> trap = engine->run_entry(
+                  *entry, next.ifunc.id(), rank, next.payload.data(), next.payload.size()))
+            engine->report(engine->trap_error(*entry, next.ifunc.id(), *trap, "this rank"));
           ++stats.local_dispatches;
         } else {
           (void)refuse("ifunc '" + next.ifunc.name() + "' is no longer loaded on rank " +

@@ -90,9 +90,12 @@ std::size_t Receiver::peers() const noexcept {
   return engine_->receiving_links();
 }
 
-void Receiver::set_target_args(void* args) {
+void Receiver::set_target_args(void* args, std::size_t bytes) {
   engine_->check_not_threaded("Receiver::set_target_args");
-  engine_->target().options.target_args = args;
+  detail::Target& t = engine_->target();
+  t.options.target_args = args;
+  t.options.target_args_bytes = bytes;
+  t.expose_regions();
 }
 
 void* Receiver::target_args() const noexcept {

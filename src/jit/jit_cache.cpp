@@ -1,6 +1,8 @@
 // JitCache: ORC LLJIT behind a pimpl. One JITDylib + ResourceTracker per ifunc.
 #include "jit/background_compiler.hpp"
 #include "jit/bitcode_checks.hpp"
+#include "jit/confined_runtime.hpp"
+#include "jit/confinement.hpp"
 #include "jit/container_images.hpp"
 #include "jit/host_optimiser.hpp"
 #include "jit/object_store.hpp"
@@ -146,7 +148,7 @@ const link_map* object_defining(const void* address) {
 namespace {
 // <threechains/runtime.h>, as absolute symbols of this process.
 std::unique_ptr<llvm::orc::AbsoluteSymbolsMaterializationUnit> runtime_symbols(
-    llvm::orc::LLJIT& jit) {
+    llvm::orc::LLJIT& jit, confined::State* confined_state) {
   const auto callable = llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable;
   const auto entry = [&](auto* function) {
     return llvm::orc::ExecutorSymbolDef(llvm::orc::ExecutorAddr::fromPtr(function), callable);
@@ -158,6 +160,14 @@ std::unique_ptr<llvm::orc::AbsoluteSymbolsMaterializationUnit> runtime_symbols(
   symbols[jit.mangleAndIntern("threechains_send_self")] = entry(&threechains_send_self);
   symbols[jit.mangleAndIntern("threechains_send_named")] = entry(&threechains_send_named);
   symbols[jit.mangleAndIntern("threechains_lookup")] = entry(&threechains_lookup);
+  // What confined code links against: this cache's runner state, the
+  // runtime's checks, and the confined imports (confinement.cpp renames a
+  // confined module's imports to these names; nothing else resolves them).
+  for (const confined::Symbol& symbol : confined::runtime_symbols(confined_state)) {
+    symbols[jit.mangleAndIntern(symbol.name)] = llvm::orc::ExecutorSymbolDef(
+        llvm::orc::ExecutorAddr::fromPtr(symbol.address),
+        symbol.callable ? callable : llvm::JITSymbolFlags::Exported);
+  }
   return llvm::orc::absoluteSymbols(std::move(symbols));
 }
 }  // namespace
@@ -184,7 +194,8 @@ llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> object_linking_layer(
 }  // namespace
 
 struct JitCache::Impl {
-  explicit Impl(const JitOptions& options) : policy(options.imports) {
+  explicit Impl(const JitOptions& options)
+      : policy(options.imports), runner(options.confinement) {
     initialise_native_target_once();
     auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
     if (!builder)
@@ -212,7 +223,7 @@ struct JitCache::Impl {
       LLVMGetVersion(&llvm_major, &llvm_minor, &llvm_patch);  // the libLLVM loaded, not the headers
       // kChecks: bump when the bitcode checks or the host pipeline change, so
       // objects compiled under the old rules are not linked under the new.
-      constexpr int kChecks = 1;
+      constexpr int kChecks = 2;
       host_key = "threechains " THREECHAINS_VERSION_STRING "\nchecks " + std::to_string(kChecks) +
                  "\nllvm-runtime " + std::to_string(llvm_major) + "." + std::to_string(llvm_minor) +
                  "." + std::to_string(llvm_patch) + "\nhost " + builder->getTargetTriple().str() +
@@ -250,7 +261,8 @@ struct JitCache::Impl {
                   // so it resolves however this library was loaded (a dlopen
                   // with RTLD_LOCAL, as Python's ctypes does, hides it from a
                   // search of the process).
-                  if (auto error = jd.define(runtime_symbols(j))) return std::move(error);
+                  if (auto error = jd.define(runtime_symbols(j, runner.state())))
+                    return std::move(error);
                   return &jd;
                 })
             .create();
@@ -358,7 +370,8 @@ struct JitCache::Impl {
   // The store's key for `image`: the code's identity (and, since XXH3 is no
   // cryptographic hash, the image's BLAKE2b), and everything of this host and
   // build that decides the object's bytes or what was checked before.
-  [[nodiscard]] std::string store_key(CodeId id, const ParsedImage& image) const {
+  [[nodiscard]] std::string store_key(CodeId id, const ParsedImage& image,
+                                      Confine confine = Confine::no) const {
     ensure_sodium();
     std::array<unsigned char, crypto_generichash_BYTES> digest{};
     crypto_generichash(digest.data(), digest.size(),
@@ -371,15 +384,16 @@ struct JitCache::Impl {
       blake2b += kDigits[byte & 15];
     }
     return "threechains object 1\nid " + hex_id(id) + "\nimage " + image.triple + "\nblake2b " +
-           blake2b + "\n" + host_key;
+           blake2b + "\nconfined " + (confine == Confine::yes ? "1" : "0") + "\n" + host_key;
   }
 
   // The entry of `image` (IR) linked from the store under `key`, or nullptr.
-  IfuncMain link_stored(CodeId id, const ParsedImage& image, const std::string& key) {
+  IfuncMain link_stored(CodeId id, const ParsedImage& image, const std::string& key,
+                        Confine confine = Confine::no) {
     if (!store) return nullptr;
     if (const std::optional<std::vector<std::byte>> object = store->find(key)) {
       try {
-        return link(id, CodecId::bitcode, image, &*object);
+        return link(id, CodecId::bitcode, image, &*object, confine);
       } catch (const Error&) {
         // An entry that reads well but does not link here: compile instead.
       }
@@ -388,11 +402,12 @@ struct JitCache::Impl {
   }
 
   // Compiles or links `image`; with a store, bitcode is first looked up there.
-  IfuncMain load(CodeId id, CodecId codec, const ParsedImage& image, bool& from_store) {
+  IfuncMain load(CodeId id, CodecId codec, const ParsedImage& image, bool& from_store,
+                 Confine confine = Confine::no) {
     from_store = false;
-    if (codec != CodecId::bitcode || !store) return link(id, codec, image, nullptr);
-    const std::string key = store_key(id, image);
-    if (const IfuncMain entry = link_stored(id, image, key)) {
+    if (codec != CodecId::bitcode || !store) return link(id, codec, image, nullptr, confine);
+    const std::string key = store_key(id, image, confine);
+    if (const IfuncMain entry = link_stored(id, image, key, confine)) {
       from_store = true;
       return entry;
     }
@@ -400,7 +415,7 @@ struct JitCache::Impl {
     captured_objects = 0;
     IfuncMain entry = nullptr;
     try {
-      entry = link(id, codec, image, nullptr);
+      entry = link(id, codec, image, nullptr, confine);
     } catch (...) {
       capturing = false;
       throw;
@@ -535,7 +550,7 @@ struct JitCache::Impl {
   // Links `image` (or, for bitcode, `object` compiled from it earlier) into a
   // JITDylib of its own and returns its entry point.
   IfuncMain link(CodeId id, CodecId codec, const ParsedImage& image,
-                 const std::vector<std::byte>* object) {
+                 const std::vector<std::byte>* object, Confine confine = Confine::no) {
     const std::string entry_name = image.name + "_main";
     llvm::orc::JITDylib& jd = acquire_dylib();
     try {
@@ -560,6 +575,9 @@ struct JitCache::Impl {
         }
         check_bitcode(**module, image.name, policy);
         (void)optimiser->run(**module);
+        // After the optimiser: no pass after this one sees the code before
+        // its checks, so none can reason them away.
+        if (confine == Confine::yes) confine_module(**module, image.name);
         if (llvm::Error e = jit->addIRModule(
                 jd, llvm::orc::ThreadSafeModule(std::move(*module), std::move(context)))) {
           throw Error(errc::jit_failed, "ifunc '" + image.name + "': " + message_of(std::move(e)));
@@ -598,6 +616,7 @@ struct JitCache::Impl {
         }
         throw Error(failure.code, "ifunc '" + image.name + "' (" + image.triple + "): " + why);
       }
+      if (confine == Confine::yes) confined_codes[id] = confined_code(jd, id, image.name);
       dylibs[id].push_back(&jd);
       return address->toPtr<IfuncMain>();
     } catch (...) {
@@ -605,6 +624,36 @@ struct JitCache::Impl {
         llvm::consumeError(std::move(e));
       throw;
     }
+  }
+
+  // What the runner needs of a confined ifunc just linked into `jd`: its
+  // globals, from the table the confinement pass emitted.
+  confined::Code confined_code(llvm::orc::JITDylib& jd, CodeId id, const std::string& name) {
+    auto address = jit->lookup(jd, confined::kGlobalsSymbol);
+    if (!address) {
+      throw Error(errc::jit_failed, "ifunc '" + name + "': its confined globals table: " +
+                                        message_of(address.takeError()));
+    }
+    const auto* table = address->toPtr<const confined::GlobalsTable*>();
+    confined::Code code{name, id, {}};
+    for (uint64_t k = 0; k < table->count; ++k) {
+      const confined::GlobalsTable::Entry& entry = table->entries[k];
+      code.globals.push_back({entry.address, entry.address + entry.size, entry.writable});
+    }
+    std::sort(code.globals.begin(), code.globals.end(),
+              [](const confined::Region& a, const confined::Region& b) { return a.begin < b.begin; });
+    auto sites = jit->lookup(jd, confined::kSitesSymbol);
+    auto count = jit->lookup(jd, confined::kSiteCountSymbol);
+    if (!sites || !count) {
+      if (!sites) llvm::consumeError(sites.takeError());
+      if (!count) llvm::consumeError(count.takeError());
+      throw Error(errc::jit_failed, "ifunc '" + name + "': its confined access sites are missing");
+    }
+    code.sites = sites->toPtr<uint64_t*>();
+    code.site_count = *count->toPtr<const uint64_t*>();
+    // A cached object from an earlier run may hold what that run found.
+    confined::Runner::clear_sites(code);
+    return code;
   }
 
   // A JITDylib for one ifunc's code (each its own, so helper symbols of two
@@ -652,6 +701,7 @@ struct JitCache::Impl {
 
   bool evict(CodeId id) {
     drop_promotion(id);
+    confined_codes.erase(id);
     const auto it = dylibs.find(id);
     if (it == dylibs.end()) return false;
     std::vector<llvm::orc::JITDylib*> tiers = std::move(it->second);
@@ -667,6 +717,8 @@ struct JitCache::Impl {
   }
 
   ImportPolicy policy;
+  confined::Runner runner;  // before the JIT: its state is bound into every JITDylib
+  std::unordered_map<CodeId, confined::Code> confined_codes;  // node-based: stable for CachedIfunc
   std::unique_ptr<HostOptimiser> optimiser;
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::string triple;
@@ -699,8 +751,16 @@ JitCache::~JitCache() = default;
 JitCache::JitCache(JitCache&&) noexcept = default;
 JitCache& JitCache::operator=(JitCache&&) noexcept = default;
 
-LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> code) {
-  if (IfuncMain cached = find(id)) return {cached, std::chrono::nanoseconds{0}, impl_->triple, {}};
+LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> code,
+                          Confine confine) {
+  if (const CachedIfunc* cached = find_ifunc(id)) {
+    if ((cached->confined != nullptr) != (confine == Confine::yes)) {
+      throw Error(errc::code_refused, "code " + hex_id(id) + " is loaded here " +
+                                          (confine == Confine::yes ? "unconfined" : "confined") +
+                                          " already; it cannot also run the other way");
+    }
+    return {cached->main, std::chrono::nanoseconds{0}, impl_->triple, {}};
+  }
   const auto start = std::chrono::steady_clock::now();
   if (code_identity(code) != id) {
     throw Error(errc::code_identity_mismatch, "code section of " + std::to_string(code.size()) +
@@ -725,7 +785,19 @@ LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> c
   LoadResult result;
   const ParsedImage& any = object != nullptr ? *object : *ir;
   result.name = any.name;
-  if (codec == CodecId::tiered) {
+  if (confine == Confine::yes) {
+    // Only bitcode can be confined: the pass rewrites IR, not machine code.
+    if (ir == nullptr || codec == CodecId::binary) {
+      throw Error(errc::code_refused,
+                  "ifunc '" + any.name +
+                      "' is machine code from a signer this target does not fully trust: only "
+                      "bitcode runs confined (send bitcode, or trust the signer with "
+                      "Trust::allow_native_code_signer)");
+    }
+    result.entry = impl_->load(id, CodecId::bitcode, *ir, result.from_code_cache, Confine::yes);
+    result.tier = 1;
+    result.triple = ir->triple;
+  } else if (codec == CodecId::tiered) {
     result.entry = impl_->load_tiered(id, object, ir, result);
     result.triple = (result.tier == 0 ? object : ir)->triple;
   } else {
@@ -738,7 +810,9 @@ LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> c
     result.tier = codec == CodecId::bitcode ? 1 : 0;
     result.triple = chosen->triple;
   }
-  entries_.emplace(id, result.entry);
+  const confined::Code* confined = nullptr;
+  if (confine == Confine::yes) confined = &impl_->confined_codes.at(id);
+  entries_.emplace(id, CachedIfunc{result.entry, confined});
   sync_promotion_counts();
   result.compile_time = std::chrono::steady_clock::now() - start;
   return result;
@@ -756,7 +830,7 @@ void JitCache::start_due_compiles() {
 Promotions JitCache::promote_ready() {
   Promotions out;
   for (const auto& [id, entry] : impl_->promote_ready(out.failures, out.stay_at_tier0)) {
-    entries_[id] = entry;
+    entries_[id].main = entry;  // tier 1 of unconfined code: confined code is never tiered
     ++out.promoted;
   }
   sync_promotion_counts();
@@ -769,6 +843,7 @@ void JitCache::sync_promotion_counts() noexcept {
 }
 
 void* JitCache::lookup(CodeId id, const std::string& symbol) {
+  if (impl_->confined_codes.contains(id)) return nullptr;
   const auto it = impl_->dylibs.find(id);
   if (it == impl_->dylibs.end()) return nullptr;
   impl_->failure = {};
@@ -778,6 +853,21 @@ void* JitCache::lookup(CodeId id, const std::string& symbol) {
     return nullptr;
   }
   return address->toPtr<void*>();
+}
+
+std::optional<ConfinedTrap> JitCache::invoke_confined(const CachedIfunc& ifunc, void* payload,
+                                                     std::size_t size,
+                                                     void* target_args) noexcept {
+  return impl_->runner.run(ifunc.main, *ifunc.confined, payload, size, target_args);
+}
+
+std::string JitCache::confined_name(const CachedIfunc& ifunc) const {
+  return ifunc.confined == nullptr ? std::string() : ifunc.confined->name;
+}
+
+void JitCache::expose(const std::vector<ExposedRegion>& regions) {
+  impl_->runner.expose(regions);
+  for (const auto& [id, code] : impl_->confined_codes) confined::Runner::clear_sites(code);
 }
 
 bool JitCache::evict(CodeId id) {

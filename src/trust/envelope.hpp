@@ -7,6 +7,7 @@
 // (xxHash is fast, not collision-resistant).
 #pragma once
 
+#include <threechains/jit_cache.hpp>
 #include <threechains/trust.hpp>
 
 #include <cstddef>
@@ -30,8 +31,9 @@ struct Envelope {
 // The container inside an envelope (or `container` itself if unsigned); no check.
 [[nodiscard]] std::span<const std::byte> container_body(std::span<const std::byte> container);
 
-// Whether `trust` lets code arriving as `container` run: throws
+// Whether `trust` lets code arriving as `container` run, and how: confined
+// (a signer not fully trusted, or unsigned code) or as it is. Throws
 // errc::code_refused saying why not (unsigned, tampered, untrusted signer).
-void check_code_trust(const Trust& trust, std::span<const std::byte> container);
+[[nodiscard]] Confine check_code_trust(const Trust& trust, std::span<const std::byte> container);
 
 }  // namespace threechains

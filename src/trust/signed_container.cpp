@@ -75,10 +75,10 @@ std::optional<PublicKey> container_signer(std::span<const std::byte> container) 
   return envelope->signer;
 }
 
-void check_code_trust(const Trust& trust, std::span<const std::byte> container) {
+Confine check_code_trust(const Trust& trust, std::span<const std::byte> container) {
   const std::optional<PublicKey> signer = container_signer(container);
   if (!signer) {
-    if (trust.unsigned_code_allowed()) return;
+    if (trust.unsigned_code_allowed()) return trust.any_code() ? Confine::no : Confine::yes;
     throw Error(errc::code_refused,
                 "the code is not signed, and this Receiver runs signed code only: sign it "
                 "(threechains_add_ifunc(... SIGN_KEY <file>), threechains-key sign) with a key "
@@ -89,6 +89,7 @@ void check_code_trust(const Trust& trust, std::span<const std::byte> container) 
                                         "…, a key this Receiver does not trust "
                                         "(Trust::allow_code_signer)");
   }
+  return trust.runs_native_code_of(*signer) ? Confine::no : Confine::yes;
 }
 
 }  // namespace threechains

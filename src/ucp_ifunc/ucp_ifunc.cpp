@@ -68,7 +68,7 @@ struct ContextState {
       while (start <= list.size()) {
         const std::size_t end = std::min(list.find(':', start), list.size());
         if (end > start)
-          trust.allow_code_signer(tc::PublicKey::load(list.substr(start, end - start)));
+          trust.allow_native_code_signer(tc::PublicKey::load(list.substr(start, end - start)));
         start = end + 1;
       }
     }
@@ -229,7 +229,11 @@ tc::IfuncMain admit(ContextState& state, const tc::FrameView& view) {
   }
   if (!state.by_id.contains(arrived.id())) {
     try {
-      tc::check_code_trust(state.trust, arrived.code());
+      // Keys named in THREECHAINS_IFUNC_TRUSTED_KEYS are fully trusted:
+      // this layer runs no confined code.
+      if (tc::check_code_trust(state.trust, arrived.code()) == tc::Confine::yes)
+        throw tc::Error(tc::errc::code_refused, "unsigned code runs on ucp_ifunc targets only "
+                                                "from this target's own libraries");
     } catch (const tc::Error& e) {
       throw tc::Error(tc::errc::code_refused, "code of ifunc '" + name +
                                                   "' that is not this target's own library '" +

@@ -1,0 +1,56 @@
+// Confinement: how a target runs bitcode from a signer it does not fully
+// trust (Trust::allow_code_signer, Trust::allow_unsigned_code). Such code is
+// rewritten before code generation so that every memory access, indirect
+// call and loop is checked; what breaks a rule ends that one invocation
+// (errc::code_trapped, reported to the source), never the target.
+//
+// What confined code may touch: its frame's payload, its own globals (read
+// only where they are constant), its own stack (kept apart from return
+// addresses), and the regions the target application exposes by name
+// (ReceiverOptions::exposed; target_args when target_args_bytes says how
+// large it is). docs/security.md, "Confined ifuncs", says how and why.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace threechains {
+
+struct ConfinementOptions {
+  // Time one invocation may run before it traps (counted at loop back-edges
+  // and function entries; checked against the clock every 16384 counts).
+  std::chrono::microseconds time_budget{10'000};
+  // The data stack confined code's local variables live on (one per
+  // Receiver; return addresses stay on the thread's own stack).
+  std::size_t stack_bytes = std::size_t{1} << 20;
+  // How deep confined code may take the thread's own stack (its calls).
+  std::size_t native_stack_bytes = std::size_t{256} << 10;
+};
+
+// A region of the target process that confined code may use, by name.
+struct ExposedRegion {
+  std::string name;
+  std::span<std::byte> bytes;
+  bool writable = false;
+};
+
+// Why a confined invocation ended early.
+enum class TrapReason : uint32_t {
+  out_of_bounds = 1,  // a load, store or memory call outside every region it may use
+  read_only,          // a store into a constant global or a read-only region
+  bad_call,           // an indirect call to something that is not its own function or import
+  out_of_time,        // over ConfinementOptions::time_budget
+  stack_exhausted,    // recursion or local variables beyond the stacks it has
+  division,           // an integer division by zero, or INT_MIN / -1
+  unreachable,        // control reached code the compiler marked unreachable
+  misaligned_atomic,  // an atomic access that is not naturally aligned
+  bad_argument,       // a runtime call (threechains_send_self, ...) given a wild pointer
+};
+
+[[nodiscard]] std::string_view to_string(TrapReason reason) noexcept;
+
+}  // namespace threechains
