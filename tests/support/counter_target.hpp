@@ -45,7 +45,7 @@ inline ChildTarget<CounterResult> counter_target(
   return ChildTarget<CounterResult>(
       transport,
       [before_serving, sources](ChildContext& context) {
-        context.receiver.set_target_args(&g_counter);
+        context.receiver.set_target_args(&g_counter, sizeof(g_counter));
         if (before_serving) before_serving(context);
         ChildTarget<CounterResult>::serve_until_closed(context.receiver, sources);
         return report(context);

@@ -1,0 +1,111 @@
+/* The escape suite: each command is one way out that injected code might try
+ * on its target. Run confined (a signer the target does not fully trust),
+ * every one of them must trap, and only `honest` may do what it says: add
+ * the payload's argument to the counter the target exposed as target_args.
+ * The test (tests/test_confinement.cpp) hands in the target's own addresses
+ * (its child target is a fork of the test, so they are the same). */
+#include <threechains/ifunc.h>
+#include <threechains/runtime.h>
+
+#include <math.h>
+#include <string.h>
+
+enum command {
+  honest = 0,
+  return_address_walk, /* from its return address towards the ELF header and the GOT */
+  from_allowed_import, /* an address computed from an allowed import (sqrt) */
+  forged_function,     /* calls an address it was given (the target's system()) */
+  write_target_global, /* writes a global of the target it was not given */
+  read_beyond_payload, /* reads the ring past its own frame (another peer's slots) */
+  stack_smash,         /* writes past a local array until something gives */
+  spin_forever,
+  recurse_forever,
+  null_store,
+  huge_memcpy,
+  wild_send, /* threechains_send_self with a pointer into nowhere */
+  divide_by_zero,
+  write_string_literal,
+  past_target_args, /* the exposed counter is 8 bytes; writes the 9th */
+};
+
+struct order {
+  uint64_t command;
+  uint64_t argument; /* an increment, or an address of the target's */
+};
+
+typedef void (*thunk)(const char*);
+
+static const char greeting[] = "hello";
+static uint64_t calls; /* the ifunc's own global: allowed */
+
+static uint64_t recurse(volatile uint64_t depth) {
+  volatile char pad[64];
+  pad[depth & 63] = (char)depth;
+  return recurse(depth + 1) + pad[0];
+}
+
+void escape_main(void* payload, size_t payload_size, void* target_args) {
+  struct order order;
+  if (payload_size < sizeof(order)) return;
+  memcpy(&order, payload, sizeof(order));
+  ++calls;
+  volatile uint64_t sink = 0;
+  switch (order.command) {
+    case honest:
+      *(uint64_t*)target_args += order.argument;
+      break;
+    case return_address_walk: {
+      const unsigned char* p = (const unsigned char*)__builtin_return_address(0);
+      for (uintptr_t page = (uintptr_t)p & ~(uintptr_t)4095;; page -= 4096) {
+        if (memcmp((const void*)page, "\177ELF", 4) == 0) break; /* then the GOT, then system */
+      }
+      break;
+    }
+    case from_allowed_import: {
+      volatile uintptr_t base = (uintptr_t)&sqrt;
+      sink = *(volatile uint64_t*)(base + order.argument);
+      break;
+    }
+    case forged_function:
+      ((thunk)(uintptr_t)order.argument)("touch /tmp/threechains-escaped");
+      break;
+    case write_target_global:
+      *(volatile uint64_t*)(uintptr_t)order.argument = 0x6666666666666666ULL;
+      break;
+    case read_beyond_payload:
+      sink = ((volatile const uint64_t*)payload)[order.argument / 8];
+      break;
+    case stack_smash: {
+      volatile uint64_t local[4];
+      /* Through an integer, so the compiler cannot bound the loop by the array. */
+      const volatile uintptr_t base = (uintptr_t)local;
+      for (volatile uint64_t i = 0; i < order.argument; ++i)
+        *(volatile uint64_t*)(base + 8 * i) = 0x4141414141414141ULL;
+      break;
+    }
+    case spin_forever:
+      for (;;) sink = sink + 1;
+    case recurse_forever:
+      sink = recurse(order.argument);
+      break;
+    case null_store:
+      *(volatile uint64_t*)(uintptr_t)order.argument = 1; /* argument 0 */
+      break;
+    case huge_memcpy:
+      memcpy(payload, (const char*)payload + 64, (size_t)order.argument);
+      break;
+    case wild_send:
+      threechains_send_self(0, (const void*)(uintptr_t)order.argument, 64);
+      break;
+    case divide_by_zero:
+      sink = 1000 / (order.argument + sink); /* argument 0 */
+      break;
+    case write_string_literal:
+      ((volatile char*)greeting)[order.argument] = 'j';
+      break;
+    case past_target_args:
+      ((volatile uint64_t*)target_args)[1 + order.argument] = 0x6666666666666666ULL;
+      break;
+  }
+  (void)sink;
+}

@@ -1,0 +1,195 @@
+// Confined ifuncs: the escape suite. A target that trusts the test key only
+// as a code signer (Trust::allow_code_signer, not allow_native_code_signer)
+// runs its bitcode confined; every way out tests/ifuncs/escape/escape.c
+// tries must trap (errc::code_trapped, named, to the source) or be refused at
+// load, the target must stay up with its canaries untouched, and honest work
+// after each attempt must complete with the right result.
+#include "support/counter_target.hpp"
+#include "support/two_process.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+using namespace threechains;
+using namespace threechains::test;
+
+namespace {
+
+constexpr uint64_t kCanaryWord = 0x5a5a5a5a5a5a5a5aULL;
+// A global of the target that no region exposes (the child is a fork of this
+// process: the address the test sends is the child's too).
+std::array<uint64_t, 64> g_canary{};
+
+struct EscapeResult {
+  uint64_t counter;
+  uint64_t trapped;
+  uint64_t dispatched;
+  uint64_t refused;
+  uint64_t canary_intact;
+  char first_error[256];
+};
+
+// A child target that runs the test key's code confined.
+ChildTarget<EscapeResult> confined_target(Transport transport) {
+  ReceiverOptions options;
+  const PublicKey key = test_identity().public_key();
+  options.trust = Trust().allow_peer(key).allow_code_signer(key);
+  options.jit.confinement.time_budget = std::chrono::milliseconds(20);
+  return ChildTarget<EscapeResult>(
+      transport,
+      [](ChildContext& context) {
+        g_canary.fill(kCanaryWord);
+        context.receiver.set_target_args(&g_counter, sizeof(g_counter));
+        ChildTarget<EscapeResult>::serve_until_closed(context.receiver);
+        EscapeResult result{};
+        const ReceiverStats& stats = context.receiver.stats();
+        result.counter = g_counter;
+        result.trapped = stats.code_trapped;
+        result.dispatched = stats.frames_dispatched;
+        result.refused = stats.code_refused;
+        result.canary_intact = std::all_of(g_canary.begin(), g_canary.end(),
+                                           [](uint64_t w) { return w == kCanaryWord; });
+        context.first_error(result.first_error);
+        return result;
+      },
+      std::move(options));
+}
+
+struct Order {
+  uint64_t command;
+  uint64_t argument;
+};
+
+enum Command : uint64_t {
+  honest = 0,
+  return_address_walk,
+  from_allowed_import,
+  forged_function,
+  write_target_global,
+  read_beyond_payload,
+  stack_smash,
+  spin_forever,
+  recurse_forever,
+  null_store,
+  huge_memcpy,
+  wild_send,
+  divide_by_zero,
+  write_string_literal,
+  past_target_args,
+};
+
+// Sends one order and flushes: the error the target answered with, if any.
+std::optional<Error> carry_out(Channel& channel, const Ifunc& escape, Order order) {
+  (void)send(channel, escape, order);
+  try {
+    channel.flush();
+    return std::nullopt;
+  } catch (const Error& error) {
+    return error;
+  }
+}
+
+struct Attempt {
+  const char* what;
+  Order order;
+  const char* reason;  // what the trap must say
+};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("confined code: every escape traps, the target serves on, canaries stay",
+                   "[confinement][trust][ucx]", Shm, Tcp) {
+  const std::string witness = "/tmp/threechains-escaped";
+  std::filesystem::remove(witness);
+  auto target = confined_target(TestType::transport);
+  const Ifunc escape = Ifunc::load(TC_ESCAPE);
+  TestSource source(TestType::transport, target.port(), options_for<TestType>());
+  const auto address = [](const void* p) {
+    return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
+  };
+  const std::array<Attempt, 14> attempts{{
+      {"walk from the return address to the ELF header",
+       {return_address_walk, 0},
+       "outside every region"},
+      {"an address computed from an allowed import",
+       {from_allowed_import, 0x1000},
+       "outside every region"},
+      {"a call to the target's system()",
+       {forged_function, address(reinterpret_cast<void*>(&system))},
+       "indirect call"},
+      {"a write to a target global not exposed",
+       {write_target_global, address(g_canary.data())},
+       "outside every region"},
+      {"a read past its own frame into the ring",
+       {read_beyond_payload, 1 << 16},
+       "outside every region"},
+      {"a stack smash", {stack_smash, uint64_t{1} << 22}, "outside every region"},
+      {"an endless loop", {spin_forever, 0}, "time budget"},
+      {"endless recursion", {recurse_forever, 0}, "stack ran out"},
+      {"a NULL store", {null_store, 0}, ""},
+      {"a huge memcpy", {huge_memcpy, uint64_t{1} << 30}, "outside every region"},
+      {"threechains_send_self with a wild pointer", {wild_send, 0x1000}, "runtime call"},
+      {"a division by zero", {divide_by_zero, 0}, "division"},
+      {"a write into a string literal", {write_string_literal, 0}, "read-only"},
+      {"a write past the exposed target_args", {past_target_args, 0}, "outside every region"},
+  }};
+  uint64_t expected = 0;
+  for (const Attempt& attempt : attempts) {
+    INFO(attempt.what);
+    const std::optional<Error> error = carry_out(source.channel, escape, attempt.order);
+    REQUIRE(error.has_value());
+    CHECK(error->is(errc::code_trapped));
+    CHECK_THAT(error->what(), Catch::Contains("'escape'") && Catch::Contains(attempt.reason));
+    // Honest work right after: done, with the right result.
+    const uint64_t increment = 1 + (expected % 7);
+    CHECK_FALSE(carry_out(source.channel, escape, {honest, increment}).has_value());
+    expected += increment;
+  }
+  source.channel.close();
+  const EscapeResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.trapped == attempts.size());
+  CHECK(result.counter == expected);
+  CHECK(result.canary_intact == 1);
+  CHECK(result.dispatched == 2 * attempts.size());
+  CHECK_FALSE(std::filesystem::exists(witness));
+}
+
+TEMPLATE_TEST_CASE("confined targets refuse what cannot be confined, and serve on",
+                   "[confinement][trust][ucx]", Shm, Tcp) {
+  auto target = confined_target(TestType::transport);
+  const Ifunc escape = Ifunc::load(TC_ESCAPE);
+  TestSource source(TestType::transport, target.port(), options_for<TestType>());
+  struct Refusal {
+    const char* path;
+    errc code;
+    const char* says;
+  };
+  for (const Refusal& refusal :
+       {Refusal{TC_EVIL_SYSTEM_BITCODE, errc::import_refused, "imports 'system'"},
+        Refusal{TC_EVIL_SYSTEM_BINARY, errc::code_refused, "only bitcode runs confined"},
+        Refusal{TC_COUNTER_BINARY, errc::code_refused, "allow_native_code_signer"},
+        Refusal{TC_EVIL_ASM, errc::import_refused, "inline assembly"}}) {
+    INFO(refusal.path);
+    const Ifunc evil = Ifunc::load(refusal.path);
+    (void)send(source.channel, evil, uint64_t{0});
+    CHECK_THROWS_MATCHES(source.channel.flush(), Error,
+                         Catch::Predicate<Error>([&](const Error& e) {
+                           return e.is(refusal.code) &&
+                                  std::string(e.what()).find(refusal.says) != std::string::npos;
+                         }));
+    CHECK_FALSE(carry_out(source.channel, escape, {honest, 2}).has_value());
+  }
+  source.channel.close();
+  const EscapeResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.refused == 4);
+  CHECK(result.counter == 8);
+  CHECK(result.canary_intact == 1);
+}
