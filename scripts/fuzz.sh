@@ -32,4 +32,10 @@ for target in frame container receive control ucp_ifunc; do
     exit 1
   fi
 done
+# Confinement itself (issue 20): llvm-stress's random IR, confined, against
+# canaries. Built by the main build (build/), where there is one.
+if [ -x build/tests/threechains-confine-stress ]; then
+  echo "fuzz: confinement for ${seconds} s"
+  ./build/tests/threechains-confine-stress --seconds "$seconds" --first 100000 --size 120
+fi
 echo "fuzz: no crash"

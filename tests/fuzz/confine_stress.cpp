@@ -1,0 +1,262 @@
+// threechains-confine-stress: a fuzzer of confinement itself. For each seed,
+// llvm-stress writes a random well-formed IR function that loads and stores
+// through its three pointer arguments and its locals, branches and loops at
+// random. A wrapper makes it an ifunc whose first pointer is the payload, the
+// second a canary array of this process and the third a canary on this
+// thread's own stack (neither exposed). Loaded confined and run, it may
+// return or trap, never change a canary or crash this process.
+//
+//   threechains-confine-stress [--seeds N | --seconds S] [--first F] [--size K]
+//   threechains-confine-stress --unconfined ...   (the control: there the
+//       same code must reach a canary, or the harness proves nothing)
+#include <threechains/container.hpp>
+#include <threechains/ifunc.hpp>
+#include <threechains/jit_cache.hpp>
+
+#include <llvm/Bitcode/BitcodeWriter.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IRReader/IRReader.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/SourceMgr.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/TargetParser/Host.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tc = threechains;
+
+namespace {
+
+constexpr uint64_t kCanary = 0xc0ffee00c0ffee00ULL;
+std::array<uint64_t, 1024> g_canary;  // a global of the target, not exposed
+
+// llvm-stress's module for `seed`, as text.
+std::string stress_ir(uint64_t seed, unsigned size) {
+  char command[256];
+  std::snprintf(command, sizeof(command), "%s -seed=%llu -size=%u -o -", THREECHAINS_LLVM_STRESS,
+                static_cast<unsigned long long>(seed), size);
+  std::FILE* pipe = popen(command, "r");
+  if (pipe == nullptr) throw std::runtime_error("cannot run llvm-stress");
+  std::string text;
+  char buffer[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) text.append(buffer, n);
+  if (pclose(pipe) != 0) throw std::runtime_error("llvm-stress failed");
+  return text;
+}
+
+// The stress function wrapped as ifunc `stress`: stress_main(payload, size,
+// args) calls it with (payload, &g_canary[512], args) and integers that
+// depend on the seed.
+std::vector<std::byte> stress_container(const std::string& ir, uint64_t seed) {
+  llvm::LLVMContext context;
+  llvm::SMDiagnostic diagnostic;
+  std::unique_ptr<llvm::Module> module =
+      llvm::parseIR(llvm::MemoryBufferRef(ir, "stress"), diagnostic, context);
+  if (!module) throw std::runtime_error("llvm-stress IR does not parse");
+  llvm::Function* generated = nullptr;
+  for (llvm::Function& f : *module)
+    if (!f.isDeclaration()) generated = &f;
+  if (generated == nullptr) throw std::runtime_error("no function in llvm-stress IR");
+  module->setTargetTriple(llvm::Triple(llvm::sys::getProcessTriple()));
+  auto* ptr = llvm::PointerType::get(context, 0);
+  auto* i64 = llvm::Type::getInt64Ty(context);
+  auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(context), {ptr, i64, ptr}, false);
+  auto* main =
+      llvm::Function::Create(type, llvm::GlobalValue::ExternalLinkage, "stress_main", *module);
+  llvm::IRBuilder<> b(llvm::BasicBlock::Create(context, "entry", main));
+  std::vector<llvm::Value*> args;
+  unsigned pointers = 0;
+  for (llvm::Argument& parameter : generated->args()) {
+    llvm::Type* t = parameter.getType();
+    if (t->isPointerTy()) {
+      llvm::Value* choice = main->getArg(0);
+      if (pointers == 1) {
+        choice = b.CreateIntToPtr(
+            b.getInt64(reinterpret_cast<uintptr_t>(&g_canary[g_canary.size() / 2])), ptr);
+      } else if (pointers >= 2) {
+        choice = main->getArg(2);
+      }
+      ++pointers;
+      args.push_back(choice);
+    } else if (t->isIntegerTy()) {
+      args.push_back(llvm::ConstantInt::get(t, seed * 0x9e3779b97f4a7c15ULL >> (args.size() * 7)));
+    } else {
+      args.push_back(llvm::Constant::getNullValue(t));
+    }
+  }
+  b.CreateCall(generated, args);
+  b.CreateRetVoid();
+  llvm::SmallVector<char, 0> bitcode;
+  llvm::raw_svector_ostream out(bitcode);
+  llvm::WriteBitcodeToFile(*module, out);
+  tc::IfuncLibrary library{"stress", {}, {}};
+  library.images.push_back(
+      {llvm::sys::getProcessTriple(), tc::CodecId::bitcode,
+       std::vector<std::byte>(
+           reinterpret_cast<const std::byte*>(bitcode.data()),
+           reinterpret_cast<const std::byte*>(bitcode.data()) + bitcode.size())});
+  return tc::pack_container(library);
+}
+
+struct Tally {
+  unsigned returned = 0;
+  unsigned trapped = 0;
+  unsigned refused = 0;
+  unsigned escaped = 0;  // a canary changed
+  std::map<std::string, unsigned> reasons;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint64_t first = 1;
+  uint64_t seeds = 100;
+  double seconds = 0;
+  unsigned size = 60;
+  bool unconfined = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    const auto next = [&] {
+      if (i + 1 >= argc) throw std::runtime_error(flag + " needs a value");
+      return std::string(argv[++i]);
+    };
+    if (flag == "--first")
+      first = std::stoull(next());
+    else if (flag == "--seeds")
+      seeds = std::stoull(next());
+    else if (flag == "--seconds")
+      seconds = std::stod(next());
+    else if (flag == "--size")
+      size = static_cast<unsigned>(std::stoul(next()));
+    else if (flag == "--unconfined")
+      unconfined = true;
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  // The control run writes through the canary pointers for real: it runs in
+  // a child, so a crash there is its own.
+  const tc::Confine confine = unconfined ? tc::Confine::no : tc::Confine::yes;
+  // Odd seeds unoptimised (the code as llvm-stress wrote it), even seeds
+  // through O2 (which turns much of its undefined behaviour into unreachable).
+  tc::JitOptions options;
+  options.tiering = tc::Tiering::ir_only;
+  options.confinement.time_budget = std::chrono::milliseconds(2);
+  options.optimisation_level = 0;
+  tc::JitCache plain_cache(options);
+  options.optimisation_level = 2;
+  tc::JitCache optimising_cache(options);
+  Tally tally;
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t seed = first;
+  for (;; ++seed) {
+    if (seconds > 0
+            ? std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+                  seconds
+            : seed >= first + seeds)
+      break;
+    tc::JitCache& cache = seed % 2 != 0 ? plain_cache : optimising_cache;
+    const std::vector<std::byte> container = stress_container(stress_ir(seed, size), seed);
+    const tc::Ifunc ifunc = tc::Ifunc::from_container(container);
+    g_canary.fill(kCanary);
+    volatile uint64_t stack_canary[64];
+    for (volatile uint64_t& w : stack_canary) w = kCanary;
+    alignas(64) std::array<std::byte, 4096> payload{};
+    for (std::size_t k = 0; k < payload.size(); ++k) payload[k] = std::byte(k * 131 + seed);
+    if (unconfined) {
+      // The control: in a child, as it may crash; an escape is its exit code 3.
+      const pid_t child = fork();
+      if (child == 0) {
+        // Crash quietly (UCX's handler would print a backtrace) and never spin.
+        for (const int signal : {SIGSEGV, SIGBUS, SIGILL, SIGFPE}) std::signal(signal, SIG_DFL);
+        alarm(1);
+        try {
+          (void)cache.load(ifunc.id(), ifunc.codec(), ifunc.code(), confine);
+          (void)cache.invoke(*cache.find_ifunc(ifunc.id()), payload.data(), payload.size(),
+                             const_cast<uint64_t*>(&stack_canary[32]));
+        } catch (const tc::Error&) {
+          _exit(4);
+        }
+        const bool hit = std::any_of(g_canary.begin(), g_canary.end(),
+                                     [](uint64_t w) { return w != kCanary; }) ||
+                         std::any_of(std::begin(stack_canary), std::end(stack_canary),
+                                     [](uint64_t w) { return w != kCanary; });
+        _exit(hit ? 3 : 0);
+      }
+      int status = 0;
+      waitpid(child, &status, 0);
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 3)
+        ++tally.escaped;
+      else if (WIFEXITED(status) && WEXITSTATUS(status) == 4)
+        ++tally.refused;
+      else if (WIFEXITED(status))
+        ++tally.returned;
+      else
+        ++tally.trapped;  // a crash, in the control
+      continue;
+    }
+    try {
+      (void)cache.load(ifunc.id(), ifunc.codec(), ifunc.code(), confine);
+    } catch (const tc::Error& error) {
+      ++tally.refused;
+      ++tally.reasons[std::string("refused: ") + error.context().substr(0, 90)];
+      continue;
+    }
+    const std::optional<tc::ConfinedTrap> trap =
+        cache.invoke(*cache.find_ifunc(ifunc.id()), payload.data(), payload.size(),
+                     const_cast<uint64_t*>(&stack_canary[32]));
+    (void)cache.evict(ifunc.id());
+    if (trap) {
+      ++tally.trapped;
+      ++tally.reasons[std::string(tc::to_string(trap->reason))];
+    } else {
+      ++tally.returned;
+    }
+    const bool intact =
+        std::all_of(g_canary.begin(), g_canary.end(), [](uint64_t w) { return w == kCanary; }) &&
+        std::all_of(std::begin(stack_canary), std::end(stack_canary),
+                    [](uint64_t w) { return w == kCanary; });
+    if (!intact) {
+      ++tally.escaped;
+      std::fprintf(stderr, "ESCAPE: seed %llu changed a canary (llvm-stress -seed=%llu -size=%u)\n",
+                   static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed),
+                   size);
+    }
+  }
+  const uint64_t ran = seed - first;
+  std::printf(unconfined ? "%s: %llu seeds (%llu..%llu, size %u): %u returned, %u crashed or hung, "
+                           "%u refused, %u escaped\n"
+                         : "%s: %llu seeds (%llu..%llu, size %u): %u returned, %u trapped, %u "
+                           "refused, %u escaped\n",
+              unconfined ? "unconfined (control)" : "confined",
+              static_cast<unsigned long long>(ran), static_cast<unsigned long long>(first),
+              static_cast<unsigned long long>(seed - 1), size, tally.returned, tally.trapped,
+              tally.refused, tally.escaped);
+  for (const auto& [reason, count] : tally.reasons)
+    std::printf("  %5u  %s\n", count, reason.c_str());
+  if (unconfined) {
+    // The harness proves something only if the same code, unconfined, hits a canary.
+    if (tally.escaped == 0) {
+      std::printf("FAIL: unconfined, no seed reached a canary: the harness would miss an escape\n");
+      return 1;
+    }
+    return 0;
+  }
+  return tally.escaped == 0 ? 0 : 1;
+}
