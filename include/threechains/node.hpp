@@ -80,8 +80,12 @@ class Node {
   // rank, carrying both directions. Serves this rank's Receiver meanwhile.
   void connect(const std::vector<NodeAddress>& addresses);
 
-  // Makes an object of this process reachable from injected code by name.
+  // Makes an object of this process reachable from injected code by name
+  // (threechains_lookup). Confined code gets its address but can touch none
+  // of it: give its bytes for that.
   void expose(const std::string& name, void* object);
+  // The same, and confined code may read (and, if `writable`, write) `bytes`.
+  void expose(const std::string& name, std::span<std::byte> bytes, bool writable);
 
   // Sends `ifunc` with `value` to `rank` from host code (not from inside an
   // ifunc: there, use the runtime). Serves this rank's Receiver while the

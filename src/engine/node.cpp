@@ -286,6 +286,15 @@ void Node::expose(const std::string& name, void* object) {
   core_->named[name] = object;
 }
 
+void Node::expose(const std::string& name, std::span<std::byte> bytes, bool writable) {
+  core_->engine->check_not_threaded("Node::expose");
+  core_->named[name] = bytes.data();
+  detail::Target& target = core_->engine->target();
+  std::erase_if(target.options.exposed, [&](const ExposedRegion& r) { return r.name == name; });
+  target.options.exposed.push_back({name, bytes, writable});
+  target.expose_regions();
+}
+
 void Node::send_bytes(int64_t rank, const Ifunc& ifunc, std::span<const std::byte> payload) {
   detail::NodeCore& c = *core_;
   c.engine->check_not_threaded("Node::send");

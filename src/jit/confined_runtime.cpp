@@ -5,6 +5,7 @@
 #include <threechains/runtime.h>
 
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <array>
@@ -113,6 +114,20 @@ std::size_t require_string(State* s, const char* text, TrapReason reason) noexce
   return length;
 }
 
+// The lowest address of this thread's stack (0 if it cannot be told).
+uintptr_t thread_stack_bottom() noexcept {
+  thread_local const uintptr_t bottom = [] {
+    pthread_attr_t attributes;
+    if (pthread_getattr_np(pthread_self(), &attributes) != 0) return uintptr_t{0};
+    void* address = nullptr;
+    std::size_t size = 0;
+    const int rc = pthread_attr_getstack(&attributes, &address, &size);
+    pthread_attr_destroy(&attributes);
+    return rc == 0 ? reinterpret_cast<uintptr_t>(address) : uintptr_t{0};
+  }();
+  return bottom;
+}
+
 State* running() noexcept {
   return current;  // set for as long as confined code runs on this thread
 }
@@ -135,7 +150,9 @@ extern "C" void confined_check(State* s, uintptr_t address, uint64_t bytes, uint
 }
 
 extern "C" [[noreturn]] void confined_trap(State* s, uint64_t reason, uintptr_t address) {
-  trap(s, static_cast<TrapReason>(reason), address);
+  // Where the thread's stack is stays here: the source hears no stack address.
+  const auto why = static_cast<TrapReason>(reason);
+  trap(s, why, why == TrapReason::stack_exhausted ? 0 : address);
 }
 
 int64_t now_ns() noexcept {
@@ -378,8 +395,11 @@ std::optional<ConfinedTrap> Runner::run(IfuncMain entry, const Code& code, void*
   s.payload_begin = reinterpret_cast<uintptr_t>(payload);
   s.payload_size = size;
   s.stack_pointer = s.stack_begin + s.stack_size;
-  s.native_limit =
-      reinterpret_cast<uintptr_t>(__builtin_frame_address(0)) - options_.native_stack_bytes;
+  // native_stack_bytes below here, and never within 64 KiB of the bottom of
+  // this thread's stack (a thread may have less than that budget).
+  const auto here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  const uintptr_t floor = thread_stack_bottom() + (uintptr_t{64} << 10);
+  s.native_limit = std::max(here - std::min<uintptr_t>(here, options_.native_stack_bytes), floor);
   s.fuel = kFuelChunk;
   s.started_ns = -1;
   s.globals = code.globals.data();

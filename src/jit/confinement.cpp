@@ -45,6 +45,8 @@
 #include <llvm/Transforms/Utils/BasicBlockUtils.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -103,7 +105,7 @@ class Confiner {
     for (Function& f : m_)
       if (!f.isDeclaration() && !f.getName().starts_with(confined::kReservedPrefix))
         defined.push_back(&f);
-    callee_ok_ = make_callee_check();
+    note_address_taken();
     for (Function* f : defined) {
       strip_claims(*f);
       instrument(*f);
@@ -120,12 +122,153 @@ class Confiner {
     }
   }
 
+  // Before the optimiser: what could crash the optimiser or the code
+  // generator, or let the code choose how it is compiled, is refused or
+  // removed here, so no pass ever sees it.
+  void screen_before_optimiser() {
+    if (!m_.getModuleInlineAsm().empty()) refuse(ifunc_, "module-level inline assembly");
+    if (!m_.ifunc_empty()) refuse(ifunc_, "an IFUNC resolver (it would run at link time)");
+    if (!m_.alias_empty()) refuse(ifunc_, "a global alias");
+    for (GlobalVariable& global : m_.globals()) {
+      if (!global.getName().starts_with("llvm.")) continue;
+      if (global.getName() != "llvm.used" && global.getName() != "llvm.compiler.used")
+        refuse(ifunc_, "the special global '" + global.getName().str() + "'");
+    }
+    for (GlobalValue& value : m_.global_values()) {
+      if (value.getName().starts_with(confined::kReservedPrefix))
+        refuse(ifunc_, "a symbol named '" + value.getName().str() + "' (reserved)");
+      if (scalable(value.getValueType())) refuse(ifunc_, "a scalable vector type");
+    }
+    const std::string entry = ifunc_ + "_main";
+    for (Function& f : m_) {
+      const std::string where = " ('" + f.getName().str() + "')";
+      if (f.isIntrinsic()) {
+        if (!intrinsic_allowed(f.getIntrinsicID()))
+          refuse(ifunc_, "intrinsic " + f.getName().str() + ", which confined code may not call");
+        continue;
+      }
+      if (f.getCallingConv() != CallingConv::C)
+        refuse(ifunc_, "another calling convention" + where);
+      if (f.hasFnAttribute(Attribute::Naked)) refuse(ifunc_, "a naked function" + where);
+      drop_string_attributes(f);
+      if (f.getName() == entry) {
+        if (f.getFunctionType() != entry_type() || f.isVarArg())
+          refuse(ifunc_, entry + " is not void(void*, size_t, void*)");
+        // The runtime calls it as plain C: no attribute may change how its
+        // arguments arrive (byval, sret, inreg...) or claim more of them.
+        for (unsigned a = 0; a < f.arg_size(); ++a)
+          f.removeParamAttrs(a, AttributeMask(f.getAttributes().getParamAttrs(a)));
+        f.removeRetAttrs(AttributeMask(f.getAttributes().getRetAttrs()));
+      }
+      for (unsigned a = 0; a < f.arg_size(); ++a) {
+        if (Type* t = f.getParamByValType(a); t != nullptr && !small_by_value(t))
+          refuse(ifunc_, "an argument passed by value larger than 4 KiB" + where);
+      }
+      for (BasicBlock& block : f) {
+        for (Instruction& i : block) {
+          if (scalable(i.getType())) refuse(ifunc_, "a scalable vector type" + where);
+          for (const Use& operand : i.operands())
+            if (scalable(operand->getType())) refuse(ifunc_, "a scalable vector type" + where);
+          if (auto* alloca = dyn_cast<AllocaInst>(&i)) {
+            if (scalable(alloca->getAllocatedType()))
+              refuse(ifunc_, "a scalable vector type" + where);
+            if (alloca->isStaticAlloca()) {
+              const std::optional<TypeSize> size = alloca->getAllocationSize(m_.getDataLayout());
+              if (!size || size->getFixedValue() > kMaxFrame)
+                refuse(ifunc_, "a local variable larger than 1 GiB" + where);
+            }
+          }
+          if (auto* gep = dyn_cast<GetElementPtrInst>(&i);
+              gep != nullptr && scalable(gep->getSourceElementType()))
+            refuse(ifunc_, "a scalable vector type" + where);
+          auto* call = dyn_cast<CallBase>(&i);
+          if (call == nullptr) continue;
+          drop_string_attributes(*call);
+          if (!frame_depth_zero(*call))
+            refuse(ifunc_, "a frame or return address deeper than its own" + where);
+          if (call->getCallingConv() != CallingConv::C)
+            refuse(ifunc_, "a call in another calling convention" + where);
+          for (unsigned a = 0; a < call->arg_size(); ++a) {
+            if (Type* t = call->getParamByValType(a); t != nullptr && !small_by_value(t))
+              refuse(ifunc_, "an argument passed by value larger than 4 KiB" + where);
+          }
+        }
+      }
+    }
+  }
+
  private:
+  static constexpr uint64_t kMaxFrame = uint64_t{1} << 30;
+  static constexpr uint64_t kMaxByValue = 4096;
+
+  FunctionType* entry_type() {
+    return FunctionType::get(Type::getVoidTy(ctx_), {ptr_, i64_, ptr_}, false);
+  }
+
+  bool small_by_value(Type* t) const {
+    return t->isSized() && !scalable(t) && dl_.getTypeAllocSize(t).getFixedValue() <= kMaxByValue;
+  }
+
+  // After the optimiser: C, or fastcc, which it gives internal functions
+  // whose every call it sees (caller and callee change together).
+  static bool c_or_fast(CallingConv::ID cc) {
+    return cc == CallingConv::C || cc == CallingConv::Fast;
+  }
+
+  // One value for a check and for the use it guards. `freeze` gives that,
+  // except of a constant undef or poison: the code generator materialises
+  // those anew in each block, so the check and the access could each see a
+  // different value. Those become zero.
+  static bool has_undef(const Constant* c) {
+    if (isa<UndefValue>(c)) return true;
+    for (const Use& operand : c->operands())
+      if (const auto* inner = dyn_cast<Constant>(operand.get());
+          inner != nullptr && has_undef(inner))
+        return true;
+    return false;
+  }
+  static Value* freeze(IRBuilder<>& b, Value* v) {
+    if (auto* c = dyn_cast<Constant>(v)) {
+      if (isa<GlobalValue>(c)) return c;
+      return has_undef(c) ? Constant::getNullValue(c->getType()) : c;
+    }
+    return b.CreateFreeze(v);
+  }
+
+  static bool frame_depth_zero(const CallBase& call) {
+    const Intrinsic::ID id = call.getIntrinsicID();
+    if (id != Intrinsic::returnaddress && id != Intrinsic::frameaddress) return true;
+    const auto* depth = dyn_cast<ConstantInt>(call.getArgOperand(0));
+    return depth != nullptr && depth->isZero();
+  }
+
+  static bool scalable(Type* t) {
+    if (t == nullptr) return false;
+    if (isa<ScalableVectorType>(t)) return true;
+    if (t->isTargetExtTy()) return true;  // opaque target types: nothing to check them by
+    for (Type* inner : t->subtypes())
+      if (scalable(inner)) return true;
+    return false;
+  }
+
+  // String attributes choose CPU features (code this host cannot run),
+  // instrumentation calls to any named function, split stacks, stack
+  // realignment...: none is the sender's to choose. The host's CPU applies.
+  template <class T>
+  static void drop_string_attributes(T& holder) {
+    AttributeList list = holder.getAttributes();
+    std::vector<std::string> names;
+    for (const Attribute& attribute : list.getFnAttrs())
+      if (attribute.isStringAttribute()) names.push_back(attribute.getKindAsString().str());
+    for (const std::string& name : names) holder.removeFnAttr(name);
+  }
+
   // What cannot be confined is refused; imports are renamed to their
   // confined versions (checked wrappers, or pointer-free functions).
   void screen() {
     if (!m_.getModuleInlineAsm().empty()) refuse(ifunc_, "module-level inline assembly");
     if (!m_.ifunc_empty()) refuse(ifunc_, "an IFUNC resolver (it would run at link time)");
+    if (!m_.alias_empty()) refuse(ifunc_, "a global alias");
     for (const char* name : {"llvm.global_ctors", "llvm.global_dtors"}) {
       if (m_.getNamedGlobal(name) != nullptr)
         refuse(ifunc_, "constructors or destructors (they would run outside any invocation)");
@@ -135,7 +278,9 @@ class Confiner {
         refuse(ifunc_, "a symbol named '" + value.getName().str() + "' (reserved)");
     }
     for (GlobalVariable& global : m_.globals()) {
-      if (global.getName().starts_with("llvm.")) continue;
+      if (global.getName() == "llvm.used" || global.getName() == "llvm.compiler.used") continue;
+      if (global.getName().starts_with("llvm."))
+        refuse(ifunc_, "the special global '" + global.getName().str() + "'");
       if (global.isDeclaration())
         refuse(ifunc_, "it imports data ('" + global.getName().str() + "')");
       if (global.isThreadLocal())
@@ -157,6 +302,8 @@ class Confiner {
         continue;
       }
       if (f.isVarArg()) refuse(ifunc_, "a variadic function ('" + f.getName().str() + "')");
+      if (!c_or_fast(f.getCallingConv()) || f.hasFnAttribute(Attribute::Naked))
+        refuse(ifunc_, "another calling convention ('" + f.getName().str() + "')");
       if (f.hasPersonalityFn()) refuse(ifunc_, "exception handling in '" + f.getName().str() + "'");
       if (f.hasPrefixData() || f.hasPrologueData())
         refuse(ifunc_, "prefix or prologue data in '" + f.getName().str() + "'");
@@ -188,18 +335,26 @@ class Confiner {
             call->paramHasAttr(a, Attribute::Preallocated))
           refuse(ifunc_, "an inalloca or preallocated argument" + where);
       }
+      if (!c_or_fast(call->getCallingConv()))
+        refuse(ifunc_, "a call in another calling convention" + where);
       const Function* callee = call->getCalledFunction();
       if (callee == nullptr || !callee->isIntrinsic()) continue;
-      if (!intrinsic_allowed(*call))
+      if (!frame_depth_zero(*call))
+        refuse(ifunc_, "a frame or return address deeper than its own" + where);
+      if (!intrinsic_allowed(callee->getIntrinsicID()))
         refuse(ifunc_, "intrinsic " + callee->getName().str() +
-                           ", which touches memory in a way confinement does not check" + where);
+                           ", which confined code may not call" + where);
     }
   }
 
-  // Intrinsics confined code may call: those that touch no memory (or only
-  // memory no address names), and those the pass knows how to check.
-  static bool intrinsic_allowed(const CallBase& call) {
-    switch (call.getIntrinsicID()) {
+  // Intrinsics confined code may call, by name: those the pass checks or
+  // removes, and generic ones that compute on registers and cannot fault
+  // (an allowlist: memory effects are not enough, llvm.returnaddress(3)
+  // loads through the frame chain and llvm.sdiv.fix divides by zero).
+  // Target intrinsics are refused: they can need features this host lacks.
+  static bool intrinsic_allowed(Intrinsic::ID id) {
+    switch (id) {
+      // checked or rewritten by the pass
       case Intrinsic::memcpy:
       case Intrinsic::memcpy_inline:
       case Intrinsic::memmove:
@@ -213,30 +368,114 @@ class Confiner {
       case Intrinsic::lifetime_end:
       case Intrinsic::stacksave:
       case Intrinsic::stackrestore:
-      case Intrinsic::prefetch:  // never faults
       case Intrinsic::trap:
       case Intrinsic::debugtrap:
       case Intrinsic::ubsantrap:
+      case Intrinsic::assume:
+      // its own frame only (call sites are held to depth 0: deeper ones load
+      // through the frame chain)
+      case Intrinsic::returnaddress:
+      case Intrinsic::frameaddress:
+      // hints
+      case Intrinsic::prefetch:
+      case Intrinsic::expect:
+      case Intrinsic::expect_with_probability:
+      case Intrinsic::is_constant:
+      case Intrinsic::experimental_noalias_scope_decl:
+      case Intrinsic::donothing:
+      case Intrinsic::sideeffect:
+      case Intrinsic::pseudoprobe:
+      case Intrinsic::ptrmask:
+      case Intrinsic::launder_invariant_group:
+      case Intrinsic::strip_invariant_group:
+      // integer arithmetic
+      case Intrinsic::abs:
+      case Intrinsic::smax:
+      case Intrinsic::smin:
+      case Intrinsic::umax:
+      case Intrinsic::umin:
+      case Intrinsic::scmp:
+      case Intrinsic::ucmp:
+      case Intrinsic::ctpop:
+      case Intrinsic::ctlz:
+      case Intrinsic::cttz:
+      case Intrinsic::bswap:
+      case Intrinsic::bitreverse:
+      case Intrinsic::fshl:
+      case Intrinsic::fshr:
+      case Intrinsic::sadd_with_overflow:
+      case Intrinsic::uadd_with_overflow:
+      case Intrinsic::ssub_with_overflow:
+      case Intrinsic::usub_with_overflow:
+      case Intrinsic::smul_with_overflow:
+      case Intrinsic::umul_with_overflow:
+      case Intrinsic::sadd_sat:
+      case Intrinsic::uadd_sat:
+      case Intrinsic::ssub_sat:
+      case Intrinsic::usub_sat:
+      case Intrinsic::sshl_sat:
+      case Intrinsic::ushl_sat:
+      // floating point
+      case Intrinsic::fabs:
+      case Intrinsic::fma:
+      case Intrinsic::fmuladd:
+      case Intrinsic::sqrt:
+      case Intrinsic::sin:
+      case Intrinsic::cos:
+      case Intrinsic::tan:
+      case Intrinsic::pow:
+      case Intrinsic::powi:
+      case Intrinsic::exp:
+      case Intrinsic::exp2:
+      case Intrinsic::exp10:
+      case Intrinsic::log:
+      case Intrinsic::log2:
+      case Intrinsic::log10:
+      case Intrinsic::floor:
+      case Intrinsic::ceil:
+      case Intrinsic::trunc:
+      case Intrinsic::rint:
+      case Intrinsic::nearbyint:
+      case Intrinsic::round:
+      case Intrinsic::roundeven:
+      case Intrinsic::copysign:
+      case Intrinsic::minnum:
+      case Intrinsic::maxnum:
+      case Intrinsic::minimum:
+      case Intrinsic::maximum:
+      case Intrinsic::lround:
+      case Intrinsic::llround:
+      case Intrinsic::lrint:
+      case Intrinsic::llrint:
+      case Intrinsic::ldexp:
+      case Intrinsic::frexp:
+      case Intrinsic::is_fpclass:
+      case Intrinsic::canonicalize:
+      case Intrinsic::fptosi_sat:
+      case Intrinsic::fptoui_sat:
+      // vectors
+      case Intrinsic::vector_reduce_add:
+      case Intrinsic::vector_reduce_mul:
+      case Intrinsic::vector_reduce_and:
+      case Intrinsic::vector_reduce_or:
+      case Intrinsic::vector_reduce_xor:
+      case Intrinsic::vector_reduce_smax:
+      case Intrinsic::vector_reduce_smin:
+      case Intrinsic::vector_reduce_umax:
+      case Intrinsic::vector_reduce_umin:
+      case Intrinsic::vector_reduce_fadd:
+      case Intrinsic::vector_reduce_fmul:
+      case Intrinsic::vector_reduce_fmax:
+      case Intrinsic::vector_reduce_fmin:
+      case Intrinsic::vector_reduce_fmaximum:
+      case Intrinsic::vector_reduce_fminimum:
+      case Intrinsic::vector_reverse:
+      case Intrinsic::vector_interleave2:
+      case Intrinsic::vector_deinterleave2:
         return true;
-      case Intrinsic::read_register:
-      case Intrinsic::read_volatile_register:
-      case Intrinsic::write_register:
-      case Intrinsic::vastart:
-      case Intrinsic::vacopy:
-      case Intrinsic::vaend:
-        return false;
       default:
-        break;
+        return false;
     }
-    // What LLVM says the intrinsic does, not what the module's declaration
-    // or call site claims (attributes are the sender's to write).
-    const Intrinsic::ID id = call.getIntrinsicID();
-    if (id == Intrinsic::not_intrinsic) return false;
-    const MemoryEffects effects =
-        Intrinsic::getAttributes(call.getContext(), id, call.getFunctionType())
-            .getFnAttrs()
-            .getMemoryEffects();
-    return effects.doesNotAccessMemory() || effects.onlyAccessesInaccessibleMem();
   }
 
   // Claims the code generator would act on without checking them, all of
@@ -247,6 +486,10 @@ class Confiner {
   // (as fast as aligned on the CPUs we target), atomics keep theirs and are
   // checked. (Operand bundles that carry such claims live on llvm.assume only.)
   void strip_claims(Function& f) {
+    // A frame larger than a page is probed page by page as it is made, so
+    // it meets the guard page below the thread's stack instead of stepping
+    // over it into other memory before the entry check runs.
+    f.addFnAttr("probe-stack", "inline-asm");
     static constexpr Attribute::AttrKind kClaims[] = {
         Attribute::Alignment,   Attribute::Dereferenceable, Attribute::DereferenceableOrNull,
         Attribute::NonNull,     Attribute::NoUndef,         Attribute::Range,
@@ -363,7 +606,7 @@ class Confiner {
     Instruction* at = access.at;
     IRBuilder<> b(at);
     Value* original = at->getOperand(access.operand);
-    Value* frozen = b.CreateFreeze(original);
+    Value* frozen = freeze(b, original);
     at->setOperand(access.operand, frozen);
     if (!access.per_lane) {
       Value* address = b.CreatePtrToInt(frozen, i64_);
@@ -439,19 +682,32 @@ class Confiner {
 
   void collect_call_access(CallBase& call, std::vector<Access>& accesses) {
     IRBuilder<> b(&call);
-    auto length = [&](Value* v) { return b.CreateZExtOrTrunc(v, i64_); };
+    // Lengths and masks are frozen and written back: the check and the call
+    // must see one value, not two readings of a poison one.
+    auto frozen = [&](unsigned operand) {
+      Value* value = call.getArgOperand(operand);
+      if (isa<ConstantInt>(value)) return value;  // memcpy.inline's length must stay one
+      value = freeze(b, value);
+      call.setArgOperand(operand, value);
+      return value;
+    };
+    auto length = [&](unsigned operand) { return b.CreateZExtOrTrunc(frozen(operand), i64_); };
     switch (call.getIntrinsicID()) {
       case Intrinsic::memcpy:
       case Intrinsic::memcpy_inline:
       case Intrinsic::memmove: {
-        Value* n = length(call.getArgOperand(2));
+        Value* n = length(2);
+        bulk_.push_back({&call, n});
         accesses.push_back({&call, 0, n, true, 0, false, nullptr});
         accesses.push_back({&call, 1, n, false, 0, false, nullptr});
         return;
       }
       case Intrinsic::memset:
-      case Intrinsic::memset_inline:
-        accesses.push_back({&call, 0, length(call.getArgOperand(2)), true, 0, false, nullptr});
+      case Intrinsic::memset_inline: {
+        Value* n = length(2);
+        bulk_.push_back({&call, n});
+        accesses.push_back({&call, 0, n, true, 0, false, nullptr});
+      }
         return;
       case Intrinsic::masked_load:
         accesses.push_back(
@@ -463,14 +719,14 @@ class Confiner {
         return;
       case Intrinsic::masked_gather: {
         const auto* type = cast<VectorType>(call.getType());
-        accesses.push_back({&call, 0, b.getInt64(store_size(type->getElementType())), false, 0,
-                            true, call.getArgOperand(1)});
+        accesses.push_back(
+            {&call, 0, b.getInt64(store_size(type->getElementType())), false, 0, true, frozen(1)});
         return;
       }
       case Intrinsic::masked_scatter: {
         const auto* type = cast<VectorType>(call.getArgOperand(0)->getType());
-        accesses.push_back({&call, 1, b.getInt64(store_size(type->getElementType())), true, 0, true,
-                            call.getArgOperand(2)});
+        accesses.push_back(
+            {&call, 1, b.getInt64(store_size(type->getElementType())), true, 0, true, frozen(2)});
         return;
       }
       default:
@@ -548,7 +804,10 @@ class Confiner {
         } else if (auto* call = dyn_cast<CallBase>(&i)) {
           if (auto* ci = dyn_cast<CallInst>(call); ci != nullptr && ci->isMustTailCall())
             musttail_calls.push_back(ci);
-          if (call->isIndirectCall()) indirect_calls.push_back(call);
+          // Not a Function: a pointer, or a constant expression (an
+          // address inside one, an integer made a pointer). Checked alike.
+          if (!call->isInlineAsm() && !isa<Function>(call->getCalledOperand()))
+            indirect_calls.push_back(call);
           switch (call->getIntrinsicID()) {
             case Intrinsic::lifetime_start:
             case Intrinsic::lifetime_end:
@@ -636,7 +895,7 @@ class Confiner {
     }
     for (AllocaInst* alloca : dynamic_allocas) {
       IRBuilder<> at(alloca);
-      Value* count = at.CreateZExtOrTrunc(alloca->getArraySize(), i64_);
+      Value* count = at.CreateZExtOrTrunc(freeze(at, alloca->getArraySize()), i64_);
       const uint64_t element = dl_.getTypeAllocSize(alloca->getAllocatedType());
       Value* bytes = at.CreateMul(count, at.getInt64(element));
       // A count so large the product wraps is as out of room as any.
@@ -657,7 +916,7 @@ class Confiner {
     }
     for (IntrinsicInst* restore : stack_restores) {
       IRBuilder<> at(restore);
-      Value* to = at.CreatePtrToInt(at.CreateFreeze(restore->getArgOperand(0)), i64_);
+      Value* to = at.CreatePtrToInt(freeze(at, restore->getArgOperand(0)), i64_);
       trap_if(at.CreateICmpUGT(at.CreateSub(to, bounds.stack_begin), bounds.stack_size),
               TrapReason::stack_exhausted, to, restore);
       IRBuilder<> then(restore);
@@ -678,14 +937,28 @@ class Confiner {
     }
 
     for (BasicBlock* head : loop_heads) spend_fuel(&*head->getFirstInsertionPt());
+    // A memcpy costs fuel by its length (a unit per 64 bytes), so a loop of
+    // large copies runs out as a loop of small steps would.
+    for (const auto& [call, bytes] : bulk_) {
+      IRBuilder<> b(call);
+      Value* left = b.CreateSub(field(b, confined::kFuel, "fuel"),
+                                b.CreateAdd(b.CreateLShr(bytes, 6), b.getInt64(1)));
+      store_field(b, confined::kFuel, left);
+      Instruction* then =
+          SplitBlockAndInsertIfThen(b.CreateICmpSLT(left, b.getInt64(0)), call->getIterator(),
+                                    false, MDBuilder(ctx_).createUnlikelyBranchWeights());
+      IRBuilder<>(then).CreateCall(tick_, {state_});
+    }
+    bulk_.clear();
     for (const Access& access : accesses) check_access(access, bounds);
     for (BinaryOperator* division : divisions) check_division(*division);
     for (CallBase* call : indirect_calls) {
       IRBuilder<> at(call);
-      Value* callee = at.CreateFreeze(call->getCalledOperand());
+      Value* callee = freeze(at, call->getCalledOperand());
       call->setCalledOperand(callee);
-      trap_if(at.CreateNot(at.CreateCall(callee_ok_, {callee})), TrapReason::bad_call,
-              at.CreatePtrToInt(callee, i64_), call);
+      trap_if(at.CreateNot(at.CreateCall(
+                  callee_check(call->getFunctionType(), call->getCallingConv()), {callee})),
+              TrapReason::bad_call, at.CreatePtrToInt(callee, i64_), call);
     }
     for (Instruction* t : traps) {
       IRBuilder<> at(t);
@@ -704,8 +977,8 @@ class Confiner {
         constant != nullptr && !constant->isZero() && !(is_signed && constant->isMinusOne()))
       return;
     IRBuilder<> b(&division);
-    Value* d = b.CreateFreeze(divisor);
-    Value* n = b.CreateFreeze(division.getOperand(0));
+    Value* d = freeze(b, divisor);
+    Value* n = freeze(b, division.getOperand(0));
     division.setOperand(0, n);
     division.setOperand(1, d);
     Type* type = d->getType();
@@ -720,25 +993,35 @@ class Confiner {
     trap_if(bad, TrapReason::division, b.getInt64(0), &division);
   }
 
-  // `bool __threechains_confined_callee_ok(ptr)`: whether an address is one
-  // of the module's address-taken functions or imports.
-  Function* make_callee_check() {
-    std::vector<Constant*> allowed;
+  // The functions an indirect call may reach: the module's own and its
+  // imports, where their address is taken (before the pass adds uses).
+  void note_address_taken() {
     for (Function& f : m_) {
       const bool runtime = f.getName().starts_with(confined::kReservedPrefix) &&
                            !f.getName().starts_with(confined::kImportPrefix);
       if (f.isIntrinsic() || runtime) continue;
-      if (f.hasAddressTaken()) allowed.push_back(&f);
+      if (f.hasAddressTaken()) address_taken_.push_back(&f);
     }
-    auto* type = FunctionType::get(i1_, {ptr_}, false);
-    Function* check = Function::Create(type, GlobalValue::InternalLinkage,
+  }
+
+  // `bool callee_ok(ptr)` for calls of type `type`: whether an address is one
+  // of the address-taken functions of exactly that type (a call of another
+  // type would disagree with its callee about registers, stack and where a
+  // returned aggregate goes).
+  Function* callee_check(FunctionType* type, CallingConv::ID cc) {
+    if (const auto it = callee_checks_.find({type, cc}); it != callee_checks_.end())
+      return it->second;
+    auto* check_type = FunctionType::get(i1_, {ptr_}, false);
+    Function* check = Function::Create(check_type, GlobalValue::InternalLinkage,
                                        "__threechains_confined_callee_ok", m_);
-    BasicBlock* entry = BasicBlock::Create(ctx_, "entry", check);
-    IRBuilder<> b(entry);
+    IRBuilder<> b(BasicBlock::Create(ctx_, "entry", check));
     Value* wanted = check->getArg(0);
     Value* found = b.getFalse();
-    for (Constant* f : allowed) found = b.CreateOr(found, b.CreateICmpEQ(wanted, f));
+    for (Function* f : address_taken_)
+      if (f->getFunctionType() == type && f->getCallingConv() == cc)
+        found = b.CreateOr(found, b.CreateICmpEQ(wanted, f));
     b.CreateRet(found);
+    callee_checks_.emplace(std::pair{type, cc}, check);
     return check;
   }
 
@@ -803,7 +1086,9 @@ class Confiner {
   FunctionCallee check_;
   FunctionCallee trap_;
   FunctionCallee tick_;
-  Function* callee_ok_ = nullptr;
+  std::vector<Function*> address_taken_;
+  std::vector<std::pair<Instruction*, Value*>> bulk_;  // memory intrinsics and their lengths
+  std::map<std::pair<FunctionType*, CallingConv::ID>, Function*> callee_checks_;
   GlobalVariable* sites_placeholder_ = nullptr;
   uint64_t site_count_ = 0;
   std::vector<GlobalVariable*> globals_;
@@ -811,11 +1096,16 @@ class Confiner {
 
 }  // namespace
 
+void screen_for_confinement(llvm::Module& module, const std::string& ifunc) {
+  Confiner(module, ifunc).screen_before_optimiser();
+}
+
 void confine_module(llvm::Module& module, const std::string& ifunc) {
   if (module.getFunction(ifunc + "_main") == nullptr ||
       module.getFunction(ifunc + "_main")->isDeclaration())
     refuse(ifunc, "it does not define " + ifunc + "_main");
   Confiner(module, ifunc).run();
+  if (std::getenv("TC_DEBUG_CONFINED") != nullptr) module.print(llvm::errs(), nullptr);
 }
 
 }  // namespace threechains

@@ -10,6 +10,14 @@ class Module;
 
 namespace threechains {
 
+// Before the host optimiser: refuses what cannot be confined or could crash
+// the optimiser or the code generator (scalable vectors, other calling
+// conventions, naked functions, aliases, large by-value arguments, intrinsics
+// outside the allowlist, an entry point that is not void(void*, size_t,
+// void*)), and drops string attributes (CPU features, instrumentation), so
+// the host's CPU applies. Throws errc::import_refused.
+void screen_for_confinement(llvm::Module& module, const std::string& ifunc);
+
 // Rewrites `module` so that, once compiled, it touches only what the runtime
 // (jit/confined_runtime.hpp) lets one invocation touch, calls only its own
 // functions and the confined imports, and stops when its fuel runs out;

@@ -26,6 +26,8 @@
 #include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
 #include <llvm/ExecutionEngine/Orc/ObjectTransformLayer.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/DiagnosticInfo.h>
+#include <llvm/IR/DiagnosticPrinter.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Support/DynamicLibrary.h>
@@ -567,6 +569,18 @@ struct JitCache::Impl {
         }
       } else if (codec == CodecId::bitcode) {
         auto context = std::make_unique<llvm::LLVMContext>();
+        // An error diagnostic (a backend that cannot honour what the IR
+        // asks) would otherwise end the process: it becomes this load's error.
+        context->setDiagnosticHandlerCallBack(
+            [](const llvm::DiagnosticInfo* info, void* self) {
+              if (info->getSeverity() != llvm::DS_Error) return;
+              std::string text;
+              llvm::raw_string_ostream out(text);
+              llvm::DiagnosticPrinterRawOStream printer(out);
+              info->print(printer);
+              static_cast<Impl*>(self)->failure.append(text);
+            },
+            this);
         auto module = llvm::parseBitcodeFile(llvm::MemoryBufferRef(bytes, image.name), *context);
         if (!module) {
           throw Error(errc::bad_container, "ifunc '" + image.name + "': bad bitcode for " +
@@ -574,6 +588,7 @@ struct JitCache::Impl {
                                                message_of(module.takeError()));
         }
         check_bitcode(**module, image.name, policy);
+        if (confine == Confine::yes) screen_for_confinement(**module, image.name);
         (void)optimiser->run(**module);
         // After the optimiser: no pass after this one sees the code before
         // its checks, so none can reason them away.
@@ -616,6 +631,8 @@ struct JitCache::Impl {
         }
         throw Error(failure.code, "ifunc '" + image.name + "' (" + image.triple + "): " + why);
       }
+      if (confine == Confine::yes && !failure.empty())
+        throw Error(errc::jit_failed, "ifunc '" + image.name + "': " + failure.message);
       if (confine == Confine::yes) confined_codes[id] = confined_code(jd, id, image.name);
       dylibs[id].push_back(&jd);
       return address->toPtr<IfuncMain>();

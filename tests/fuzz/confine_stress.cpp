@@ -59,6 +59,24 @@ std::string stress_ir(uint64_t seed, unsigned size) {
   return text;
 }
 
+// A container holding `ir` (text) as bitcode for this host, as ifunc `name`.
+std::vector<std::byte> module_container(const std::string& ir, const std::string& name) {
+  llvm::LLVMContext context;
+  llvm::SMDiagnostic diagnostic;
+  std::unique_ptr<llvm::Module> module =
+      llvm::parseIR(llvm::MemoryBufferRef(ir, name), diagnostic, context);
+  if (!module) throw std::runtime_error("IR does not parse: " + diagnostic.getMessage().str());
+  module->setTargetTriple(llvm::Triple(llvm::sys::getProcessTriple()));
+  llvm::SmallVector<char, 0> bitcode;
+  llvm::raw_svector_ostream out(bitcode);
+  llvm::WriteBitcodeToFile(*module, out);
+  tc::IfuncLibrary library{name, {}, {}};
+  const auto* bytes = reinterpret_cast<const std::byte*>(bitcode.data());
+  library.images.push_back({llvm::sys::getProcessTriple(), tc::CodecId::bitcode,
+                            std::vector<std::byte>(bytes, bytes + bitcode.size())});
+  return tc::pack_container(library);
+}
+
 // The stress function wrapped as ifunc `stress`: stress_main(payload, size,
 // args) calls it with (payload, &g_canary[512], args) and integers that
 // depend on the seed.
@@ -113,6 +131,149 @@ std::vector<std::byte> stress_container(const std::string& ir, uint64_t seed) {
   return tc::pack_container(library);
 }
 
+// Hand-written attacks (from review) that must be refused at load or trap;
+// CANARY stands for the canary array's address. Each is a whole module
+// defining probe_main.
+struct Attack {
+  const char* what;
+  bool refused;  // true: must be refused at load; false: must load and trap
+  const char* ir;
+};
+
+constexpr Attack kAttacks[] = {
+    {"call of an integer made a pointer", false, R"(
+define void @probe_main(ptr %p, i64 %n, ptr %a) {
+  call void inttoptr (i64 CANARY to ptr)()
+  ret void
+})"},
+    {"call into the middle of its own function", false, R"(
+define internal void @f() {
+  ret void
+}
+define void @probe_main(ptr %p, i64 %n, ptr %a) {
+  call void getelementptr (i8, ptr @f, i64 3)()
+  ret void
+})"},
+    {"an alias", true, R"(
+define internal void @f() {
+  ret void
+}
+@g = internal alias void (), ptr @f
+define void @probe_main(ptr %p, i64 %n, ptr %a) {
+  call void @g()
+  ret void
+})"},
+    {"ghccc", true, R"(
+define internal ghccc void @f(i64 %x) {
+  ret void
+}
+define void @probe_main(ptr %p, i64 %n, ptr %a) {
+  call ghccc void @f(i64 1)
+  ret void
+})"},
+    {"an entry point returning a large aggregate", true, R"(
+define [4096 x i64] @probe_main(ptr %p, i64 %n, ptr %a) {
+  ret [4096 x i64] zeroinitializer
+})"},
+    {"an indirect call of the wrong type", false, R"(
+define internal [512 x i64] @big(i64 %x) {
+  ret [512 x i64] zeroinitializer
+}
+@table = internal global ptr @big
+define void @probe_main(ptr %p, i64 %n, ptr %a) {
+  %f = load volatile ptr, ptr @table
+  call void %f(ptr inttoptr (i64 CANARY to ptr))
+  ret void
+})"},
+    {"a large by-value argument", true, R"(
+define internal void @f(ptr byval([65536 x i8]) %x) {
+  ret void
+}
+define void @probe_main(ptr %p, i64 %n, ptr %a) {
+  call void @f(ptr byval([65536 x i8]) %p)
+  ret void
+})"},
+    {"locals whose sizes wrap", true, R"(
+define void @probe_main(ptr %p, i64 %n, ptr %a) {
+  %b = alloca [18446742974197923840 x i8]
+  %c = alloca [1099511631872 x i8]
+  store volatile i8 1, ptr %c
+  ret void
+})"},
+    {"a memset of poison length", false, R"(
+declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
+define void @probe_main(ptr %p, i64 %n, ptr %a) {
+  call void @llvm.memset.p0.i64(ptr %p, i8 0, i64 poison, i1 true)
+  call void @llvm.memset.p0.i64(ptr inttoptr (i64 CANARY to ptr), i8 0, i64 8, i1 true)
+  ret void
+})"},
+    {"a return address three frames up", true, R"(
+declare ptr @llvm.returnaddress(i32)
+define void @probe_main(ptr %p, i64 %n, ptr %a) {
+  %r = call ptr @llvm.returnaddress(i32 3)
+  store volatile ptr %r, ptr %p
+  ret void
+})"},
+    {"a fixed-point division", true, R"(
+declare i32 @llvm.sdiv.fix.i32(i32, i32, i32)
+define void @probe_main(ptr %p, i64 %n, ptr %a) {
+  %d = call i32 @llvm.sdiv.fix.i32(i32 1, i32 0, i32 0)
+  store volatile i32 %d, ptr %p
+  ret void
+})"},
+    {"a scalable vector", true, R"(
+define void @probe_main(ptr %p, i64 %n, ptr %a) {
+  %v = add <vscale x 4 x i32> zeroinitializer, zeroinitializer
+  ret void
+})"},
+    {"an imported llvm.* global", true, R"(
+@llvm.x = external global [64 x i8]
+define void @probe_main(ptr %p, i64 %n, ptr %a) {
+  store volatile i8 1, ptr @llvm.x
+  ret void
+})"},
+    {"instrumentation calling a named function, and features this host may lack", false, R"(
+define void @probe_main(ptr %p, i64 %n, ptr %a) #0 {
+  store volatile i64 1, ptr inttoptr (i64 CANARY to ptr)
+  ret void
+}
+attributes #0 = { "instrument-function-entry"="abort" "target-features"="+avx512f,+avx512bw,+amx-tile" }
+)"},
+};
+
+// Runs each attack confined; true if every one did what it must.
+bool run_attacks(tc::JitCache& cache) {
+  bool all = true;
+  for (const Attack& attack : kAttacks) {
+    std::string ir = attack.ir;
+    const std::string canary = std::to_string(reinterpret_cast<uintptr_t>(g_canary.data()));
+    for (std::size_t at = ir.find("CANARY"); at != std::string::npos; at = ir.find("CANARY"))
+      ir.replace(at, 6, canary);
+    g_canary.fill(kCanary);
+    std::string outcome;
+    bool ok = false;
+    try {
+      const tc::Ifunc ifunc = tc::Ifunc::from_container(module_container(ir, "probe"));
+      (void)cache.load(ifunc.id(), ifunc.codec(), ifunc.code(), tc::Confine::yes);
+      alignas(64) std::array<std::byte, 256> payload{};
+      const std::optional<tc::ConfinedTrap> trap =
+          cache.invoke(*cache.find_ifunc(ifunc.id()), payload.data(), payload.size(), nullptr);
+      (void)cache.evict(ifunc.id());
+      outcome = trap ? "trapped: " + std::string(tc::to_string(trap->reason)) : "returned";
+      ok = !attack.refused && trap.has_value();
+    } catch (const tc::Error& error) {
+      outcome = std::string("refused: ") + error.context().substr(0, 120);
+      ok = attack.refused;
+    }
+    const bool intact =
+        std::all_of(g_canary.begin(), g_canary.end(), [](uint64_t w) { return w == kCanary; });
+    if (!intact) outcome += "; A CANARY CHANGED";
+    std::printf("  %-4s %s: %s\n", ok && intact ? "ok" : "FAIL", attack.what, outcome.c_str());
+    all = all && ok && intact;
+  }
+  return all;
+}
+
 struct Tally {
   unsigned returned = 0;
   unsigned trapped = 0;
@@ -162,6 +323,13 @@ int main(int argc, char** argv) {
   tc::JitCache plain_cache(options);
   options.optimisation_level = 2;
   tc::JitCache optimising_cache(options);
+  if (!unconfined) {
+    std::printf("attacks from review, each refused or trapped, canaries intact:\n");
+    if (!run_attacks(optimising_cache)) {
+      std::printf("FAIL: an attack was not stopped\n");
+      return 1;
+    }
+  }
   Tally tally;
   const auto start = std::chrono::steady_clock::now();
   uint64_t seed = first;
