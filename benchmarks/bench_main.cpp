@@ -72,6 +72,7 @@ struct Options {
   std::string am_address;  // the target's strong-baseline worker, in hex
   int port_fd = -1;
   double floor_us = 0;  // the transport's physical floor, one way (floor.hpp); 0: not measured
+  bool confined = false;  // the target trusts the key as a (confined) code signer only
 };
 
 void pin(int cpu) {
@@ -173,11 +174,18 @@ int run_target(const Options& o) {
   // Secured as in deployment: the source proves the build's development key,
   // which also signed the counter. The rings are what the run asks for.
   const tc::PublicKey key = tc::KeyPair::load(THREECHAINS_DEV_KEY).public_key();
-  tc::Receiver receiver(worker, {.trust = tc::Trust().allow_peer(key).allow_native_code_signer(key),
+  tc::Trust trust = tc::Trust().allow_peer(key);
+  if (o.confined) {
+    trust.allow_code_signer(key);  // bitcode runs confined; binary code is refused
+  } else {
+    trust.allow_native_code_signer(key);
+  }
+  tc::Receiver receiver(worker, {.trust = trust,
                                  .limits = {.max_ring_bytes_per_peer = std::size_t{1} << 40,
                                             .max_ring_bytes = std::size_t{1} << 40},
                                  .max_slot_size = o.max_size + (64 << 10),
                                  .target_args = &state.ran,
+                                 .target_args_bytes = sizeof(state.ran),
                                  .jit = {.promote_after_calls = o.promote_after},
                                  // Spins for good: its loop also progresses the strong
                                  // baseline's worker, whose messages would not wake it.
@@ -633,7 +641,9 @@ int main(int argc, char** argv) {
   app.add_option("--port", o.port);
   app.add_option("--am-address", o.am_address);
   app.add_option("--port-fd", o.port_fd);
-  app.add_option("--floor-us", o.floor_us);  // the driver's measurement, passed to the source
+  app.add_option("--floor-us", o.floor_us);
+  app.add_flag("--confined", o.confined,
+               "the target runs the counter confined (use bitcode modes: binary is refused)");  // the driver's measurement, passed to the source
   CLI11_PARSE(app, argc, argv);
   try {
     if (o.role == "target") return run_target(o);

@@ -36,8 +36,9 @@ struct EscapeResult {
 };
 
 // A child target that runs the test key's code confined.
-ChildTarget<EscapeResult> confined_target(Transport transport) {
+ChildTarget<EscapeResult> confined_target(Transport transport, uint32_t max_traps = 0) {
   ReceiverOptions options;
+  options.limits.max_traps_per_code = max_traps;
   const PublicKey key = test_identity().public_key();
   options.trust = Trust().allow_peer(key).allow_code_signer(key);
   options.jit.confinement.time_budget = std::chrono::milliseconds(20);
@@ -191,5 +192,32 @@ TEMPLATE_TEST_CASE("confined targets refuse what cannot be confined, and serve o
   INFO(result.first_error);
   CHECK(result.refused == 4);
   CHECK(result.counter == 8);
+  CHECK(result.canary_intact == 1);
+}
+
+TEMPLATE_TEST_CASE("confined code that keeps trapping is evicted, and refused from then on",
+                   "[confinement][trust][ucx]", Shm, Tcp) {
+  auto target = confined_target(TestType::transport, 3);
+  const Ifunc escape = Ifunc::load(TC_ESCAPE);
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  TestSource source(TestType::transport, target.port(), options_for<TestType>());
+  for (int i = 0; i < 3; ++i) {
+    INFO("trap " << i);
+    const std::optional<Error> error = carry_out(source.channel, escape, {null_store, 0});
+    REQUIRE(error.has_value());
+    CHECK(error->is(errc::code_trapped));
+  }
+  // Its identity is forgotten: the next frame brings the code again, which is refused.
+  const std::optional<Error> refused = carry_out(source.channel, escape, {honest, 5});
+  REQUIRE(refused.has_value());
+  CHECK(refused->is(errc::code_refused));
+  CHECK_THAT(refused->what(), Catch::Contains("trapped 3 times"));
+  // Other code from the same peer still runs.
+  (void)send(source.channel, counter, uint64_t{4});
+  source.channel.close();
+  const EscapeResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.trapped == 3);
+  CHECK(result.counter == 4);
   CHECK(result.canary_intact == 1);
 }

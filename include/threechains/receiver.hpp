@@ -53,6 +53,9 @@ struct ReceiverLimits {
   std::size_t max_code_bytes = std::size_t{16} << 20;   // one container as it travels
   std::size_t max_cached_ifuncs = 1024;
   std::size_t max_cached_code_bytes = std::size_t{256} << 20;  // their containers
+  // Confined code that traps this many times is evicted, and the same code
+  // (by content) is refused from then on, from every peer. 0: never.
+  uint32_t max_traps_per_code = 8;
   // A peer that has not proven its key by then is let go (an endpoint that
   // never says HELLO too: send your own Active Messages on a Channel's).
   std::chrono::milliseconds handshake_timeout{2000};

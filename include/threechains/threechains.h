@@ -178,6 +178,10 @@ typedef struct threechains_receiver_stats {
   uint64_t code_refused;
   uint64_t evictions;
   uint64_t last_load_ns;
+  /* appended later: a caller built against an older header sets a smaller size */
+  uint64_t code_trapped; /* confined invocations stopped for breaking a rule */
+  uint64_t sleeps;       /* times the serving loop slept, idle */
+  uint64_t doorbells;    /* frames that found their ring cold and woke it */
 } threechains_receiver_stats;
 
 THREECHAINS_C_API void threechains_receiver_options_init(threechains_receiver_options* options);

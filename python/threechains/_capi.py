@@ -50,7 +50,7 @@ class ReceiverStats(ctypes.Structure):
     _fields_ = [("size", c_size_t)] + [(name, ctypes.c_uint64) for name in (
         "frames_dispatched", "frames_rejected", "code_loads", "cache_misses", "peers_connected",
         "peers_closed", "peers_lost", "peers_refused", "code_refused", "evictions",
-        "last_load_ns")]
+        "last_load_ns", "code_trapped", "sleeps", "doorbells")]
 
 
 class ChannelOptions(ctypes.Structure):

@@ -116,6 +116,9 @@ threechains_status threechains_receiver_stats_get(const threechains_receiver* re
   all.code_refused = s.code_refused;
   all.evictions = s.evictions;
   all.last_load_ns = static_cast<uint64_t>(s.last_load_time.count());
+  all.code_trapped = s.code_trapped;
+  all.sleeps = s.sleeps;
+  all.doorbells = s.doorbells;
   std::memcpy(static_cast<void*>(stats), &all, std::min(stats->size, sizeof(all)));
   return THREECHAINS_OK;
 }

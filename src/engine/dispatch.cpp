@@ -147,6 +147,22 @@ Error Engine::trap_error(const CachedIfunc& ifunc, CodeId id, const ConfinedTrap
   return Error(errc::code_trapped, std::move(text));
 }
 
+void Engine::count_trap(CodeId id, const std::string& name) {
+  Target& t = *target_;
+  const uint32_t limit = t.options.limits.max_traps_per_code;
+  const uint32_t count = ++t.traps[id];
+  if (limit == 0 || count < limit) return;
+  if (const auto digest = t.digests.find(id); digest != t.digests.end())
+    t.banned.insert(digest->second);
+  t.traps.erase(id);
+  forget(id);
+  ++t.stats.evictions;
+  report(Error(errc::code_refused, "ifunc '" + name + "' (code " + std::to_string(id) +
+                                       ") trapped " + std::to_string(count) +
+                                       " times: evicted, and refused from now on "
+                                       "(ReceiverLimits::max_traps_per_code)"));
+}
+
 // Validates and runs the frame at `frame_bytes` (`available` bytes may hold
 // it). Returns false if the frame must wait for its code.
 bool Engine::dispatch(Link& link, std::byte* frame_bytes, std::size_t available) {
@@ -185,6 +201,7 @@ bool Engine::dispatch(Link& link, std::byte* frame_bytes, std::size_t available)
     const Error error = trap_error(*entry, frame.code_id(), *trap, link.peer_name);
     report(error);
     send_code_refusal(link, frame.code_id(), error);
+    count_trap(frame.code_id(), t.cache.confined_name(*entry));
   }
   ++t.stats.frames_dispatched;
   return true;
@@ -270,6 +287,11 @@ const CachedIfunc* Engine::load(Link& link, CodeId id, CodecId codec,
                       " this Receiver accepts (ReceiverLimits::max_code_bytes)");
     }
     const ContentDigest digest = content_digest(code);
+    if (t.banned.contains(digest)) {
+      throw Error(errc::code_refused,
+                  "this code trapped " + std::to_string(t.options.limits.max_traps_per_code) +
+                      " times here and is refused (ReceiverLimits::max_traps_per_code)");
+    }
     if (const auto known = t.digests.find(id); known != t.digests.end()) {
       // Loaded already, for another peer (or for this one before): the same
       // code runs from the cache; other code under its identity never does.
@@ -371,6 +393,7 @@ void Engine::forget(CodeId id) {
   }
   t.code_store.erase(id);
   t.digests.erase(id);
+  t.traps.erase(id);
   // Whoever showed it must show it again: the next code under this identity
   // may be another's.
   for (const auto& [ep, link] : links_) link->in.forget_shown(id);

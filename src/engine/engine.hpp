@@ -36,6 +36,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -78,6 +79,10 @@ struct Target {
   // identity it has not shown us must send the code, and runs it only if it
   // is the same code (Inbound::shown).
   std::unordered_map<CodeId, ContentDigest> digests;
+  // Confined code that trapped: how often, and what trapped too often to be
+  // loaded again (ReceiverLimits::max_traps_per_code), by content.
+  std::unordered_map<CodeId, uint32_t> traps;
+  std::set<ContentDigest> banned;
   std::size_t cached_code_bytes = 0;
   uint64_t use_clock = 0;
   CodeId last_dispatched = 0;
@@ -154,6 +159,9 @@ class Engine {
                                         void* payload, std::size_t size);
   [[nodiscard]] Error trap_error(const CachedIfunc& ifunc, CodeId id, const ConfinedTrap& trap,
                                  const std::string& peer) const;
+  // Counts a trap of `id`; at ReceiverLimits::max_traps_per_code the code is
+  // evicted and its content refused from then on.
+  void count_trap(CodeId id, const std::string& name);
   void report(const Error& error);
   [[nodiscard]] std::size_t receiving_links() const noexcept { return inbound_.size(); }
 

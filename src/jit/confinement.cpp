@@ -581,25 +581,38 @@ class Confiner {
   // search otherwise, which traps or fills the site's cache.
   void check_address(Value* address, Value* bytes, bool write, Value* base, Instruction* at,
                      const Bounds& bounds) {
-    IRBuilder<> b(at);
+    // A chain of tests, most likely first, each branching to the access as
+    // soon as one holds: an access to the payload costs one range test, one
+    // to the region its site found last two.
+    BasicBlock* head = at->getParent();
+    BasicBlock* access = head->splitBasicBlock(at->getIterator(), "checked");
+    head->getTerminator()->eraseFromParent();
+    Function* f = head->getParent();
+    MDNode* likely = MDBuilder(ctx_).createLikelyBranchWeights();
+    IRBuilder<> b(head);
+    const auto otherwise = [&](Value* holds, const char* name) {
+      BasicBlock* next = BasicBlock::Create(ctx_, name, f, access);
+      b.CreateCondBr(holds, access, next, likely);
+      b.SetInsertPoint(next);
+    };
+    otherwise(inside(b, address, bytes, bounds.payload_begin, bounds.payload_size), "site");
+    const uint64_t site_index = site_count_++;
     Value* site =
-        b.CreateConstGEP2_64(ArrayType::get(site_type(), 0), sites_placeholder_, 0, site_count_++);
+        b.CreateConstGEP2_64(ArrayType::get(site_type(), 0), sites_placeholder_, 0, site_index);
     Value* site_begin = b.CreateLoad(i64_, site);
     Value* site_size = b.CreateLoad(i64_, b.CreateConstGEP1_64(i64_, site, 1));
-    Value* ok = b.CreateOr(inside(b, address, bytes, bounds.payload_begin, bounds.payload_size),
-                           inside(b, address, bytes, bounds.stack_begin, bounds.stack_size));
-    ok = b.CreateOr(ok, inside(b, address, bytes, site_begin, site_size));
+    otherwise(inside(b, address, bytes, site_begin, site_size), "stack");
+    otherwise(inside(b, address, bytes, bounds.stack_begin, bounds.stack_size), "global");
     if (auto* global = dyn_cast_or_null<GlobalVariable>(base);
         global != nullptr && global->getName() != confined::kStateSymbol &&
         (!write || !global->isConstant())) {
       const uint64_t size = dl_.getTypeAllocSize(global->getValueType());
-      ok = b.CreateOr(ok, inside(b, address, bytes, b.CreatePtrToInt(global, i64_),
-                                 ConstantInt::get(i64_, size)));
+      otherwise(
+          inside(b, address, bytes, b.CreatePtrToInt(global, i64_), ConstantInt::get(i64_, size)),
+          "slow");
     }
-    Instruction* slow = SplitBlockAndInsertIfThen(b.CreateNot(ok), at->getIterator(), false,
-                                                  MDBuilder(ctx_).createUnlikelyBranchWeights());
-    IRBuilder<> s(slow);
-    s.CreateCall(check_, {state_, address, bytes, ConstantInt::get(i64_, write ? 1 : 0), site});
+    b.CreateCall(check_, {state_, address, bytes, ConstantInt::get(i64_, write ? 1 : 0), site});
+    b.CreateBr(access);
   }
 
   void check_access(const Access& access, const Bounds& bounds) {
