@@ -4,6 +4,7 @@
 // tries must trap (errc::code_trapped, named, to the source) or be refused at
 // load, the target must stay up with its canaries untouched, and honest work
 // after each attempt must complete with the right result.
+#include "engine/fault_report.hpp"
 #include "support/counter_target.hpp"
 #include "support/two_process.hpp"
 
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 
 using namespace threechains;
@@ -25,6 +27,8 @@ constexpr uint64_t kCanaryWord = 0x5a5a5a5a5a5a5a5aULL;
 // A global of the target that no region exposes (the child is a fork of this
 // process: the address the test sends is the child's too).
 std::array<uint64_t, 64> g_canary{};
+// A table the target exposes to confined code, read-only.
+std::array<uint64_t, 8> g_table{};
 
 struct EscapeResult {
   uint64_t counter;
@@ -38,6 +42,8 @@ struct EscapeResult {
 // A child target that runs the test key's code confined.
 ChildTarget<EscapeResult> confined_target(Transport transport, uint32_t max_traps = 0) {
   ReceiverOptions options;
+  options.exposed.push_back(
+      {"table", std::as_writable_bytes(std::span(g_table)), /*writable=*/false});
   options.limits.max_traps_per_code = max_traps;
   const PublicKey key = test_identity().public_key();
   options.trust = Trust().allow_peer(key).allow_code_signer(key);
@@ -46,6 +52,7 @@ ChildTarget<EscapeResult> confined_target(Transport transport, uint32_t max_trap
       transport,
       [](ChildContext& context) {
         g_canary.fill(kCanaryWord);
+        for (std::size_t k = 0; k < g_table.size(); ++k) g_table[k] = 100 + k;
         context.receiver.set_target_args(&g_counter, sizeof(g_counter));
         ChildTarget<EscapeResult>::serve_until_closed(context.receiver);
         EscapeResult result{};
@@ -54,8 +61,11 @@ ChildTarget<EscapeResult> confined_target(Transport transport, uint32_t max_trap
         result.trapped = stats.code_trapped;
         result.dispatched = stats.frames_dispatched;
         result.refused = stats.code_refused;
-        result.canary_intact = std::all_of(g_canary.begin(), g_canary.end(),
-                                           [](uint64_t w) { return w == kCanaryWord; });
+        bool table_intact = true;
+        for (std::size_t k = 0; k < g_table.size(); ++k) table_intact &= g_table[k] == 100 + k;
+        result.canary_intact =
+            table_intact && std::all_of(g_canary.begin(), g_canary.end(),
+                                        [](uint64_t w) { return w == kCanaryWord; });
         context.first_error(result.first_error);
         return result;
       },
@@ -83,6 +93,7 @@ enum Command : uint64_t {
   divide_by_zero,
   write_string_literal,
   past_target_args,
+  read_address,
 };
 
 // Sends one order and flushes: the error the target answered with, if any.
@@ -133,7 +144,7 @@ TEMPLATE_TEST_CASE("confined code: every escape traps, the target serves on, can
       {"a stack smash", {stack_smash, uint64_t{1} << 22}, "outside every region"},
       {"an endless loop", {spin_forever, 0}, "time budget"},
       {"endless recursion", {recurse_forever, 0}, "stack ran out"},
-      {"a NULL store", {null_store, 0}, ""},
+      {"a NULL store", {null_store, 0}, "outside every region"},
       {"a huge memcpy", {huge_memcpy, uint64_t{1} << 30}, "outside every region"},
       {"threechains_send_self with a wild pointer", {wild_send, 0x1000}, "runtime call"},
       {"a division by zero", {divide_by_zero, 0}, "division"},
@@ -220,4 +231,72 @@ TEMPLATE_TEST_CASE("confined code that keeps trapping is evicted, and refused fr
   CHECK(result.trapped == 3);
   CHECK(result.counter == 4);
   CHECK(result.canary_intact == 1);
+}
+
+TEST_CASE("a fault in fully trusted code is named before the process dies",
+          "[confinement][trust][ucx]") {
+  const std::string log = "/tmp/threechains-fault-" + std::to_string(getpid()) + ".log";
+  std::filesystem::remove(log);
+  ReceiverOptions options;
+  const PublicKey key = test_identity().public_key();
+  options.trust = Trust().allow_peer(key).allow_native_code_signer(key);  // unconfined
+  ChildTarget<EscapeResult> target(
+      Transport::tcp,
+      [log](ChildContext& context) {
+        // What the child writes to stderr from here on, for the test to read.
+        std::FILE* file = std::fopen(log.c_str(), "w");
+        if (file == nullptr || dup2(fileno(file), STDERR_FILENO) < 0)
+          throw std::runtime_error("cannot redirect stderr");
+        // This child is a fork of Catch's process: its handlers would report
+        // the fault as a failed test here; the reporter, then death, is the point.
+        detail::report_faults_then_default();
+        context.receiver.set_target_args(&g_counter);
+        ChildTarget<EscapeResult>::serve_until_closed(context.receiver);
+        return EscapeResult{};
+      },
+      std::move(options));
+  const Ifunc escape = Ifunc::load(TC_ESCAPE);
+  // tcp: the source hears at once that the target died (a reset connection).
+  TestSource source(Transport::tcp, target.port(), options_for<Tcp>());
+  CHECK_FALSE(carry_out(source.channel, escape, {honest, 1}).has_value());
+  (void)send(source.channel, escape, Order{null_store, 0});
+  CHECK_THROWS(source.channel.flush());  // the target died of it
+  CHECK_THROWS(target.result(std::chrono::seconds(30)));
+  std::string text;
+  if (std::FILE* file = std::fopen(log.c_str(), "r")) {
+    char buffer[4096];
+    text.assign(buffer, std::fread(buffer, 1, sizeof(buffer), file));
+    std::fclose(file);
+  }
+  std::filesystem::remove(log);
+  INFO(text);
+  CHECK_THAT(text, Catch::Contains("threechains: SIGSEGV in ifunc 'escape' (code 0x") &&
+                       Catch::Contains(") from ") && Catch::Contains(": address 0x0,"));
+}
+
+TEMPLATE_TEST_CASE("confined code reads an exposed read-only region and cannot write it",
+                   "[confinement][trust][ucx]", Shm, Tcp) {
+  auto target = confined_target(TestType::transport);
+  const Ifunc escape = Ifunc::load(TC_ESCAPE);
+  TestSource source(TestType::transport, target.port(), options_for<TestType>());
+  const auto at = [](std::size_t k) {
+    return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&g_table[k]));
+  };
+  // Read twice from the same access site: the second through its cached region.
+  CHECK_FALSE(carry_out(source.channel, escape, {read_address, at(3)}).has_value());
+  CHECK_FALSE(carry_out(source.channel, escape, {read_address, at(5)}).has_value());
+  const std::optional<Error> write =
+      carry_out(source.channel, escape, {write_target_global, at(3)});
+  REQUIRE(write.has_value());
+  CHECK(write->is(errc::code_trapped));
+  CHECK_THAT(write->what(), Catch::Contains("read-only"));
+  // A read that starts inside the table and runs past its end.
+  const std::optional<Error> past = carry_out(source.channel, escape, {read_address, at(7) + 4});
+  REQUIRE(past.has_value());
+  CHECK_THAT(past->what(), Catch::Contains("outside every region"));
+  source.channel.close();
+  const EscapeResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.counter == 103 + 105);
+  CHECK(result.trapped == 2);
 }

@@ -163,6 +163,9 @@ typedef struct threechains_receiver_options {
   int unrestricted_imports;            /* nonzero: injected code may import anything */
   threechains_error_fn on_error;       /* NULL: print to stderr */
   void* on_error_user;
+  /* appended later (read only if size covers it): how many bytes of
+   * *target_args confined code may use; 0: none (it gets the pointer only) */
+  size_t target_args_bytes;
 } threechains_receiver_options;
 
 typedef struct threechains_receiver_stats {
@@ -199,8 +202,12 @@ THREECHAINS_C_API threechains_status threechains_receiver_poll(threechains_recei
  * prototype's daemon); ifuncs then run on that thread. */
 THREECHAINS_C_API threechains_status threechains_receiver_start(threechains_receiver* receiver);
 THREECHAINS_C_API void threechains_receiver_stop(threechains_receiver* receiver);
+/* Confined code may use none of *target_args: see ..._set_target_args_sized. */
 THREECHAINS_C_API threechains_status
 threechains_receiver_set_target_args(threechains_receiver* receiver, void* target_args);
+/* The same, and confined code may read and write `bytes` of it. */
+THREECHAINS_C_API threechains_status threechains_receiver_set_target_args_sized(
+    threechains_receiver* receiver, void* target_args, size_t bytes);
 /* Fills the fields of *stats that fit in stats->size. THREECHAINS_INVALID_ARGUMENT
  * while the progress thread serves (it writes them): stop it first. */
 THREECHAINS_C_API threechains_status threechains_receiver_stats_get(

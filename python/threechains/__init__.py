@@ -134,16 +134,16 @@ def _address(target_args, keep):
     stays held (a bytearray cannot be resized and moved under C) as long as
     the object that keeps `keep`."""
     if target_args is None or isinstance(target_args, int):
-        return target_args
+        return target_args, 0  # a bare address: confined code gets it, and none of its bytes
     if isinstance(target_args, (ctypes._SimpleCData, ctypes.Structure, ctypes.Array)):
         keep.append(target_args)
-        return ctypes.addressof(target_args)
+        return ctypes.addressof(target_args), ctypes.sizeof(target_args)
     view = memoryview(target_args)
     if view.readonly:
         raise Error(Status.INVALID_ARGUMENT, "target_args must be writable")
     pinned = (ctypes.c_char * view.nbytes).from_buffer(view.cast("B"))
     keep.append(pinned)
-    return ctypes.addressof(pinned)
+    return ctypes.addressof(pinned), view.nbytes
 
 
 class Context(_Handle):
@@ -263,7 +263,7 @@ def _receiver_options(struct, port, trust, identity, target_args, on_error, unre
     struct.port = port
     struct.trust = trust.handle if trust is not None else None
     struct.identity = identity.handle if identity is not None else None
-    struct.target_args = _address(target_args, keep)
+    struct.target_args, struct.target_args_bytes = _address(target_args, keep)
     struct.unrestricted_imports = 1 if unrestricted_imports else 0
     if on_error is not None:
         def report(_user, status, message):
@@ -419,7 +419,7 @@ class Node(_Handle):
         keep = []
         if exposed:
             names = (ctypes.c_char_p * len(exposed))(*[name.encode() for name in exposed])
-            objects = (ctypes.c_void_p * len(exposed))(*[_address(o, keep) for o in exposed.values()])
+            objects = (ctypes.c_void_p * len(exposed))(*[_address(o, keep)[0] for o in exposed.values()])
             options.exposed_names = names
             options.exposed_objects = objects
             options.exposed_count = len(exposed)

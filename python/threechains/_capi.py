@@ -43,7 +43,7 @@ class ReceiverOptions(ctypes.Structure):
                 ("identity", c_void_p), ("target_args", c_void_p),
                 ("max_slots", ctypes.c_uint32), ("max_slot_size", c_size_t),
                 ("unrestricted_imports", ctypes.c_int), ("on_error", ERROR_FN),
-                ("on_error_user", c_void_p)]
+                ("on_error_user", c_void_p), ("target_args_bytes", c_size_t)]
 
 
 class ReceiverStats(ctypes.Structure):

@@ -1,6 +1,7 @@
 // C API: the Receiver, and the option translation the Node shares.
 #include "capi/handles.hpp"
 
+#include <cstddef>
 #include <cstdio>
 
 using threechains::capi::all_given;
@@ -25,6 +26,8 @@ ReceiverOptions receiver_options(const threechains_receiver_options& given) {
   if (given.trust != nullptr) options.trust = given.trust->trust;
   if (given.identity != nullptr) options.identity = given.identity->key;
   options.target_args = given.target_args;
+  if (given.size >= offsetof(threechains_receiver_options, target_args_bytes) + sizeof(size_t))
+    options.target_args_bytes = given.target_args_bytes;
   options.max_slots = given.max_slots;
   options.max_slot_size = given.max_slot_size;
   if (given.unrestricted_imports != 0) options.jit.imports = ImportPolicy::unrestricted();
@@ -90,6 +93,13 @@ threechains_status threechains_receiver_set_target_args(threechains_receiver* re
   if (!all_given(receiver)) return fail(THREECHAINS_INVALID_ARGUMENT, "receiver is NULL");
   return guarded("threechains_receiver_set_target_args",
                  [&] { receiver->receiver.set_target_args(target_args); });
+}
+
+threechains_status threechains_receiver_set_target_args_sized(threechains_receiver* receiver,
+                                                              void* target_args, size_t bytes) {
+  if (!all_given(receiver)) return fail(THREECHAINS_INVALID_ARGUMENT, "receiver is NULL");
+  return guarded("threechains_receiver_set_target_args_sized",
+                 [&] { receiver->receiver.set_target_args(target_args, bytes); });
 }
 
 threechains_status threechains_receiver_stats_get(const threechains_receiver* receiver,

@@ -111,11 +111,11 @@ void Engine::promote_tiers() {
 }
 
 std::optional<ConfinedTrap> Engine::run_entry(const CachedIfunc& ifunc, CodeId id, int64_t origin,
-                                              void* payload, std::size_t size) {
+                                              const char* peer, void* payload, std::size_t size) {
   Target& t = *target_;
   t.cache.count_call(id);
   const DispatchContext outer = t.running;
-  t.running = {id, origin};
+  t.running = {id, origin, peer, pthread_self()};
   std::optional<ConfinedTrap> trap;
   if (runtime_hooks_ == nullptr) {  // a plain Receiver: injected code has no Node to call
     trap = t.cache.invoke(ifunc, payload, size, t.options.target_args);
@@ -147,19 +147,21 @@ Error Engine::trap_error(const CachedIfunc& ifunc, CodeId id, const ConfinedTrap
   return Error(errc::code_trapped, std::move(text));
 }
 
-void Engine::count_trap(CodeId id, const std::string& name) {
+void Engine::count_trap(Link& link, CodeId id, const std::string& name) {
   Target& t = *target_;
   const uint32_t limit = t.options.limits.max_traps_per_code;
-  const uint32_t count = ++t.traps[id];
+  const uint32_t count = ++link.traps[id];
   if (limit == 0 || count < limit) return;
-  if (const auto digest = t.digests.find(id); digest != t.digests.end())
-    t.banned.insert(digest->second);
-  t.traps.erase(id);
-  forget(id);
-  ++t.stats.evictions;
+  constexpr std::size_t kMaxBanned = 1024;  // a peer's list stays bounded
+  if (const auto digest = t.digests.find(id);
+      digest != t.digests.end() && link.banned.size() < kMaxBanned)
+    link.banned.insert(digest->second);
+  link.traps.erase(id);
+  link.in.forget_shown(id);  // its next frame of it must bring the code, which is refused
   report(Error(errc::code_refused, "ifunc '" + name + "' (code " + std::to_string(id) +
-                                       ") trapped " + std::to_string(count) +
-                                       " times: evicted, and refused from now on "
+                                       ") trapped " + std::to_string(count) + " times for " +
+                                       link.peer_name +
+                                       ": refused to that peer from now on "
                                        "(ReceiverLimits::max_traps_per_code)"));
 }
 
@@ -196,12 +198,12 @@ bool Engine::dispatch(Link& link, std::byte* frame_bytes, std::size_t available)
     touch(frame.code_id());
   in.stalled_on = 0;
   if (const std::optional<ConfinedTrap> trap =
-          run_entry(*entry, frame.code_id(), link.rank, frame_bytes + sizeof(FrameHeader),
-                    frame.header().payload_size)) [[unlikely]] {
+          run_entry(*entry, frame.code_id(), link.rank, link.peer_name.c_str(),
+                    frame_bytes + sizeof(FrameHeader), frame.header().payload_size)) [[unlikely]] {
     const Error error = trap_error(*entry, frame.code_id(), *trap, link.peer_name);
     report(error);
     send_code_refusal(link, frame.code_id(), error);
-    count_trap(frame.code_id(), t.cache.confined_name(*entry));
+    count_trap(link, frame.code_id(), t.cache.confined_name(*entry));
   }
   ++t.stats.frames_dispatched;
   return true;
@@ -287,7 +289,7 @@ const CachedIfunc* Engine::load(Link& link, CodeId id, CodecId codec,
                       " this Receiver accepts (ReceiverLimits::max_code_bytes)");
     }
     const ContentDigest digest = content_digest(code);
-    if (t.banned.contains(digest)) {
+    if (link.banned.contains(digest)) {
       throw Error(errc::code_refused,
                   "this code trapped " + std::to_string(t.options.limits.max_traps_per_code) +
                       " times here and is refused (ReceiverLimits::max_traps_per_code)");
@@ -314,6 +316,7 @@ const CachedIfunc* Engine::load(Link& link, CodeId id, CodecId codec,
     const Confine confine = check_code_trust(t.options.trust, code);
     const LoadResult result = t.cache.load(id, codec, code, confine);
     t.digests.insert_or_assign(id, digest);
+    t.names.insert_or_assign(id, result.name);
     link.in.shown.insert(id);
     note_loaded(id, code.size());
     trim_cache(id);  // after a load that worked: bad code never costs good code its place
@@ -321,7 +324,8 @@ const CachedIfunc* Engine::load(Link& link, CodeId id, CodecId codec,
       // Kept for injected code that sends it onward; parsed again only if it does.
       t.code_by_name[result.name] = id;
       t.code_store.insert_or_assign(
-          id, Target::StoredCode{std::vector<std::byte>(code.begin(), code.end()), std::nullopt});
+          id, Target::StoredCode{std::vector<std::byte>(code.begin(), code.end()), std::nullopt,
+                                 confine});
     }
     count_load(result);
     return t.cache.find_ifunc(id);
@@ -393,7 +397,7 @@ void Engine::forget(CodeId id) {
   }
   t.code_store.erase(id);
   t.digests.erase(id);
-  t.traps.erase(id);
+  t.names.erase(id);
   // Whoever showed it must show it again: the next code under this identity
   // may be another's.
   for (const auto& [ep, link] : links_) link->in.forget_shown(id);
@@ -401,18 +405,24 @@ void Engine::forget(CodeId id) {
   if (t.last_dispatched == id) t.last_dispatched = 0;
 }
 
-void Engine::install(const Ifunc& ifunc) {
+void Engine::install(const Ifunc& ifunc, Confine confine) {
   Target& t = *target_;
   if (t.cache.contains(ifunc.id()) && t.code_store.contains(ifunc.id())) return;
   if (!t.cache.contains(ifunc.id())) {
-    const LoadResult result = t.cache.load(ifunc.id(), ifunc.codec(), ifunc.code());
+    const LoadResult result = t.cache.load(ifunc.id(), ifunc.codec(), ifunc.code(), confine);
     t.digests.insert_or_assign(ifunc.id(), content_digest(ifunc.code()));
+    t.names.insert_or_assign(ifunc.id(), ifunc.name());
     note_loaded(ifunc.id(), ifunc.code().size());
     trim_cache(ifunc.id());
     count_load(result);
   }
   t.code_by_name[ifunc.name()] = ifunc.id();
-  t.code_store.insert_or_assign(ifunc.id(), Target::StoredCode{{}, ifunc});
+  t.code_store.insert_or_assign(ifunc.id(), Target::StoredCode{{}, ifunc, confine});
+}
+
+Confine Engine::confinement_of(CodeId id) const {
+  const auto it = target_->code_store.find(id);
+  return it == target_->code_store.end() ? Confine::yes : it->second.confine;
 }
 
 const Ifunc* Engine::stored(CodeId id) {

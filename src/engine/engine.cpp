@@ -1,6 +1,7 @@
 // Engine: set-up, control messages, link lifetimes. The dispatch path (frames
 // into the JIT cache) is in dispatch.cpp, the send path in send_path.cpp.
 #include "engine/engine.hpp"
+#include "engine/fault_report.hpp"
 
 #include "engine/admission.hpp"
 #include "engine/asymmetric_fence.hpp"
@@ -57,6 +58,8 @@ void Target::expose_regions() {
   cache.expose(regions);
 }
 
+Target::~Target() { unwatch_faults(this); }
+
 Target::Target(const Worker& worker, ReceiverOptions receiver_options,
                Listener::OnConnect on_connect)
     : options(std::move(receiver_options)),
@@ -66,6 +69,7 @@ Target::Target(const Worker& worker, ReceiverOptions receiver_options,
   // to the Receiver that asked for it (src/engine/handshake.cpp).
   if (!options.identity && !options.trust.any_peer()) options.identity = KeyPair::generate();
   expose_regions();
+  watch_faults(this);
   if (!options.on_error) {
     options.on_error = [](const Error& e) {
       std::fprintf(stderr, "threechains receiver: %s\n", e.what());

@@ -30,6 +30,8 @@
 #include <threechains/ucx/listener.hpp>
 #include <threechains/ucx/worker.hpp>
 
+#include <pthread.h>
+
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -46,11 +48,16 @@ namespace threechains::detail {
 struct DispatchContext {
   CodeId code_id = 0;
   int64_t origin_rank = -1;  // rank of the source that sent the frame, -1 if not in a mesh
+  const char* peer = nullptr;  // who sent it (a Link's peer_name), for fault reports
+  pthread_t thread{};          // the thread running it (fault_report.cpp)
 };
 
 // The Receiver role of an engine.
 struct Target {
   Target(const Worker& worker, ReceiverOptions receiver_options, Listener::OnConnect on_connect);
+  ~Target();
+  Target(const Target&) = delete;
+  Target& operator=(const Target&) = delete;
   // Hands the JitCache the regions options name for confined code.
   void expose_regions();
 
@@ -58,6 +65,7 @@ struct Target {
   struct StoredCode {
     std::vector<std::byte> container;  // moved into `ifunc` the first time it is needed
     std::optional<Ifunc> ifunc;
+    Confine confine = Confine::yes;  // how it runs here: loaded again, it runs so again
   };
 
   ReceiverOptions options;
@@ -79,10 +87,8 @@ struct Target {
   // identity it has not shown us must send the code, and runs it only if it
   // is the same code (Inbound::shown).
   std::unordered_map<CodeId, ContentDigest> digests;
-  // Confined code that trapped: how often, and what trapped too often to be
-  // loaded again (ReceiverLimits::max_traps_per_code), by content.
-  std::unordered_map<CodeId, uint32_t> traps;
-  std::set<ContentDigest> banned;
+  std::unordered_map<CodeId, std::string> names;  // of what is loaded, for fault reports
+
   std::size_t cached_code_bytes = 0;
   uint64_t use_clock = 0;
   CodeId last_dispatched = 0;
@@ -148,20 +154,24 @@ class Engine {
   void return_credits(CreditTiming timing = CreditTiming::may_defer);
   // Tier-1 compiles whose call count was reached start here, after credits.
   void start_due_compiles();
-  // Loads `ifunc` into the cache (and the code store) if it is not there.
-  void install(const Ifunc& ifunc);
+  // Loads `ifunc` into the cache (and the code store) if it is not there:
+  // the application's own code runs as it is; code a peer sent runs as its
+  // signer's trust said when it came (a queued send of it reloads it so).
+  void install(const Ifunc& ifunc, Confine confine = Confine::no);
+  // How kept code runs here (Confine::yes if it is not kept: the safe guess).
+  [[nodiscard]] Confine confinement_of(CodeId id) const;
   // A kept ifunc by identity or by name; nullptr if none.
   [[nodiscard]] const Ifunc* stored(CodeId id);
   [[nodiscard]] const Ifunc* stored(const std::string& name);
   // Runs `entry` as the dispatch of `id` from `origin` (the runtime sees it).
   // Runs a cached ifunc as the frame of `origin`; a trap if confined code broke a rule.
   std::optional<ConfinedTrap> run_entry(const CachedIfunc& ifunc, CodeId id, int64_t origin,
-                                        void* payload, std::size_t size);
+                                        const char* peer, void* payload, std::size_t size);
   [[nodiscard]] Error trap_error(const CachedIfunc& ifunc, CodeId id, const ConfinedTrap& trap,
                                  const std::string& peer) const;
   // Counts a trap of `id`; at ReceiverLimits::max_traps_per_code the code is
   // evicted and its content refused from then on.
-  void count_trap(CodeId id, const std::string& name);
+  void count_trap(Link& link, CodeId id, const std::string& name);
   void report(const Error& error);
   [[nodiscard]] std::size_t receiving_links() const noexcept { return inbound_.size(); }
 

@@ -29,6 +29,7 @@
 
 #include <array>
 #include <chrono>
+#include <set>
 #include <string>
 
 #include <cstdint>
@@ -196,6 +197,12 @@ struct Link {
   // sent more frames than its ring holds; its ring's state went inconsistent),
   // acted on by the next control round.
   std::string misbehaved;
+  // Its confined code that trapped: how often, and what trapped too often to
+  // be loaded for it again (ReceiverLimits::max_traps_per_code), by content.
+  // A peer's traps ban code for that peer only: replaying another's code
+  // with bad payloads takes nothing from anyone else.
+  std::unordered_map<CodeId, uint32_t> traps;
+  std::set<std::array<std::byte, 32>> banned;
   std::optional<Outbound> out;
   Inbound in;
   bool removed = false;  // no longer in the engine's table (peer gone or both sides done)

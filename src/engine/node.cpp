@@ -33,7 +33,7 @@ struct NodeCore {
       if (ifunc == nullptr) {
         return core->refuse("threechains_send_self: the running ifunc's code is not kept here");
       }
-      return core->queue(to, *ifunc, payload, size);
+      return core->queue(to, *ifunc, payload, size, core->engine->confinement_of(id));
     };
     hooks.send_named = [](void* p, int64_t to, const char* name, const void* payload,
                           std::size_t size) {
@@ -44,7 +44,7 @@ struct NodeCore {
         return core->refuse("threechains_send_named: rank " + std::to_string(core->rank) +
                             " holds no ifunc named '" + wanted + "'");
       }
-      return core->queue(to, *ifunc, payload, size);
+      return core->queue(to, *ifunc, payload, size, core->engine->confinement_of(ifunc->id()));
     };
     hooks.lookup = [](void* p, const char* name) -> void* {
       auto* core = static_cast<NodeCore*>(p);
@@ -62,7 +62,8 @@ struct NodeCore {
   }
 
   // Queues a send from injected code; returns 0, or -1 (reported) if it cannot be done.
-  int queue(int64_t to, const Ifunc& ifunc, const void* payload, std::size_t size) {
+  int queue(int64_t to, const Ifunc& ifunc, const void* payload, std::size_t size,
+            Confine confine) {
     if (to < 0 || to >= ranks) {
       return refuse("a send from ifunc '" + ifunc.name() + "' to rank " + std::to_string(to) +
                     ", outside [0, " + std::to_string(ranks) + ")");
@@ -74,7 +75,7 @@ struct NodeCore {
     }
     buffer.resize(size);
     if (size != 0) std::memcpy(buffer.data(), payload, size);
-    pending.push_back({to, ifunc, std::move(buffer)});
+    pending.push_back({to, ifunc, std::move(buffer), confine});
     stats.max_queued = std::max(stats.max_queued, pending.size());
     return 0;
   }
@@ -118,7 +119,7 @@ struct NodeCore {
         const CachedIfunc* entry = engine->target().cache.find_ifunc(next.ifunc.id());
         if (entry == nullptr) {  // evicted under the cache's limits since it was queued
           try {
-            engine->install(next.ifunc);
+            engine->install(next.ifunc, next.confine);
             entry = engine->target().cache.find_ifunc(next.ifunc.id());
           } catch (const Error& error) {
             engine->report(error);
@@ -126,7 +127,8 @@ struct NodeCore {
         }
         if (entry != nullptr) {
           if (const std::optional<ConfinedTrap> trap = engine->run_entry(
-                  *entry, next.ifunc.id(), rank, next.payload.data(), next.payload.size()))
+                  *entry, next.ifunc.id(), rank, "this rank", next.payload.data(),
+                  next.payload.size()))
             engine->report(engine->trap_error(*entry, next.ifunc.id(), *trap, "this rank"));
           ++stats.local_dispatches;
         } else {
@@ -161,6 +163,7 @@ struct NodeCore {
     int64_t rank;
     Ifunc ifunc;  // a handle: shares the kept code
     std::vector<std::byte> payload;
+    Confine confine;  // how its code runs here, should it have to be loaded again
   };
 
   // Destroyed bottom up: queued sends, then channels (goodbyes), then the
@@ -299,8 +302,8 @@ void Node::send_bytes(int64_t rank, const Ifunc& ifunc, std::span<const std::byt
   detail::NodeCore& c = *core_;
   c.engine->check_not_threaded("Node::send");
   if (rank == c.rank) {
-    c.engine->install(ifunc);
-    if (c.queue(rank, ifunc, payload.data(), payload.size()) != 0)
+    c.engine->install(ifunc);  // the application's own: as it is
+    if (c.queue(rank, ifunc, payload.data(), payload.size(), Confine::no) != 0)
       throw Error(errc::invalid_argument,
                   "Node: cannot queue a send to rank " + std::to_string(rank));
     return;

@@ -3,6 +3,7 @@
 #include "jit/confined_runtime.hpp"
 
 #include <threechains/runtime.h>
+#include <threechains/error.hpp>
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -195,6 +196,24 @@ extern "C" int import_memcmp(const void* a, const void* b, std::size_t n) {
   require(s, reinterpret_cast<uintptr_t>(b), n, false);
   return std::memcmp(a, b, n);
 }
+extern "C" int import_bcmp(const void* a, const void* b, std::size_t n) {
+  return import_memcmp(a, b, n);  // what the optimiser makes of memcmp(...) == 0
+}
+extern "C" int import_strncmp(const char* a, const char* b, std::size_t n) {
+  State* s = running();
+  const auto bounded = [&](const char* text) {
+    const auto address = reinterpret_cast<uintptr_t>(text);
+    const std::optional<Region> region = region_of(*s, address);
+    if (!region) trap(s, TrapReason::out_of_bounds, address);
+    // n bytes, or up to a NUL inside the region
+    const std::size_t room = region->end - address;
+    if (n <= room) return;
+    if (strnlen(text, room) == room) trap(s, TrapReason::out_of_bounds, address);
+  };
+  bounded(a);
+  bounded(b);
+  return std::strncmp(a, b, n);
+}
 extern "C" std::size_t import_strlen(const char* text) {
   return require_string(running(), text, TrapReason::out_of_bounds);
 }
@@ -310,15 +329,19 @@ constexpr std::string_view kPointerFree[] = {"sin",
                                              "threechains_ranks",
                                              "threechains_origin",
                                              "remainderf",
-                                             "tgammaf"};
+                                             "tgammaf",
+                                             "exp10",
+                                             "exp10f"};
 
 struct Checked {
   std::string_view name;
   void* address;
 };
 
-std::array<Checked, 9> checked_imports() {
+std::array<Checked, 11> checked_imports() {
   return {{{"memcpy", reinterpret_cast<void*>(&import_memcpy)},
+           {"bcmp", reinterpret_cast<void*>(&import_bcmp)},
+           {"strncmp", reinterpret_cast<void*>(&import_strncmp)},
            {"memmove", reinterpret_cast<void*>(&import_memmove)},
            {"memset", reinterpret_cast<void*>(&import_memset)},
            {"memcmp", reinterpret_cast<void*>(&import_memcmp)},
@@ -385,6 +408,18 @@ void Runner::expose(const std::vector<ExposedRegion>& regions) {
   }
   std::sort(exposed_.begin(), exposed_.end(),
             [](const Region& a, const Region& b) { return a.begin < b.begin; });
+  // One region per byte: the table search finds the one that starts last
+  // before an address, and whether a byte is writable must not depend on it.
+  for (std::size_t k = 1; k < exposed_.size(); ++k) {
+    if (exposed_[k].begin < exposed_[k - 1].end) {
+      exposed_.clear();
+      state_->exposed = nullptr;
+      state_->exposed_count = 0;
+      throw Error(errc::invalid_argument,
+                  "regions exposed to confined code overlap (target_args inside another "
+                  "exposed region?): expose each byte once");
+    }
+  }
   state_->exposed = exposed_.data();
   state_->exposed_count = exposed_.size();
 }

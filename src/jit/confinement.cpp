@@ -188,6 +188,8 @@ class Confiner {
             refuse(ifunc_, "a frame or return address deeper than its own" + where);
           if (call->getCallingConv() != CallingConv::C)
             refuse(ifunc_, "a call in another calling convention" + where);
+          if (!agrees_with_callee(*call))
+            refuse(ifunc_, "a call whose type or convention is not its callee's" + where);
           for (unsigned a = 0; a < call->arg_size(); ++a) {
             if (Type* t = call->getParamByValType(a); t != nullptr && !small_by_value(t))
               refuse(ifunc_, "an argument passed by value larger than 4 KiB" + where);
@@ -233,6 +235,16 @@ class Confiner {
       return has_undef(c) ? Constant::getNullValue(c->getType()) : c;
     }
     return b.CreateFreeze(v);
+  }
+
+  // A direct call must agree with its callee on type and convention: where
+  // they differ, the callee reads arguments that were never passed (the
+  // thread's stack) or writes a returned aggregate through a pointer the
+  // caller never meant for it. (Calls through pointers are checked at run time.)
+  static bool agrees_with_callee(const CallBase& call) {
+    const auto* callee = dyn_cast<Function>(call.getCalledOperand());
+    return callee == nullptr || (callee->getFunctionType() == call.getFunctionType() &&
+                                 callee->getCallingConv() == call.getCallingConv());
   }
 
   static bool frame_depth_zero(const CallBase& call) {
@@ -337,6 +349,8 @@ class Confiner {
       }
       if (!c_or_fast(call->getCallingConv()))
         refuse(ifunc_, "a call in another calling convention" + where);
+      if (!agrees_with_callee(*call))
+        refuse(ifunc_, "a call whose type or convention is not its callee's" + where);
       const Function* callee = call->getCalledFunction();
       if (callee == nullptr || !callee->isIntrinsic()) continue;
       if (!frame_depth_zero(*call))

@@ -554,6 +554,7 @@ struct JitCache::Impl {
   IfuncMain link(CodeId id, CodecId codec, const ParsedImage& image,
                  const std::vector<std::byte>* object, Confine confine = Confine::no) {
     const std::string entry_name = image.name + "_main";
+    failure = {};  // what this load's diagnostics and errors collect
     llvm::orc::JITDylib& jd = acquire_dylib();
     try {
       for (const std::string& library : image.deps)
@@ -605,6 +606,7 @@ struct JitCache::Impl {
       }
       // Lookup materialises the code: compile or link errors, and unresolved
       // external symbols, surface here.
+      const std::string diagnosed = failure.message;  // from parsing, optimising, confining
       failure = {};
       auto address = jit->lookup(jd, entry_name);
       if (!address) {
@@ -631,8 +633,13 @@ struct JitCache::Impl {
         }
         throw Error(failure.code, "ifunc '" + image.name + "' (" + image.triple + "): " + why);
       }
-      if (confine == Confine::yes && !failure.empty())
-        throw Error(errc::jit_failed, "ifunc '" + image.name + "': " + failure.message);
+      // An LLVM error diagnostic means code the backend could not build as
+      // asked; for confined code, any error reported during the load too.
+      if (!diagnosed.empty() || (confine == Confine::yes && !failure.empty())) {
+        throw Error(errc::jit_failed,
+                    "ifunc '" + image.name + "': " + diagnosed + (diagnosed.empty() ? "" : "; ") +
+                        failure.message);
+      }
       if (confine == Confine::yes) confined_codes[id] = confined_code(jd, id, image.name);
       dylibs[id].push_back(&jd);
       return address->toPtr<IfuncMain>();

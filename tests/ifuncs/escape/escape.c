@@ -26,6 +26,7 @@ enum command {
   divide_by_zero,
   write_string_literal,
   past_target_args, /* the exposed counter is 8 bytes; writes the 9th */
+  read_address,     /* adds the word at an address it was given to the counter */
 };
 
 struct order {
@@ -105,6 +106,9 @@ void escape_main(void* payload, size_t payload_size, void* target_args) {
       break;
     case past_target_args:
       ((volatile uint64_t*)target_args)[1 + order.argument] = 0x6666666666666666ULL;
+      break;
+    case read_address:
+      *(uint64_t*)target_args += *(volatile const uint64_t*)(uintptr_t)order.argument;
       break;
   }
   (void)sink;
