@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <span>
+
 using namespace threechains;
 using namespace threechains::test;
 
@@ -55,4 +57,33 @@ TEST_CASE("a local recursion 100,000 deep neither grows the stack nor the queue"
   CHECK(node.stats().local_dispatches == static_cast<uint64_t>(kDepth + 1));
   CHECK(node.stats().max_queued <= 2);
   CHECK(node.queued() == 0);
+}
+
+TEMPLATE_TEST_CASE("a chain of forwards travels a 3-rank mesh whose ranks run it confined",
+                   "[node][xrdma][confinement]", Shm, Tcp) {
+  constexpr int64_t kForwards = 1000;
+  g_relay = {};
+  NodeOptions options;
+  const PublicKey key = test_identity().public_key();
+  // The key signs code that every rank runs confined: its relay_state is
+  // exposed by size, send_self and send_named are the checked ones.
+  options.receiver.trust = Trust().allow_peer(key).allow_code_signer(key);
+  const auto expose = [](Node& node) {
+    node.expose("relay_state", std::as_writable_bytes(std::span(&g_relay, 1)), true);
+  };
+  Mesh<RelayReport> mesh(
+      3, TestType::transport, expose,
+      [](Node& node, int commands) {
+        Mesh<RelayReport>::serve_until_told(node, commands);
+        return RelayReport{g_relay, node.stats()};
+      },
+      options);
+  Node& node = mesh.node();
+  run_relay(node, Ifunc::load(TC_RELAY), kForwards, g_relay);
+  const std::vector<RelayReport> reports = mesh.finish();
+  CHECK(g_relay.finished == kForwards);
+  int64_t seen = g_relay.seen;
+  for (const RelayReport& r : reports) seen += r.state.seen;
+  CHECK(seen == kForwards + 1);
+  CHECK(node.receiver().stats().code_trapped == 0);
 }
