@@ -206,7 +206,7 @@ TEMPLATE_TEST_CASE("confined targets refuse what cannot be confined, and serve o
   CHECK(result.canary_intact == 1);
 }
 
-TEMPLATE_TEST_CASE("confined code that keeps trapping is evicted, and refused from then on",
+TEMPLATE_TEST_CASE("confined code that keeps trapping is refused to that peer from then on",
                    "[confinement][trust][ucx]", Shm, Tcp) {
   auto target = confined_target(TestType::transport, 3);
   const Ifunc escape = Ifunc::load(TC_ESCAPE);
@@ -218,7 +218,8 @@ TEMPLATE_TEST_CASE("confined code that keeps trapping is evicted, and refused fr
     REQUIRE(error.has_value());
     CHECK(error->is(errc::code_trapped));
   }
-  // Its identity is forgotten: the next frame brings the code again, which is refused.
+  // Its identity is forgotten for this peer: the next frame brings the code again,
+  // which is refused.
   const std::optional<Error> refused = carry_out(source.channel, escape, {honest, 5});
   REQUIRE(refused.has_value());
   CHECK(refused->is(errc::code_refused));
