@@ -40,7 +40,8 @@ struct EscapeResult {
 };
 
 // A child target that runs the test key's code confined.
-ChildTarget<EscapeResult> confined_target(Transport transport, uint32_t max_traps = 0) {
+ChildTarget<EscapeResult> confined_target(Transport transport, uint32_t max_traps = 0,
+                                          uint64_t sources = 1) {
   ReceiverOptions options;
   options.exposed.push_back(
       {"table", std::as_writable_bytes(std::span(g_table)), /*writable=*/false});
@@ -50,11 +51,11 @@ ChildTarget<EscapeResult> confined_target(Transport transport, uint32_t max_trap
   options.jit.confinement.time_budget = std::chrono::milliseconds(20);
   return ChildTarget<EscapeResult>(
       transport,
-      [](ChildContext& context) {
+      [sources](ChildContext& context) {
         g_canary.fill(kCanaryWord);
         for (std::size_t k = 0; k < g_table.size(); ++k) g_table[k] = 100 + k;
         context.receiver.set_target_args(&g_counter, sizeof(g_counter));
-        ChildTarget<EscapeResult>::serve_until_closed(context.receiver);
+        ChildTarget<EscapeResult>::serve_until_closed(context.receiver, sources);
         EscapeResult result{};
         const ReceiverStats& stats = context.receiver.stats();
         result.counter = g_counter;
@@ -208,7 +209,7 @@ TEMPLATE_TEST_CASE("confined targets refuse what cannot be confined, and serve o
 
 TEMPLATE_TEST_CASE("confined code that keeps trapping is refused to that peer from then on",
                    "[confinement][trust][ucx]", Shm, Tcp) {
-  auto target = confined_target(TestType::transport, 3);
+  auto target = confined_target(TestType::transport, 3, 2);
   const Ifunc escape = Ifunc::load(TC_ESCAPE);
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   TestSource source(TestType::transport, target.port(), options_for<TestType>());
@@ -226,11 +227,16 @@ TEMPLATE_TEST_CASE("confined code that keeps trapping is refused to that peer fr
   CHECK_THAT(refused->what(), Catch::Contains("trapped 3 times"));
   // Other code from the same peer still runs.
   (void)send(source.channel, counter, uint64_t{4});
+  // Another peer (same key, another connection) still runs the code the
+  // first one got refused: a peer's traps ban code for that peer only.
+  TestSource other(TestType::transport, target.port(), options_for<TestType>());
+  CHECK_FALSE(carry_out(other.channel, escape, {honest, 10}).has_value());
+  other.channel.close();
   source.channel.close();
   const EscapeResult result = target.result();
   INFO(result.first_error);
   CHECK(result.trapped == 3);
-  CHECK(result.counter == 4);
+  CHECK(result.counter == 14);
   CHECK(result.canary_intact == 1);
 }
 

@@ -79,7 +79,12 @@ TEMPLATE_TEST_CASE("a chain of forwards travels a 3-rank mesh whose ranks run it
       },
       options);
   Node& node = mesh.node();
-  run_relay(node, Ifunc::load(TC_RELAY), kForwards, g_relay);
+  const Ifunc relay = Ifunc::load(TC_RELAY);
+  run_relay(node, relay, kForwards, g_relay);
+  // Rank 0 holds the relay it was sent, and holds it confined: there is no
+  // entry point to call directly (JitCache::find), only the runner.
+  CHECK(node.receiver().cache().contains(relay.id()));
+  CHECK(node.receiver().cache().find(relay.id()) == nullptr);
   const std::vector<RelayReport> reports = mesh.finish();
   CHECK(g_relay.finished == kForwards);
   int64_t seen = g_relay.seen;

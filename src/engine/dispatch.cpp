@@ -26,6 +26,7 @@ void Engine::start_due_compiles() {
 }
 
 unsigned Engine::poll_without_credits() {
+  target_->serving_thread = pthread_self();
   // Tiered code finished compiling is switched to here, between dispatches.
   if (target_->cache.compiles_in_progress()) [[unlikely]]
     promote_tiers();
@@ -115,7 +116,7 @@ std::optional<ConfinedTrap> Engine::run_entry(const CachedIfunc& ifunc, CodeId i
   Target& t = *target_;
   t.cache.count_call(id);
   const DispatchContext outer = t.running;
-  t.running = {id, origin, peer, pthread_self()};
+  t.running = {id, origin, peer};
   std::optional<ConfinedTrap> trap;
   if (runtime_hooks_ == nullptr) {  // a plain Receiver: injected code has no Node to call
     trap = t.cache.invoke(ifunc, payload, size, t.options.target_args);

@@ -49,7 +49,6 @@ struct DispatchContext {
   CodeId code_id = 0;
   int64_t origin_rank = -1;  // rank of the source that sent the frame, -1 if not in a mesh
   const char* peer = nullptr;  // who sent it (a Link's peer_name), for fault reports
-  pthread_t thread{};          // the thread running it (fault_report.cpp)
 };
 
 // The Receiver role of an engine.
@@ -72,6 +71,9 @@ struct Target {
   JitCache cache;
   ReceiverStats stats;
   DispatchContext running;
+  // The thread that polls (and so runs ifuncs), set once a poll, not once a
+  // frame: what fault_report.cpp tells Targets apart by.
+  pthread_t serving_thread{};
   std::unordered_map<CodeId, StoredCode> code_store;
   std::unordered_map<std::string, CodeId> code_by_name;  // the latest code of each name
   std::vector<ucp_conn_request_h> pending_connections;

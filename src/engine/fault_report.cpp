@@ -77,7 +77,7 @@ const Target* running_here() {
   const pthread_t self = pthread_self();
   for (const std::atomic<const Target*>& slot : watched) {
     const Target* t = slot.load(std::memory_order_acquire);
-    if (t != nullptr && t->running.code_id != 0 && pthread_equal(t->running.thread, self)) return t;
+    if (t != nullptr && t->running.code_id != 0 && pthread_equal(t->serving_thread, self)) return t;
   }
   return nullptr;
 }
@@ -156,7 +156,7 @@ void watch_faults(const Target* target) noexcept {
 
 void report_faults_then_default() noexcept {
   for (std::size_t k = 0; k < kSignals.size(); ++k) {
-    struct sigaction ours{};
+    struct sigaction ours {};
     ours.sa_sigaction = &on_fault;
     ours.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&ours.sa_mask);

@@ -64,11 +64,6 @@ thread_local State* current = nullptr;
   std::longjmp(state->jump, 1);
 }
 
-bool within(uintptr_t begin, uintptr_t size, uintptr_t address, uint64_t bytes) noexcept {
-  const uintptr_t offset = address - begin;
-  return offset < size && bytes <= size - offset;
-}
-
 // The region of a sorted table that holds `address`, or nullptr.
 const Region* find(const Region* table, std::size_t count, uintptr_t address) noexcept {
   const Region* end = table + count;

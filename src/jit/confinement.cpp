@@ -45,7 +45,6 @@
 #include <llvm/Transforms/Utils/BasicBlockUtils.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <set>
 #include <vector>
@@ -1132,7 +1131,6 @@ void confine_module(llvm::Module& module, const std::string& ifunc) {
       module.getFunction(ifunc + "_main")->isDeclaration())
     refuse(ifunc, "it does not define " + ifunc + "_main");
   Confiner(module, ifunc).run();
-  if (std::getenv("TC_DEBUG_CONFINED") != nullptr) module.print(llvm::errs(), nullptr);
 }
 
 }  // namespace threechains
