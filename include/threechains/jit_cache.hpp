@@ -84,6 +84,15 @@ struct JitOptions {
   // What injected code may import (symbols, dependency libraries); checked
   // when it is linked, before any of it runs. Default: the safe set.
   ImportPolicy imports;
+  // Debuggers and profilers see JIT'd ifuncs (docs/observability.md), each
+  // also turned on by its environment variable, =1:
+  // THREECHAINS_JIT_DEBUG: every linked object is registered through GDB's JIT
+  // interface, so `break counter_main` works in gdb (a copy per load: costs).
+  bool debugger_support = false;
+  // THREECHAINS_JIT_PERF: function names and code go to a perf jitdump file
+  // ($JITDUMPDIR/.debug/jit/..., else ~/.debug/jit/...), so `perf record -k 1`
+  // + `perf inject --jit` + `perf report` name them.
+  bool perf_support = false;
 };
 
 struct LoadResult {

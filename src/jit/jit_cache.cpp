@@ -5,6 +5,7 @@
 #include "jit/confinement.hpp"
 #include "jit/container_images.hpp"
 #include "jit/host_optimiser.hpp"
+#include "jit/jit_observers.hpp"
 #include "jit/object_store.hpp"
 
 #include <threechains/runtime.h>
@@ -272,6 +273,7 @@ struct JitCache::Impl {
       throw Error(errc::jit_failed,
                   "cannot create the ORC JIT: " + message_of(created.takeError()));
     jit = std::move(*created);
+    observers = jit::attach_observers(*jit, jit::observers_requested(options));
     triple = jit->getTargetTriple().str();
     if (!options.dump_objects_to.empty()) dumper.emplace(options.dump_objects_to);
     if (dumper || store) {
@@ -744,6 +746,7 @@ struct JitCache::Impl {
   confined::Runner runner;  // before the JIT: its state is bound into every JITDylib
   std::unordered_map<CodeId, confined::Code> confined_codes;  // node-based: stable for CachedIfunc
   std::unique_ptr<HostOptimiser> optimiser;
+  jit::Observers observers;  // before the JIT: its plugins write to the perf session held here
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::string triple;
   LoadFailure failure;               // what the session reported during the current load
