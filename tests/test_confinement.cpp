@@ -278,7 +278,8 @@ TEST_CASE("a fault in fully trusted code is named before the process dies",
   std::filesystem::remove(log);
   INFO(text);
   CHECK_THAT(text, Catch::Contains("threechains: SIGSEGV in ifunc 'escape' (code 0x") &&
-                       Catch::Contains(") from ") && Catch::Contains(": address 0x0,"));
+                       Catch::Contains(") from ") && Catch::Contains(": address 0x0,") &&
+                       Catch::Contains(" (escape_main+0x"));
 }
 
 TEMPLATE_TEST_CASE("confined code reads an exposed read-only region and cannot write it",

@@ -57,6 +57,19 @@ TEMPLATE_TEST_CASE("the counter ifunc runs after decoding", "[jit]", BitcodeCode
     CHECK(cache.load(counter.id(), TestType::id, counter.code()).entry == loaded.entry);
     CHECK(cache.size() == 1);
   }
+  SECTION("its instructions are named after its function, until it is evicted") {
+    std::uintptr_t offset = 99;
+    const auto* entry = reinterpret_cast<const std::byte*>(loaded.entry);
+    const std::string* name = cache.function_at(entry, offset);
+    REQUIRE(name != nullptr);
+    CHECK(*name == "counter_main");
+    CHECK(offset == 0);
+    REQUIRE(cache.function_at(entry + 3, offset) != nullptr);
+    CHECK(offset == 3);
+    CHECK(cache.function_at(&total, offset) == nullptr);  // not code at all
+    CHECK(cache.evict(counter.id()));
+    CHECK(cache.function_at(entry, offset) == nullptr);
+  }
   SECTION("eviction frees the code and a reload works") {
     CHECK(cache.evict(counter.id()));
     CHECK_FALSE(cache.evict(counter.id()));

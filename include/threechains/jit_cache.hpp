@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -149,6 +150,11 @@ class JitCache {
   [[nodiscard]] std::string confined_name(const CachedIfunc& ifunc) const;
   // Regions of this process that confined code may use (replaces the last set).
   void expose(const std::vector<ExposedRegion>& regions);
+  // The JIT'd function holding `address` (an instruction of injected code),
+  // and `offset` into it; nullptr if none. Allocation- and lock-free: a
+  // signal handler on the thread that uses this cache may ask (fault reports do).
+  [[nodiscard]] const std::string* function_at(const void* address,
+                                               std::uintptr_t& offset) const noexcept;
   [[nodiscard]] bool contains(CodeId id) const noexcept { return entries_.contains(id); }
   [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
 

@@ -100,7 +100,19 @@ void report(int signal, const siginfo_t* info, const void* context) {
   line.add(": address ");
   line.hex(reinterpret_cast<uintptr_t>(info != nullptr ? info->si_addr : nullptr));
   line.add(", instruction ");
-  line.hex(instruction_of(context));
+  const uint64_t instruction = instruction_of(context);
+  line.hex(instruction);
+  // The frame it faulted in, when that is JIT'd code (it may be libc's,
+  // called from the ifunc: then the address is all there is).
+  std::uintptr_t offset = 0;
+  if (const std::string* function =
+          t->cache.function_at(reinterpret_cast<const void*>(instruction), offset)) {
+    line.add(" (");
+    line.add(function->c_str());
+    line.add("+");
+    line.hex(offset);
+    line.add(")");
+  }
   line.add("\n");
   const ssize_t ignored = write(STDERR_FILENO, line.text, line.length);
   (void)ignored;

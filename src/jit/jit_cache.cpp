@@ -4,6 +4,7 @@
 #include "jit/confined_runtime.hpp"
 #include "jit/confinement.hpp"
 #include "jit/container_images.hpp"
+#include "jit/function_table.hpp"
 #include "jit/host_optimiser.hpp"
 #include "jit/jit_observers.hpp"
 #include "jit/object_store.hpp"
@@ -273,6 +274,8 @@ struct JitCache::Impl {
       throw Error(errc::jit_failed,
                   "cannot create the ORC JIT: " + message_of(created.takeError()));
     jit = std::move(*created);
+    if (auto* layer = llvm::dyn_cast<llvm::orc::ObjectLinkingLayer>(&jit->getObjLinkingLayer()))
+      functions.watch(*layer);
     observers = jit::attach_observers(*jit, jit::observers_requested(options));
     triple = jit->getTargetTriple().str();
     if (!options.dump_objects_to.empty()) dumper.emplace(options.dump_objects_to);
@@ -746,7 +749,9 @@ struct JitCache::Impl {
   confined::Runner runner;  // before the JIT: its state is bound into every JITDylib
   std::unordered_map<CodeId, confined::Code> confined_codes;  // node-based: stable for CachedIfunc
   std::unique_ptr<HostOptimiser> optimiser;
-  jit::Observers observers;  // before the JIT: its plugins write to the perf session held here
+  // Before the JIT: its plugins write to these.
+  jit::FunctionTable functions;  // what fault reports name an instruction after
+  jit::Observers observers;      // the perf session
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::string triple;
   LoadFailure failure;               // what the session reported during the current load
@@ -772,6 +777,13 @@ struct JitCache::Impl {
   std::size_t dylib_count = 0;
   std::unordered_map<std::string, llvm::orc::JITDylib*> dependencies;  // live as long as the JIT
 };
+
+const std::string* JitCache::function_at(const void* address, std::uintptr_t& offset) const noexcept {
+  uint64_t within = 0;
+  const std::string* name = impl_->functions.find(reinterpret_cast<uintptr_t>(address), within);
+  offset = static_cast<std::uintptr_t>(within);
+  return name;
+}
 
 JitCache::JitCache(const JitOptions& options) : impl_(std::make_unique<Impl>(options)) {}
 JitCache::~JitCache() = default;

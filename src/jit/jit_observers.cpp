@@ -107,30 +107,6 @@ class PerfSession {
   std::string path_;
 };
 
-// Keeps the names of a linked object's functions for the profiler. Calls to
-// a static function usually relocate against its section, not its symbol, so
-// JITLink prunes the symbol as dead (the code stays, reached through the
-// section): perf would then see spin_steps' samples as an unnamed address.
-class KeepFunctionNames final : public llvm::orc::ObjectLinkingLayer::Plugin {
- public:
-  void modifyPassConfig(llvm::orc::MaterializationResponsibility&, llvm::jitlink::LinkGraph&,
-                        llvm::jitlink::PassConfiguration& config) override {
-    config.PrePrunePasses.push_back([](llvm::jitlink::LinkGraph& graph) {
-      for (llvm::jitlink::Symbol* symbol : graph.defined_symbols())
-        if (symbol->hasName() && symbol->isCallable()) symbol->setLive(true);
-      return llvm::Error::success();
-    });
-  }
-  llvm::Error notifyFailed(llvm::orc::MaterializationResponsibility&) override {
-    return llvm::Error::success();
-  }
-  llvm::Error notifyRemovingResources(llvm::orc::JITDylib&, llvm::orc::ResourceKey) override {
-    return llvm::Error::success();
-  }
-  void notifyTransferringResources(llvm::orc::JITDylib&, llvm::orc::ResourceKey,
-                                   llvm::orc::ResourceKey) override {}
-};
-
 // Asked for by the environment: a failure is worth a line, once, not the target.
 void warn_once(std::once_flag& once, const std::string& message) {
   std::call_once(once, [&] { std::fprintf(stderr, "threechains: %s\n", message.c_str()); });
@@ -197,10 +173,10 @@ Observers attach_observers(llvm::orc::LLJIT& jit, const ObserverRequest& request
                              message_of(std::move(error)));
     } else {
       observers.holds_perf_session_ = true;
-      layer->addPlugin(std::make_unique<KeepFunctionNames>());
       const auto ours = llvm::orc::ExecutorAddr::fromPtr(&perf_session_kept_elsewhere);
       // Code load records only: ORC's unwind records print a debug line on
       // every object, and its line tables need a DWARF context per link.
+      // (Static functions keep their names: FunctionTable's plugin.)
       layer->addPlugin(std::make_unique<llvm::orc::PerfSupportPlugin>(
           jit.getExecutionSession().getExecutorProcessControl(), ours, ours,
           llvm::orc::ExecutorAddr::fromPtr(&llvm_orc_registerJITLoaderPerfImpl),
