@@ -36,6 +36,12 @@ struct EscapeResult {
   uint64_t dispatched;
   uint64_t refused;
   uint64_t canary_intact;
+  // Receiver::ifunc_stats(): the escape ifunc's record, and the codes refused
+  // once and never run.
+  uint64_t escape_calls;
+  uint64_t escape_traps;
+  uint64_t escape_timed;
+  uint64_t codes_refused_once;
   char first_error[256];
 };
 
@@ -62,6 +68,14 @@ ChildTarget<EscapeResult> confined_target(Transport transport, uint32_t max_trap
         result.trapped = stats.code_trapped;
         result.dispatched = stats.frames_dispatched;
         result.refused = stats.code_refused;
+        for (const IfuncStats& record : context.receiver.ifunc_stats()) {
+          if (record.name == "escape") {
+            result.escape_calls = record.calls;
+            result.escape_traps = record.traps;
+            result.escape_timed = record.timed_calls;
+          }
+          if (record.refusals == 1 && record.calls == 0) ++result.codes_refused_once;
+        }
         bool table_intact = true;
         for (std::size_t k = 0; k < g_table.size(); ++k) table_intact &= g_table[k] == 100 + k;
         result.canary_intact =
@@ -171,6 +185,9 @@ TEMPLATE_TEST_CASE("confined code: every escape traps, the target serves on, can
   CHECK(result.counter == expected);
   CHECK(result.canary_intact == 1);
   CHECK(result.dispatched == 2 * attempts.size());
+  CHECK(result.escape_calls == 2 * attempts.size());  // per ifunc, as in total
+  CHECK(result.escape_traps == attempts.size());
+  CHECK(result.escape_timed >= 8);
   CHECK_FALSE(std::filesystem::exists(witness));
 }
 
@@ -203,6 +220,8 @@ TEMPLATE_TEST_CASE("confined targets refuse what cannot be confined, and serve o
   const EscapeResult result = target.result();
   INFO(result.first_error);
   CHECK(result.refused == 4);
+  CHECK(result.codes_refused_once == 4);  // each refusal counted against its code
+  CHECK(result.escape_calls == 4);
   CHECK(result.counter == 8);
   CHECK(result.canary_intact == 1);
 }

@@ -152,6 +152,12 @@ int run_target(tc::Transport transport, uint64_t expect, uint64_t expect_am, int
              : receiver.cache().promotions_pending()
                  ? "tier 1 was still compiling in the background when the source left"
                  : "no tier 1 (the container has no IR for this host, or tiering is off)");
+  for (const tc::IfuncStats& ifunc : receiver.ifunc_stats()) {
+    fmt::print("  target: ifunc '{}' (code {:#x}): {} calls, {} payload bytes, {} ns a call "
+               "(mean of {} timed), {} refused, {} trapped\n",
+               ifunc.name, ifunc.code, ifunc.calls, ifunc.payload_bytes, ifunc.mean_time().count(),
+               ifunc.timed_calls, ifunc.refusals, ifunc.traps);
+  }
   std::fflush(stdout);
   return ok ? 0 : 1;
 }

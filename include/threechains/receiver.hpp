@@ -20,6 +20,8 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace threechains {
 
@@ -112,6 +114,26 @@ struct ReceiverStats {
   int last_load_tier = -1;  // LoadResult::tier of the last load (-1: none yet)
 };
 
+// What one ifunc (one code id) did at this Receiver: Receiver::ifunc_stats().
+struct IfuncStats {
+  CodeId code = 0;
+  std::string name;              // "" for code refused before it was read
+  bool loaded = false;           // in the cache now (stats outlive an eviction)
+  uint64_t calls = 0;            // invocations, trapped ones included
+  uint64_t payload_bytes = 0;    // what those calls were given
+  uint64_t refusals = 0;         // loads of it refused: trust, signature, imports, limits
+  uint64_t traps = 0;            // confined invocations stopped for breaking a rule
+  // Time inside the ifunc, measured on a sample of its calls (the first 8,
+  // then one in 64: two clock reads each), so that counting costs the others
+  // nothing but an add.
+  uint64_t timed_calls = 0;
+  std::chrono::nanoseconds timed{0};
+  [[nodiscard]] std::chrono::nanoseconds mean_time() const noexcept {
+    return timed_calls == 0 ? std::chrono::nanoseconds{0}
+                            : timed / static_cast<int64_t>(timed_calls);
+  }
+};
+
 class Receiver {
  public:
   // Listens on options.port. Throws errc::invalid_argument if the Worker
@@ -166,6 +188,10 @@ class Receiver {
   // progress thread runs; read stats() after stop() (the thread writes them).
   [[nodiscard]] JitCache& cache();
   [[nodiscard]] const ReceiverStats& stats() const noexcept;
+  // Per ifunc, most called first: code loaded now or since (up to 1024
+  // entries beyond what is loaded), and code refused. Throws
+  // errc::invalid_argument while the progress thread runs (it writes them).
+  [[nodiscard]] std::vector<IfuncStats> ifunc_stats() const;
   // Sources connected now.
   [[nodiscard]] std::size_t peers() const noexcept;
   // `bytes`: how much of *args confined code may use (0: none of it).

@@ -212,6 +212,25 @@ THREECHAINS_C_API threechains_status threechains_receiver_set_target_args_sized(
  * while the progress thread serves (it writes them): stop it first. */
 THREECHAINS_C_API threechains_status threechains_receiver_stats_get(
     const threechains_receiver* receiver, threechains_receiver_stats* stats);
+/* What one ifunc (one code id) did at a receiver. */
+typedef struct threechains_ifunc_stats {
+  uint64_t code;          /* its code identity */
+  char name[64];          /* NUL-terminated, cut if longer; "" for code refused unread */
+  int loaded;             /* 1: in the cache now (statistics outlive an eviction) */
+  uint64_t calls;         /* invocations, trapped ones included */
+  uint64_t payload_bytes; /* what those calls were given */
+  uint64_t refusals;      /* loads of it refused: trust, signature, imports, limits */
+  uint64_t traps;         /* confined invocations stopped for breaking a rule */
+  uint64_t timed_calls;   /* calls timed: the first 8, then one in 64 */
+  uint64_t timed_ns;      /* time inside the ifunc over those calls */
+} threechains_ifunc_stats;
+/* Per-ifunc statistics, most called first: fills out[0..capacity) (entry_size:
+ * the caller's sizeof(threechains_ifunc_stats)) and sets *count to how many
+ * there are (more than capacity: call again with room). THREECHAINS_INVALID_ARGUMENT
+ * while the progress thread serves. */
+THREECHAINS_C_API threechains_status threechains_receiver_ifunc_stats(
+    const threechains_receiver* receiver, threechains_ifunc_stats* out, size_t capacity,
+    size_t entry_size, size_t* count);
 /* Sources connected now (0 while the progress thread serves). */
 THREECHAINS_C_API size_t threechains_receiver_peers(const threechains_receiver* receiver);
 

@@ -323,6 +323,28 @@ class Receiver(_Handle):
         return {name: getattr(stats, name) for name, _ in stats._fields_ if name != "size"}
 
     @property
+    def ifunc_stats(self):
+        """Per ifunc, most called first: a list of dicts (code, name, loaded, calls,
+        payload_bytes, refusals, traps, timed_calls, timed_ns)."""
+        count = ctypes.c_size_t()
+        entry = ctypes.sizeof(_capi.IfuncStats)
+        _check(lib.threechains_receiver_ifunc_stats(self.handle, None, 0, entry, ctypes.byref(count)))
+        while True:
+            room = count.value
+            entries = (_capi.IfuncStats * max(room, 1))()
+            _check(lib.threechains_receiver_ifunc_stats(self.handle, entries, room, entry,
+                                                        ctypes.byref(count)))
+            if count.value <= room:
+                break
+        out = []
+        for e in entries[:count.value]:
+            item = {name: getattr(e, name) for name, _ in e._fields_}
+            item["name"] = e.name.decode(errors="replace")
+            item["loaded"] = bool(e.loaded)
+            out.append(item)
+        return out
+
+    @property
     def peers(self):
         return lib.threechains_receiver_peers(self.handle)
 

@@ -53,6 +53,12 @@ class ReceiverStats(ctypes.Structure):
         "last_load_ns", "code_trapped", "sleeps", "doorbells")]
 
 
+class IfuncStats(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint64), ("name", ctypes.c_char * 64), ("loaded", ctypes.c_int)] + [
+        (name, ctypes.c_uint64) for name in (
+            "calls", "payload_bytes", "refusals", "traps", "timed_calls", "timed_ns")]
+
+
 class ChannelOptions(ctypes.Structure):
     _fields_ = [("size", c_size_t), ("slots", ctypes.c_uint32), ("slot_size", c_size_t),
                 ("connect_timeout_ms", ctypes.c_uint32), ("timeout_ms", ctypes.c_uint32),
@@ -109,6 +115,8 @@ for _name, _restype, _args in [
         ("threechains_receiver_start", _status, (c_void_p,)),
         ("threechains_receiver_stop", None, (c_void_p,)),
         ("threechains_receiver_stats_get", _status, (c_void_p, ctypes.POINTER(ReceiverStats))),
+        ("threechains_receiver_ifunc_stats", _status,
+         (c_void_p, ctypes.POINTER(IfuncStats), c_size_t, c_size_t, ctypes.POINTER(c_size_t))),
         ("threechains_receiver_peers", c_size_t, (c_void_p,)),
         ("threechains_channel_options_init", None, (ctypes.POINTER(ChannelOptions),)),
         ("threechains_source_create", _status, (c_void_p, _P)),

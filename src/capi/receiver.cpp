@@ -1,8 +1,11 @@
 // C API: the Receiver, and the option translation the Node shares.
 #include "capi/handles.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
+#include <vector>
 
 using threechains::capi::all_given;
 using threechains::capi::fail;
@@ -131,6 +134,39 @@ threechains_status threechains_receiver_stats_get(const threechains_receiver* re
   all.doorbells = s.doorbells;
   std::memcpy(static_cast<void*>(stats), &all, std::min(stats->size, sizeof(all)));
   return THREECHAINS_OK;
+}
+
+threechains_status threechains_receiver_ifunc_stats(const threechains_receiver* receiver,
+                                                    threechains_ifunc_stats* out,
+                                                    size_t capacity, size_t entry_size,
+                                                    size_t* count) {
+  if (!all_given(receiver, count) || (out == nullptr && capacity != 0)) {
+    return fail(THREECHAINS_INVALID_ARGUMENT, "receiver or count is NULL, or out is with room");
+  }
+  if (receiver->threaded) {
+    return fail(THREECHAINS_INVALID_ARGUMENT,
+                "threechains_receiver_ifunc_stats: the progress thread runs and writes the "
+                "statistics (call threechains_receiver_stop first)");
+  }
+  return guarded("threechains_receiver_ifunc_stats", [&] {
+    const std::vector<threechains::IfuncStats> all = receiver->receiver.ifunc_stats();
+    *count = all.size();
+    const std::size_t copy = std::min(entry_size, sizeof(threechains_ifunc_stats));
+    for (std::size_t k = 0; k < std::min(capacity, all.size()); ++k) {
+      const threechains::IfuncStats& s = all[k];
+      threechains_ifunc_stats entry{};
+      entry.code = s.code;
+      std::snprintf(entry.name, sizeof(entry.name), "%s", s.name.c_str());
+      entry.loaded = s.loaded ? 1 : 0;
+      entry.calls = s.calls;
+      entry.payload_bytes = s.payload_bytes;
+      entry.refusals = s.refusals;
+      entry.traps = s.traps;
+      entry.timed_calls = s.timed_calls;
+      entry.timed_ns = static_cast<uint64_t>(s.timed.count());
+      std::memcpy(reinterpret_cast<char*>(out) + k * entry_size, &entry, copy);
+    }
+  });
 }
 
 std::size_t threechains_receiver_peers(const threechains_receiver* receiver) {

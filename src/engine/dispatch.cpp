@@ -115,6 +115,11 @@ std::optional<ConfinedTrap> Engine::run_entry(const CachedIfunc& ifunc, CodeId i
                                               const char* peer, void* payload, std::size_t size) {
   Target& t = *target_;
   t.cache.count_call(id);
+  IfuncStats& record = ifunc_record(id);
+  const uint64_t calls = ++record.calls;
+  record.payload_bytes += size;
+  const bool timed = calls <= 8 || (calls & 63) == 0;
+  const auto started = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const DispatchContext outer = t.running;
   t.running = {id, origin, peer};
   std::optional<ConfinedTrap> trap;
@@ -126,9 +131,44 @@ std::optional<ConfinedTrap> Engine::run_entry(const CachedIfunc& ifunc, CodeId i
     exchange_runtime_hooks(previous);
   }
   t.running = outer;
-  if (trap) [[unlikely]]
+  if (timed) [[unlikely]] {
+    record.timed += std::chrono::steady_clock::now() - started;
+    ++record.timed_calls;
+  }
+  if (trap) [[unlikely]] {
     ++t.stats.code_trapped;
+    ++record.traps;
+  }
   return trap;
+}
+
+IfuncStats& Engine::ifunc_record(CodeId id) {
+  Target& t = *target_;
+  if (id == t.counted_id && t.counted != nullptr) [[likely]]
+    return *t.counted;
+  auto it = t.ifunc_stats.find(id);
+  if (it == t.ifunc_stats.end()) {
+    // Bounded: beyond what is loaded (itself bounded by ReceiverLimits), 1024
+    // records of code loaded before or refused; the oldest such goes first.
+    constexpr std::size_t kKeptBeyondLoaded = 1024;
+    if (t.ifunc_stats.size() >= t.cache_use.size() + kKeptBeyondLoaded) {
+      auto victim = t.ifunc_stats.end();
+      for (auto k = t.ifunc_stats.begin(); k != t.ifunc_stats.end(); ++k) {
+        if (t.cache_use.contains(k->first) || k->first == t.running.code_id) continue;
+        victim = k;
+        break;
+      }
+      if (victim != t.ifunc_stats.end()) {
+        if (&victim->second == t.counted) t.counted = nullptr;
+        t.ifunc_stats.erase(victim);
+      }
+    }
+    it = t.ifunc_stats.emplace(id, IfuncStats{.code = id}).first;
+    if (const auto name = t.names.find(id); name != t.names.end()) it->second.name = name->second;
+  }
+  t.counted_id = id;
+  t.counted = &it->second;
+  return it->second;
 }
 
 // A confined ifunc broke a rule: that invocation ended there. The error
@@ -318,6 +358,7 @@ const CachedIfunc* Engine::load(Link& link, CodeId id, CodecId codec,
     const LoadResult result = t.cache.load(id, codec, code, confine);
     t.digests.insert_or_assign(id, digest);
     t.names.insert_or_assign(id, result.name);
+    ifunc_record(id).name = result.name;
     link.in.shown.insert(id);
     note_loaded(id, code.size());
     trim_cache(id);  // after a load that worked: bad code never costs good code its place
@@ -334,6 +375,7 @@ const CachedIfunc* Engine::load(Link& link, CodeId id, CodecId codec,
     if (error.is(errc::code_refused) || error.is(errc::import_refused) ||
         error.is(errc::limit_exceeded)) {
       ++t.stats.code_refused;
+      ++ifunc_record(id).refusals;
     }
     report(Error(static_cast<errc>(error.code().category() == threechains_category()
                                        ? error.code().value()
@@ -413,6 +455,7 @@ void Engine::install(const Ifunc& ifunc, Confine confine) {
     const LoadResult result = t.cache.load(ifunc.id(), ifunc.codec(), ifunc.code(), confine);
     t.digests.insert_or_assign(ifunc.id(), content_digest(ifunc.code()));
     t.names.insert_or_assign(ifunc.id(), ifunc.name());
+    ifunc_record(ifunc.id()).name = ifunc.name();
     note_loaded(ifunc.id(), ifunc.code().size());
     trim_cache(ifunc.id());
     count_load(result);
@@ -480,6 +523,7 @@ void Engine::accept_code(Link& link, Inbound::CodeArrival& arrival) {
                           std::to_string(target_->options.limits.max_code_bytes) +
                           " this Receiver accepts (ReceiverLimits::max_code_bytes)");
     ++target_->stats.code_refused;
+    ++ifunc_record(arrival.header.code_id).refusals;
     report(error);
     send_code_refusal(link, arrival.header.code_id, error);
     if (settles_stall) {

@@ -90,6 +90,12 @@ struct Target {
   // is the same code (Inbound::shown).
   std::unordered_map<CodeId, ContentDigest> digests;
   std::unordered_map<CodeId, std::string> names;  // of what is loaded, for fault reports
+  // Receiver::ifunc_stats(); the record of the ifunc that ran last is kept at
+  // hand, so a run of one ifunc costs one compare to find it (node-based map:
+  // the pointer stays valid until its entry is erased, which resets it).
+  std::unordered_map<CodeId, IfuncStats> ifunc_stats;
+  CodeId counted_id = 0;
+  IfuncStats* counted = nullptr;
 
   std::size_t cached_code_bytes = 0;
   uint64_t use_clock = 0;
@@ -174,6 +180,8 @@ class Engine {
   // Counts a trap of `id`; at ReceiverLimits::max_traps_per_code the code is
   // evicted and its content refused from then on.
   void count_trap(Link& link, CodeId id, const std::string& name);
+  // The per-ifunc record of `id`, made if there is none.
+  IfuncStats& ifunc_record(CodeId id);
   void report(const Error& error);
   [[nodiscard]] std::size_t receiving_links() const noexcept { return inbound_.size(); }
 

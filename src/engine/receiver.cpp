@@ -1,6 +1,8 @@
 // threechains::Receiver: a handle on its Worker's engine in the target role.
 #include "engine/engine.hpp"
 
+#include <algorithm>
+
 #include <threechains/receiver.hpp>
 
 namespace threechains {
@@ -84,6 +86,21 @@ JitCache& Receiver::cache() {
 
 const ReceiverStats& Receiver::stats() const noexcept {
   return engine_->target().stats;
+}
+
+std::vector<IfuncStats> Receiver::ifunc_stats() const {
+  engine_->check_not_threaded("Receiver::ifunc_stats");
+  const detail::Target& t = engine_->target();
+  std::vector<IfuncStats> out;
+  out.reserve(t.ifunc_stats.size());
+  for (const auto& [id, record] : t.ifunc_stats) {
+    out.push_back(record);
+    out.back().loaded = t.cache_use.contains(id);
+  }
+  std::sort(out.begin(), out.end(), [](const IfuncStats& a, const IfuncStats& b) {
+    return a.calls != b.calls ? a.calls > b.calls : a.code < b.code;
+  });
+  return out;
 }
 
 std::size_t Receiver::peers() const noexcept {

@@ -83,6 +83,20 @@ static int run_target(const char* transport, const char* public_key, uint64_t fr
                  errors_seen == stats.peers_refused &&
                  (!expect_refusal || stats.peers_refused >= 1);
 
+  /* Per ifunc: the counter, every frame's call and its 8-byte payload. */
+  threechains_ifunc_stats per_ifunc[4];
+  size_t ifuncs = 0;
+  CHECK(threechains_receiver_ifunc_stats(receiver, per_ifunc, 4, sizeof(per_ifunc[0]), &ifuncs));
+  const int counted = ifuncs == 1 && strcmp(per_ifunc[0].name, "counter") == 0 &&
+                      per_ifunc[0].loaded == 1 && per_ifunc[0].calls == frames &&
+                      per_ifunc[0].payload_bytes == frames * sizeof(uint64_t) &&
+                      per_ifunc[0].timed_calls >= 1 && per_ifunc[0].refusals == 0;
+  printf("c target: ifunc '%s': %" PRIu64 " calls, %" PRIu64 " payload bytes, %" PRIu64
+         " timed in %" PRIu64 " ns %s\n",
+         ifuncs >= 1 ? per_ifunc[0].name : "?", ifuncs >= 1 ? per_ifunc[0].calls : 0,
+         ifuncs >= 1 ? per_ifunc[0].payload_bytes : 0, ifuncs >= 1 ? per_ifunc[0].timed_calls : 0,
+         ifuncs >= 1 ? per_ifunc[0].timed_ns : 0, counted ? "OK" : "MISMATCH");
+
   /* A stats struct from an older header (only the first two counters) gets
    * only those written: nothing past its size. */
   struct {
@@ -109,7 +123,7 @@ static int run_target(const char* transport, const char* public_key, uint64_t fr
   threechains_trust_destroy(trust);
   threechains_worker_destroy(worker);
   threechains_context_destroy(context);
-  return ok && sized && guarded ? 0 : 1;
+  return ok && counted && sized && guarded ? 0 : 1;
 }
 
 static int run_source(const char* transport, const char* container, const char* secret_key,

@@ -39,10 +39,15 @@ def target(transport, public_key, frames, port_file):
     print(f"python target: counter {counter.value} (expected {expected}), "
           f"{stats['frames_dispatched']} frames run, {stats['code_loads']} code load(s), "
           f"{len(errors)} error(s) {[str(e) for e in errors]}")
+    per_ifunc = receiver.ifunc_stats
+    print(f"python target: per ifunc {per_ifunc}")
+    counted = (len(per_ifunc) == 1 and per_ifunc[0]["name"] == "counter"
+               and per_ifunc[0]["loaded"] and per_ifunc[0]["calls"] == frames
+               and per_ifunc[0]["payload_bytes"] == 8 * frames and per_ifunc[0]["timed_calls"] >= 1)
     receiver.close()
     # The source first tries a key this target does not trust: refused, and
     # the refusal reaches on_error as a tc.Error.
-    ok = (counter.value == expected and stats["frames_dispatched"] == frames
+    ok = (counted and counter.value == expected and stats["frames_dispatched"] == frames
           and stats["frames_rejected"] == 0 and stats["code_loads"] == 1
           and len(errors) == stats["peers_refused"] >= 1
           and all(e.status == tc.Status.PEER_REFUSED for e in errors))
