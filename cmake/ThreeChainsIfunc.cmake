@@ -30,7 +30,9 @@
 # threechains_add_key(<target> SECRET <file> PUBLIC <file>)
 #
 # Generates an Ed25519 key pair at build time with threechains-key (once: an
-# existing secret key file is kept), for development and tests.
+# existing secret key file is kept), for development and tests. Missing
+# directories are made. Declare it before the ifuncs it signs: they then
+# depend on its one rule, which a parallel build runs once.
 set(THREECHAINS_DEFAULT_TRIPLES x86_64-linux-gnu aarch64-linux-gnu
     CACHE STRING "Triples an ifunc library is built for by default")
 # Where <threechains/ifunc.h> is: the source tree, or the install prefix when the
@@ -106,6 +108,14 @@ function(threechains_add_ifunc target)
   if(ARG_SIGN_KEY AND NOT ARG_UNSIGNED)
     get_filename_component(ARG_SIGN_KEY ${ARG_SIGN_KEY} ABSOLUTE)
     set(sign_args --sign-key ${ARG_SIGN_KEY})
+    # A key threechains_add_key makes: its one rule, depended on as a target.
+    # As a file dependency of several ifuncs, a parallel build could run the
+    # rule once for each (make's generators copy it into every target), and
+    # an ifunc signed with the first key would fail against the second.
+    if(NOT key_target)
+      string(SHA1 key_id "${ARG_SIGN_KEY}")
+      get_property(key_target GLOBAL PROPERTY THREECHAINS_KEY_TARGET_${key_id})
+    endif()
     if(NOT key_target)
       set(key_file ${ARG_SIGN_KEY})
     endif()
@@ -276,9 +286,15 @@ function(threechains_add_key target)
   else()
     message(FATAL_ERROR "threechains_add_key needs the threechains-key tool")
   endif()
+  get_filename_component(ARG_SECRET ${ARG_SECRET} ABSOLUTE)
+  get_filename_component(ARG_PUBLIC ${ARG_PUBLIC} ABSOLUTE)
+  # The tool makes missing directories (the secret's owner-only).
   add_custom_command(OUTPUT ${ARG_SECRET} ${ARG_PUBLIC}
     COMMAND ${tool} generate --secret ${ARG_SECRET} --public ${ARG_PUBLIC}
     COMMENT "key pair ${ARG_PUBLIC}"
     VERBATIM)
   add_custom_target(${target} ALL DEPENDS ${ARG_SECRET} ${ARG_PUBLIC})
+  # threechains_add_ifunc(... SIGN_KEY <this secret>) depends on this target.
+  string(SHA1 key_id "${ARG_SECRET}")
+  set_property(GLOBAL PROPERTY THREECHAINS_KEY_TARGET_${key_id} ${target})
 endfunction()

@@ -45,6 +45,14 @@ TEST_CASE("keys and signatures round-trip through their files", "[trust]") {
         std::filesystem::perms::none);
   CHECK(KeyPair::load(dir + "/k.key").public_key() == key.public_key());
   CHECK(PublicKey::load(dir + "/k.pub") == key.public_key());
+  // A secret saved over a readable file ends up owner-only all the same.
+  std::filesystem::permissions(dir + "/k.key", std::filesystem::perms::all);
+  key.save(dir + "/k.key", "");
+  CHECK((std::filesystem::status(dir + "/k.key").permissions() & std::filesystem::perms::all) ==
+        (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
+  // Into a directory that is not there: the error names the directory.
+  CHECK_THROWS_MATCHES(key.save(dir + "/missing/k.key", ""), Error,
+                       error_with(errc::io, "its directory '" + dir + "/missing' does not exist"));
   CHECK_THROWS_MATCHES(PublicKey::load(dir + "/k.key"), Error,
                        error_with(errc::invalid_argument, "not a threechains-ed25519-public"));
   const std::vector<std::byte> message{std::byte{1}, std::byte{2}};

@@ -13,8 +13,10 @@
 #include <CLI/CLI.hpp>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <utility>
 
 namespace {
 
@@ -66,6 +68,15 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*generate) {
+      // A key's directory is made if missing (the secret's owner-only): a
+      // build that puts keys under its own tree need not make it first.
+      for (const auto& [file, mode] : {std::pair{secret, std::filesystem::perms::owner_all},
+                                       std::pair{public_key, std::filesystem::perms::none}}) {
+        const std::filesystem::path parent = std::filesystem::path(file).parent_path();
+        if (parent.empty() || std::filesystem::exists(parent)) continue;
+        std::filesystem::create_directories(parent);
+        if (mode != std::filesystem::perms::none) std::filesystem::permissions(parent, mode);
+      }
       tc::KeyPair::generate().save(secret, public_key);
     } else if (*show) {
       const tc::KeyPair key = tc::KeyPair::load(secret);

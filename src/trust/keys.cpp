@@ -6,9 +6,14 @@
 
 #include <sodium.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -92,10 +97,47 @@ PublicKey PublicKey::load(const std::string& path) {
   }
 }
 
+namespace {
+// Why `path` could not be written, for a person to act on: a missing
+// directory said as such (the usual case), otherwise the system's reason.
+std::string why_not_written(const std::string& path, int error) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ignored;
+  if (!parent.empty() && !std::filesystem::exists(parent, ignored))
+    return "its directory '" + parent.string() + "' does not exist";
+  return std::strerror(error);
+}
+
+// Writes `text` to `path`: a secret created with `mode` (or truncated and
+// given it); a public key under the process's umask.
+void write_key_file(const std::string& path, const std::string& text, mode_t mode, bool secret,
+                    const char* what) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) {
+    const int error = errno;
+    throw Error(errc::io, std::string("cannot write ") + what + " file '" + path +
+                              "': " + why_not_written(path, error));
+  }
+  // An existing file keeps its mode through O_CREAT: set it before writing.
+  bool ok = !secret || ::fchmod(fd, mode) == 0;
+  std::size_t written = 0;
+  while (ok && written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) written += static_cast<std::size_t>(n);
+  }
+  const int error = errno;
+  ok = ::close(fd) == 0 && ok;
+  if (!ok) {
+    throw Error(errc::io, std::string("cannot write ") + what + " file '" + path +
+                              "': " + std::strerror(error != 0 ? error : errno));
+  }
+}
+}  // namespace
+
 void PublicKey::save(const std::string& path) const {
-  std::ofstream out(path, std::ios::trunc);
-  out << kPublicTag << ' ' << hex() << '\n';
-  if (!out) throw Error(errc::io, "cannot write public key file '" + path + "'");
+  write_key_file(path, std::string(kPublicTag) + ' ' + hex() + '\n', 0666, false, "public key");
 }
 
 std::string PublicKey::hex() const {
@@ -142,19 +184,18 @@ KeyPair KeyPair::load(const std::string& secret_path) {
 }
 
 void KeyPair::save(const std::string& secret_path, const std::string& public_path) const {
-  // Created owner-only before the secret is written into it.
-  {
-    std::ofstream create(secret_path, std::ios::trunc);
-    if (!create) throw Error(errc::io, "cannot write secret key file '" + secret_path + "'");
-  }
-  if (::chmod(secret_path.c_str(), S_IRUSR | S_IWUSR) != 0)
-    throw Error(errc::io, "cannot make '" + secret_path + "' private");
+  // Created owner-only (0600) before the secret is written into it.
   std::array<unsigned char, crypto_sign_SEEDBYTES> seed{};
   crypto_sign_ed25519_sk_to_seed(seed.data(), secret_->secret.data());
-  std::ofstream out(secret_path, std::ios::trunc);
-  out << kSecretTag << ' ' << to_hex(std::as_bytes(std::span(seed))) << '\n';
+  std::string line = std::string(kSecretTag) + ' ' + to_hex(std::as_bytes(std::span(seed))) + '\n';
   sodium_memzero(seed.data(), seed.size());
-  if (!out) throw Error(errc::io, "cannot write secret key file '" + secret_path + "'");
+  try {
+    write_key_file(secret_path, line, S_IRUSR | S_IWUSR, true, "secret key");
+  } catch (...) {
+    sodium_memzero(line.data(), line.size());
+    throw;
+  }
+  sodium_memzero(line.data(), line.size());
   if (!public_path.empty()) public_key().save(public_path);
 }
 
