@@ -108,15 +108,15 @@ function(threechains_add_ifunc target)
   if(ARG_SIGN_KEY AND NOT ARG_UNSIGNED)
     get_filename_component(ARG_SIGN_KEY ${ARG_SIGN_KEY} ABSOLUTE)
     set(sign_args --sign-key ${ARG_SIGN_KEY})
-    # A key threechains_add_key makes: its one rule, depended on as a target.
-    # As a file dependency of several ifuncs, a parallel build could run the
-    # rule once for each (make's generators copy it into every target), and
-    # an ifunc signed with the first key would fail against the second.
+    # A key threechains_add_key makes: its one rule, depended on as a target
+    # as well as a file. As only a file dependency of several ifuncs, a
+    # parallel build could run the rule once for each (make's generators copy
+    # it into every target), and an ifunc signed with the first key would fail
+    # against the second; ordered after the key's target, the copies find it
+    # made. The file dependency re-signs the ifuncs when the key changes.
     if(NOT key_target)
       string(SHA1 key_id "${ARG_SIGN_KEY}")
       get_property(key_target GLOBAL PROPERTY THREECHAINS_KEY_TARGET_${key_id})
-    endif()
-    if(NOT key_target)
       set(key_file ${ARG_SIGN_KEY})
     endif()
   endif()

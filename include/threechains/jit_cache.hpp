@@ -152,7 +152,9 @@ class JitCache {
   void expose(const std::vector<ExposedRegion>& regions);
   // The JIT'd function holding `address` (an instruction of injected code),
   // and `offset` into it; nullptr if none. Allocation- and lock-free: a
-  // signal handler on the thread that uses this cache may ask (fault reports do).
+  // signal handler on the thread that uses this cache may ask while an ifunc
+  // runs there (fault reports do); not from another thread while this one
+  // loads or evicts.
   [[nodiscard]] const std::string* function_at(const void* address,
                                                std::uintptr_t& offset) const noexcept;
   [[nodiscard]] bool contains(CodeId id) const noexcept { return entries_.contains(id); }

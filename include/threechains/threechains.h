@@ -216,7 +216,8 @@ THREECHAINS_C_API threechains_status threechains_receiver_stats_get(
 typedef struct threechains_ifunc_stats {
   uint64_t code;          /* its code identity */
   char name[64];          /* NUL-terminated, cut if longer; "" for code refused unread */
-  int loaded;             /* 1: in the cache now (statistics outlive an eviction) */
+  uint32_t loaded;        /* 1: in the cache now (statistics outlive an eviction) */
+  uint32_t reserved;      /* 0 */
   uint64_t calls;         /* invocations, trapped ones included */
   uint64_t payload_bytes; /* what those calls were given */
   uint64_t refusals;      /* loads of it refused: trust, signature, imports, limits */
@@ -224,9 +225,12 @@ typedef struct threechains_ifunc_stats {
   uint64_t timed_calls;   /* calls timed: the first 8, then one in 64 */
   uint64_t timed_ns;      /* time inside the ifunc over those calls */
 } threechains_ifunc_stats;
-/* Per-ifunc statistics, most called first: fills out[0..capacity) (entry_size:
- * the caller's sizeof(threechains_ifunc_stats)) and sets *count to how many
- * there are (more than capacity: call again with room). THREECHAINS_INVALID_ARGUMENT
+/* Per-ifunc statistics, most called first: fills out[0..capacity) and sets
+ * *count to how many there are (more than capacity: call again with room).
+ * entry_size is the caller's sizeof(threechains_ifunc_stats): fields a later
+ * header appends are left out for an older caller, and a newer caller's
+ * extra bytes are zeroed (an array of entries cannot carry a size member
+ * each, as threechains_receiver_stats does). THREECHAINS_INVALID_ARGUMENT
  * while the progress thread serves. */
 THREECHAINS_C_API threechains_status threechains_receiver_ifunc_stats(
     const threechains_receiver* receiver, threechains_ifunc_stats* out, size_t capacity,

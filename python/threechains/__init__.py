@@ -338,7 +338,7 @@ class Receiver(_Handle):
                 break
         out = []
         for e in entries[:count.value]:
-            item = {name: getattr(e, name) for name, _ in e._fields_}
+            item = {name: getattr(e, name) for name, _ in e._fields_ if name != "reserved"}
             item["name"] = e.name.decode(errors="replace")
             item["loaded"] = bool(e.loaded)
             out.append(item)

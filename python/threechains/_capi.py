@@ -54,7 +54,8 @@ class ReceiverStats(ctypes.Structure):
 
 
 class IfuncStats(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint64), ("name", ctypes.c_char * 64), ("loaded", ctypes.c_int)] + [
+    _fields_ = [("code", ctypes.c_uint64), ("name", ctypes.c_char * 64), ("loaded", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32)] + [
         (name, ctypes.c_uint64) for name in (
             "calls", "payload_bytes", "refusals", "traps", "timed_calls", "timed_ns")]
 

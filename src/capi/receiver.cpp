@@ -140,8 +140,10 @@ threechains_status threechains_receiver_ifunc_stats(const threechains_receiver* 
                                                     threechains_ifunc_stats* out,
                                                     size_t capacity, size_t entry_size,
                                                     size_t* count) {
-  if (!all_given(receiver, count) || (out == nullptr && capacity != 0)) {
-    return fail(THREECHAINS_INVALID_ARGUMENT, "receiver or count is NULL, or out is with room");
+  if (!all_given(receiver, count) || (capacity != 0 && (out == nullptr || entry_size == 0))) {
+    return fail(THREECHAINS_INVALID_ARGUMENT,
+                "threechains_receiver_ifunc_stats: receiver or count is NULL, or capacity is not 0 "
+                "and out is NULL or entry_size 0");
   }
   if (receiver->threaded) {
     return fail(THREECHAINS_INVALID_ARGUMENT,
@@ -164,7 +166,9 @@ threechains_status threechains_receiver_ifunc_stats(const threechains_receiver* 
       entry.traps = s.traps;
       entry.timed_calls = s.timed_calls;
       entry.timed_ns = static_cast<uint64_t>(s.timed.count());
-      std::memcpy(reinterpret_cast<char*>(out) + k * entry_size, &entry, copy);
+      char* slot = reinterpret_cast<char*>(out) + k * entry_size;
+      std::memcpy(slot, &entry, copy);
+      if (entry_size > copy) std::memset(slot + copy, 0, entry_size - copy);
     }
   });
 }

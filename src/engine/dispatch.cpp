@@ -149,26 +149,29 @@ IfuncStats& Engine::ifunc_record(CodeId id) {
   auto it = t.ifunc_stats.find(id);
   if (it == t.ifunc_stats.end()) {
     // Bounded: beyond what is loaded (itself bounded by ReceiverLimits), 1024
-    // records of code loaded before or refused; the oldest such goes first.
+    // records of code loaded before or refused; the least recently counted
+    // such goes first (a scan, on this slow path only).
     constexpr std::size_t kKeptBeyondLoaded = 1024;
     if (t.ifunc_stats.size() >= t.cache_use.size() + kKeptBeyondLoaded) {
       auto victim = t.ifunc_stats.end();
       for (auto k = t.ifunc_stats.begin(); k != t.ifunc_stats.end(); ++k) {
         if (t.cache_use.contains(k->first) || k->first == t.running.code_id) continue;
-        victim = k;
-        break;
+        if (victim == t.ifunc_stats.end() || k->second.last_used < victim->second.last_used)
+          victim = k;
       }
       if (victim != t.ifunc_stats.end()) {
-        if (&victim->second == t.counted) t.counted = nullptr;
+        if (&victim->second.stats == t.counted) t.counted = nullptr;
         t.ifunc_stats.erase(victim);
       }
     }
-    it = t.ifunc_stats.emplace(id, IfuncStats{.code = id}).first;
-    if (const auto name = t.names.find(id); name != t.names.end()) it->second.name = name->second;
+    it = t.ifunc_stats.emplace(id, Target::IfuncRecord{.stats = IfuncStats{.code = id}}).first;
+    if (const auto name = t.names.find(id); name != t.names.end())
+      it->second.stats.name = name->second;
   }
+  it->second.last_used = ++t.use_clock;
   t.counted_id = id;
-  t.counted = &it->second;
-  return it->second;
+  t.counted = &it->second.stats;
+  return it->second.stats;
 }
 
 // A confined ifunc broke a rule: that invocation ended there. The error

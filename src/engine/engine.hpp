@@ -93,7 +93,11 @@ struct Target {
   // Receiver::ifunc_stats(); the record of the ifunc that ran last is kept at
   // hand, so a run of one ifunc costs one compare to find it (node-based map:
   // the pointer stays valid until its entry is erased, which resets it).
-  std::unordered_map<CodeId, IfuncStats> ifunc_stats;
+  struct IfuncRecord {
+    IfuncStats stats;
+    uint64_t last_used = 0;  // use_clock when it last became the one counted
+  };
+  std::unordered_map<CodeId, IfuncRecord> ifunc_stats;
   CodeId counted_id = 0;
   IfuncStats* counted = nullptr;
 

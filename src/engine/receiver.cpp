@@ -94,7 +94,7 @@ std::vector<IfuncStats> Receiver::ifunc_stats() const {
   std::vector<IfuncStats> out;
   out.reserve(t.ifunc_stats.size());
   for (const auto& [id, record] : t.ifunc_stats) {
-    out.push_back(record);
+    out.push_back(record.stats);
     out.back().loaded = t.cache_use.contains(id);
   }
   std::sort(out.begin(), out.end(), [](const IfuncStats& a, const IfuncStats& b) {

@@ -3,6 +3,7 @@
 // the link is emitted.
 #include "jit/function_table.hpp"
 
+#include <llvm/ADT/DenseSet.h>
 #include <llvm/ExecutionEngine/JITLink/JITLink.h>
 #include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
 
@@ -43,6 +44,14 @@ void FunctionTable::transfer(uint64_t to, uint64_t from) {
 
 namespace {
 
+// A local function's symbol as it was before pruning.
+struct LocalFunction {
+  llvm::jitlink::Block* block;
+  llvm::orc::ExecutorAddrDiff offset;
+  llvm::orc::ExecutorAddrDiff size;
+  llvm::orc::SymbolStringPtr name;
+};
+
 class Recorder final : public llvm::orc::ObjectLinkingLayer::Plugin {
  public:
   explicit Recorder(FunctionTable& table) : table_(table) {}
@@ -51,12 +60,37 @@ class Recorder final : public llvm::orc::ObjectLinkingLayer::Plugin {
                         llvm::jitlink::LinkGraph&,
                         llvm::jitlink::PassConfiguration& config) override {
     // Calls to a static function usually relocate against its section, not
-    // its symbol, so JITLink would prune the symbol as dead (the code stays,
-    // reached through the section) and its instructions would be named after
-    // the function before it. Named functions keep their symbols.
-    config.PrePrunePasses.push_back([](llvm::jitlink::LinkGraph& graph) {
-      for (llvm::jitlink::Symbol* symbol : graph.defined_symbols())
-        if (symbol->hasName() && symbol->isCallable()) symbol->setLive(true);
+    // its symbol, so JITLink prunes the symbol as dead while the code stays
+    // (reached through the section): its instructions would then be named
+    // after the function before it, here and in perf. The names of local
+    // functions are noted before pruning and put back, after it, on the
+    // blocks that survived; nothing is kept alive that was not already.
+    auto local_functions = std::make_shared<std::vector<LocalFunction>>();
+    config.PrePrunePasses.push_back([local_functions](llvm::jitlink::LinkGraph& graph) {
+      for (llvm::jitlink::Symbol* symbol : graph.defined_symbols()) {
+        if (symbol->hasName() && symbol->isCallable() &&
+            symbol->getScope() == llvm::jitlink::Scope::Local && !symbol->isLive()) {
+          local_functions->push_back(
+              {&symbol->getBlock(), symbol->getOffset(), symbol->getSize(), symbol->getName()});
+        }
+      }
+      return llvm::Error::success();
+    });
+    config.PostPrunePasses.push_back([local_functions](llvm::jitlink::LinkGraph& graph) {
+      if (local_functions->empty()) return llvm::Error::success();
+      llvm::DenseSet<const llvm::jitlink::Block*> blocks;
+      for (const llvm::jitlink::Block* block : graph.blocks()) blocks.insert(block);
+      llvm::DenseSet<llvm::orc::SymbolStringPtr> named;
+      for (const llvm::jitlink::Symbol* symbol : graph.defined_symbols())
+        if (symbol->hasName()) named.insert(symbol->getName());
+      for (LocalFunction& function : *local_functions) {
+        // Only blocks still in the graph are dereferenced (a pruned block's
+        // pointer is compared, never followed).
+        if (!blocks.contains(function.block) || named.contains(function.name)) continue;
+        graph.addDefinedSymbol(*function.block, function.offset, function.name, function.size,
+                               llvm::jitlink::Linkage::Strong, llvm::jitlink::Scope::Local,
+                               /*IsCallable=*/true, /*IsLive=*/true);
+      }
       return llvm::Error::success();
     });
     config.PostFixupPasses.push_back([this, &responsibility](llvm::jitlink::LinkGraph& graph) {
@@ -104,7 +138,10 @@ class Recorder final : public llvm::orc::ObjectLinkingLayer::Plugin {
 
  private:
   FunctionTable& table_;  // JitCache::Impl's, declared before the JIT that owns this plugin
-  std::mutex mutex_;      // links may run on ORC's threads; the table is written on emit
+  // pending_ is guarded for form's sake; the table itself has one writer, the
+  // thread that loads and evicts (LLJIT materialises in place, on the thread
+  // that looks up: JitCache::Impl builds it without compile threads).
+  std::mutex mutex_;
   std::unordered_map<const llvm::orc::MaterializationResponsibility*,
                      std::vector<std::pair<uint64_t, FunctionTable::Function>>>
       pending_;

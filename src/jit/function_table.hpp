@@ -1,9 +1,11 @@
 // Which JIT'd function holds an address: the names fault reports (and anyone
 // asking JitCache::function_at) give to an instruction in injected code.
 // Filled by a JITLink plugin as objects are linked, emptied as they are
-// removed. Read without allocating or locking, so a signal handler on the
-// thread that uses the cache can ask (the only writer is that thread, and
-// never while an ifunc runs on it).
+// removed: on the thread that loads and evicts, since LLJIT (built without
+// compile threads) links on the thread that looks up, and a JitCache is used
+// by one thread at a time. Read without allocating or locking, so a signal
+// handler on that thread can ask while an ifunc runs there (not while the
+// thread is inside a JitCache call that links or evicts).
 #pragma once
 
 #include <cstdint>

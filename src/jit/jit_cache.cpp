@@ -245,7 +245,9 @@ struct JitCache::Impl {
     optimiser =
         std::make_unique<HostOptimiser>(std::move(*optimiser_machine), options.optimisation_level);
     // One TargetMachine for the life of the cache (LLJIT's single-threaded
-    // compiler owns one), built for this host's CPU name and features.
+    // compiler owns one), built for this host's CPU name and features. No
+    // compile threads: materialisation runs on the thread that looks up,
+    // which FunctionTable's lock-free reads rely on.
     // Process symbols reach injected code only through the import policy.
     auto created =
         llvm::orc::LLJITBuilder()

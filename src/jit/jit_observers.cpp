@@ -13,16 +13,17 @@
 #include <llvm/ExecutionEngine/Orc/Debugging/PerfSupportPlugin.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
+#include <llvm/ExecutionEngine/Orc/SelfExecutorProcessControl.h>
 #include <llvm/ExecutionEngine/Orc/Shared/WrapperFunctionUtils.h>
 #include <llvm/ExecutionEngine/Orc/TargetProcess/JITLoaderPerf.h>
-
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
+#include <memory>
 #include <mutex>
+#include <string>
+#include <utility>
 
 namespace threechains::jit {
 namespace {
@@ -53,23 +54,13 @@ llvm::Error run_perf_call(PerfCall call) {
   return wrapped.runWithSPSRetErrorMerged();
 }
 
-// The jitdump file ORC opened: it maps the file (perf finds it by that
-// mapping), so /proc/self/maps names it.
-std::string mapped_jitdump() {
-  std::ifstream maps("/proc/self/maps");
-  const std::string suffix = "/jit-" + std::to_string(getpid()) + ".dump";
-  std::string line;
-  while (std::getline(maps, line)) {
-    const std::size_t slash = line.find('/');
-    if (slash == std::string::npos) continue;
-    const std::string path = line.substr(slash);
-    if (path.size() > suffix.size() && path.ends_with(suffix)) return path;
-  }
-  return {};
-}
-
-// The process's one jitdump file, opened by the first cache that asks and
-// closed (with perf's close record) when the last one goes.
+// The process's one jitdump file and the one ORC plugin that writes it, for
+// every cache: one plugin, so code indexes (perf inject names a function's
+// file jitted-<pid>-<index>.so) never repeat across caches. The plugin gets
+// an ExecutionSession of its own (it reports errors through one), so it does
+// not depend on the first cache that asked living longest. Opened by the
+// first cache that asks, closed when the last one goes; a failure to open is
+// remembered, not retried by every cache (each try leaves a directory).
 class PerfSession {
  public:
   static PerfSession& instance() {
@@ -77,34 +68,55 @@ class PerfSession {
     return session;
   }
 
-  // Takes a share; opens the file if this is the first. An error says why not.
-  llvm::Error acquire() {
+  // Takes a share; opens the file if this is the first. The plugin to add to
+  // a linking layer, or why there is none.
+  llvm::Expected<std::shared_ptr<llvm::orc::PerfSupportPlugin>> acquire() {
     const std::lock_guard lock(mutex_);
+    if (!failure_.empty()) return llvm::createStringError(failure_);
     if (users_ == 0) {
-      if (llvm::Error error = run_perf_call(&llvm_orc_registerJITLoaderPerfStart)) return error;
-      path_ = mapped_jitdump();
+      if (llvm::Error error = open()) {
+        failure_ = llvm::toString(std::move(error));
+        return llvm::createStringError(failure_);
+      }
     }
     ++users_;
-    return llvm::Error::success();
+    return plugin_;
   }
 
+  // Gives a share back; the last closes the file (with perf's close record).
+  // Every linking layer holding the plugin is gone by then (Observers).
   void release() noexcept {
     const std::lock_guard lock(mutex_);
     if (users_ == 0 || --users_ != 0) return;
+    plugin_.reset();
     if (llvm::Error error = run_perf_call(&llvm_orc_registerJITLoaderPerfEnd))
       llvm::consumeError(std::move(error));  // nothing to do about it at this point
-    path_.clear();
-  }
-
-  std::string path() {
-    const std::lock_guard lock(mutex_);
-    return path_;
+    if (llvm::Error error = session_->endSession()) llvm::consumeError(std::move(error));
+    session_.reset();
   }
 
  private:
+  llvm::Error open() {
+    auto control = llvm::orc::SelfExecutorProcessControl::Create();
+    if (!control) return control.takeError();
+    if (llvm::Error error = run_perf_call(&llvm_orc_registerJITLoaderPerfStart)) return error;
+    session_ = std::make_unique<llvm::orc::ExecutionSession>(std::move(*control));
+    const auto ours = llvm::orc::ExecutorAddr::fromPtr(&perf_session_kept_elsewhere);
+    // Code load records only: ORC's unwind records print a debug line on
+    // every object, and its line tables need a DWARF context per link.
+    // (Static functions keep their names: FunctionTable's plugin.)
+    plugin_ = std::make_shared<llvm::orc::PerfSupportPlugin>(
+        session_->getExecutorProcessControl(), ours, ours,
+        llvm::orc::ExecutorAddr::fromPtr(&llvm_orc_registerJITLoaderPerfImpl),
+        /*EmitDebugInfo=*/false, /*EmitUnwindInfo=*/false);
+    return llvm::Error::success();
+  }
+
   std::mutex mutex_;
   std::size_t users_ = 0;
-  std::string path_;
+  std::string failure_;
+  std::unique_ptr<llvm::orc::ExecutionSession> session_;  // the plugin's
+  std::shared_ptr<llvm::orc::PerfSupportPlugin> plugin_;  // shared with every layer
 };
 
 // Asked for by the environment: a failure is worth a line, once, not the target.
@@ -121,11 +133,11 @@ ObserverRequest observers_requested(const JitOptions& options) {
   ObserverRequest request{.debugger = options.debugger_support, .perf = options.perf_support};
   if (!request.debugger && environment_says_yes("THREECHAINS_JIT_DEBUG")) {
     request.debugger = true;
-    request.from_environment = true;
+    request.debugger_from_environment = true;
   }
   if (!request.perf && environment_says_yes("THREECHAINS_JIT_PERF")) {
     request.perf = true;
-    request.from_environment = true;
+    request.perf_from_environment = true;
   }
   return request;
 }
@@ -147,40 +159,35 @@ Observers& Observers::operator=(Observers&& other) noexcept {
   return *this;
 }
 
-std::string Observers::jitdump_path() {
-  return PerfSession::instance().path();
-}
-
 Observers attach_observers(llvm::orc::LLJIT& jit, const ObserverRequest& request) {
   Observers observers;
-  const auto fail = [&](std::once_flag& once, const std::string& message) {
-    if (!request.from_environment) throw Error(errc::jit_failed, message);
+  const auto fail = [&](bool from_environment, std::once_flag& once, const std::string& message) {
+    if (!from_environment) throw Error(errc::jit_failed, message);
     warn_once(once, message + " (going on without it)");
   };
   if (request.debugger) {
     // ORC registers each linked object (a copy, with its sections' load
-    // addresses) through __jit_debug_register_code, which gdb and lldb watch.
-    if (llvm::Error error = llvm::orc::enableDebuggerSupport(jit))
-      fail(debugger_warning,
+    // addresses) through __jit_debug_register_code, which gdb watches.
+    if (llvm::Error error = llvm::orc::enableDebuggerSupport(jit)) {
+      fail(request.debugger_from_environment, debugger_warning,
            "cannot register JIT'd code with debuggers: " + message_of(std::move(error)));
+    }
   }
   if (request.perf) {
     auto* layer = llvm::dyn_cast<llvm::orc::ObjectLinkingLayer>(&jit.getObjLinkingLayer());
     if (layer == nullptr) {
-      fail(perf_warning, "cannot write a perf jitdump: the JIT does not link with JITLink");
-    } else if (llvm::Error error = PerfSession::instance().acquire()) {
-      fail(perf_warning, "cannot write a perf jitdump (JITDUMPDIR, or ~/.debug/jit): " +
-                             message_of(std::move(error)));
+      fail(request.perf_from_environment, perf_warning,
+           "cannot write a perf jitdump: the JIT does not link with JITLink");
     } else {
-      observers.holds_perf_session_ = true;
-      const auto ours = llvm::orc::ExecutorAddr::fromPtr(&perf_session_kept_elsewhere);
-      // Code load records only: ORC's unwind records print a debug line on
-      // every object, and its line tables need a DWARF context per link.
-      // (Static functions keep their names: FunctionTable's plugin.)
-      layer->addPlugin(std::make_unique<llvm::orc::PerfSupportPlugin>(
-          jit.getExecutionSession().getExecutorProcessControl(), ours, ours,
-          llvm::orc::ExecutorAddr::fromPtr(&llvm_orc_registerJITLoaderPerfImpl),
-          /*EmitDebugInfo=*/false, /*EmitUnwindInfo=*/false));
+      auto plugin = PerfSession::instance().acquire();
+      if (!plugin) {
+        fail(request.perf_from_environment, perf_warning,
+             "cannot write a perf jitdump (JITDUMPDIR, or ~/.debug/jit): " +
+                 message_of(plugin.takeError()));
+      } else {
+        observers.holds_perf_session_ = true;
+        layer->addPlugin(std::move(*plugin));
+      }
     }
   }
   return observers;

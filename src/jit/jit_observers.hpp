@@ -2,9 +2,6 @@
 // interface and perf's jitdump, both through ORC's own plugins, opt-in.
 #pragma once
 
-#include <memory>
-#include <string>
-
 namespace llvm::orc {
 class LLJIT;
 }
@@ -20,14 +17,17 @@ namespace jit {
 struct ObserverRequest {
   bool debugger = false;
   bool perf = false;
-  bool from_environment = false;  // a failure then warns instead of throwing
+  // Asked for by the environment only: a failure then warns instead of throwing.
+  bool debugger_from_environment = false;
+  bool perf_from_environment = false;
 };
 [[nodiscard]] ObserverRequest observers_requested(const JitOptions& options);
 
 // Holds what a JitCache registered with observers for its lifetime: its share
 // of the process's one jitdump file (perf reads one per process, so every
-// cache that asks for it writes to the same file, opened by the first and
-// closed by the last).
+// cache that asks for it writes to the same file through one plugin, opened
+// by the first and closed by the last). Destroy it after the LLJIT it was
+// attached to: the JIT's linking layer holds the shared plugin until then.
 class Observers {
  public:
   Observers();
@@ -36,9 +36,6 @@ class Observers {
   Observers& operator=(Observers&&) noexcept;
   Observers(const Observers&) = delete;
   Observers& operator=(const Observers&) = delete;
-
-  // The jitdump file every cache of this process writes, or "" if none.
-  [[nodiscard]] static std::string jitdump_path();
 
  private:
   friend Observers attach_observers(llvm::orc::LLJIT& jit, const ObserverRequest& request);

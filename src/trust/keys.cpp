@@ -6,12 +6,12 @@
 
 #include <sodium.h>
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -108,36 +108,44 @@ std::string why_not_written(const std::string& path, int error) {
   return std::strerror(error);
 }
 
-// Writes `text` to `path`: a secret created with `mode` (or truncated and
-// given it); a public key under the process's umask.
-void write_key_file(const std::string& path, const std::string& text, mode_t mode, bool secret,
+// Writes `text` to `path` through a temporary file beside it, renamed over
+// it: a failure leaves an existing file whole, and a symlink at `path` is
+// replaced, never written through. The temporary is made 0600 (mkstemp), so a
+// secret is never readable by others, not even for a moment; a public key is
+// then opened to 0644.
+void write_key_file(const std::string& path, const std::string& text, bool secret,
                     const char* what) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  std::string temporary = path + ".XXXXXX";
+  const int fd = ::mkstemp(temporary.data());
   if (fd < 0) {
     const int error = errno;
     throw Error(errc::io, std::string("cannot write ") + what + " file '" + path +
                               "': " + why_not_written(path, error));
   }
-  // An existing file keeps its mode through O_CREAT: set it before writing.
-  bool ok = !secret || ::fchmod(fd, mode) == 0;
+  int error = 0;
+  if (!secret && ::fchmod(fd, S_IRUSR | S_IWUSR | S_IRGRP | S_IROTH) != 0) error = errno;
   std::size_t written = 0;
-  while (ok && written < text.size()) {
+  while (error == 0 && written < text.size()) {
     const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
     if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) written += static_cast<std::size_t>(n);
+    if (n <= 0) {
+      error = n < 0 ? errno : EIO;
+    } else {
+      written += static_cast<std::size_t>(n);
+    }
   }
-  const int error = errno;
-  ok = ::close(fd) == 0 && ok;
-  if (!ok) {
+  if (::close(fd) != 0 && error == 0) error = errno;
+  if (error == 0 && ::rename(temporary.c_str(), path.c_str()) != 0) error = errno;
+  if (error != 0) {
+    ::unlink(temporary.c_str());
     throw Error(errc::io, std::string("cannot write ") + what + " file '" + path +
-                              "': " + std::strerror(error != 0 ? error : errno));
+                              "': " + std::strerror(error));
   }
 }
 }  // namespace
 
 void PublicKey::save(const std::string& path) const {
-  write_key_file(path, std::string(kPublicTag) + ' ' + hex() + '\n', 0666, false, "public key");
+  write_key_file(path, std::string(kPublicTag) + ' ' + hex() + '\n', false, "public key");
 }
 
 std::string PublicKey::hex() const {
@@ -184,13 +192,13 @@ KeyPair KeyPair::load(const std::string& secret_path) {
 }
 
 void KeyPair::save(const std::string& secret_path, const std::string& public_path) const {
-  // Created owner-only (0600) before the secret is written into it.
+  // Owner-only (0600) from the start (write_key_file).
   std::array<unsigned char, crypto_sign_SEEDBYTES> seed{};
   crypto_sign_ed25519_sk_to_seed(seed.data(), secret_->secret.data());
   std::string line = std::string(kSecretTag) + ' ' + to_hex(std::as_bytes(std::span(seed))) + '\n';
   sodium_memzero(seed.data(), seed.size());
   try {
-    write_key_file(secret_path, line, S_IRUSR | S_IWUSR, true, "secret key");
+    write_key_file(secret_path, line, true, "secret key");
   } catch (...) {
     sodium_memzero(line.data(), line.size());
     throw;
