@@ -187,7 +187,7 @@ TEMPLATE_TEST_CASE("confined code: every escape traps, the target serves on, can
   CHECK(result.dispatched == 2 * attempts.size());
   CHECK(result.escape_calls == 2 * attempts.size());  // per ifunc, as in total
   CHECK(result.escape_traps == attempts.size());
-  CHECK(result.escape_timed >= 8);
+  CHECK(result.escape_timed >= 1);  // its first call, and one in 1024
   CHECK_FALSE(std::filesystem::exists(witness));
 }
 

@@ -123,9 +123,9 @@ struct IfuncStats {
   uint64_t payload_bytes = 0;    // what those calls were given
   uint64_t refusals = 0;         // loads of it refused: trust, signature, imports, limits
   uint64_t traps = 0;            // confined invocations stopped for breaking a rule
-  // Time inside the ifunc, measured on a sample of its calls (the first 8,
-  // then one in 64: two clock reads each), so that counting costs the others
-  // nothing but an add.
+  // Time inside the ifunc, measured on a sample of calls (its first, then one
+  // call in 1024 of all: two clock reads each), so that counting costs the
+  // others nothing but a few adds.
   uint64_t timed_calls = 0;
   std::chrono::nanoseconds timed{0};
   [[nodiscard]] std::chrono::nanoseconds mean_time() const noexcept {

@@ -222,7 +222,7 @@ typedef struct threechains_ifunc_stats {
   uint64_t payload_bytes; /* what those calls were given */
   uint64_t refusals;      /* loads of it refused: trust, signature, imports, limits */
   uint64_t traps;         /* confined invocations stopped for breaking a rule */
-  uint64_t timed_calls;   /* calls timed: the first 8, then one in 64 */
+  uint64_t timed_calls;   /* calls timed: its first, then one call in 1024 of all */
   uint64_t timed_ns;      /* time inside the ifunc over those calls */
 } threechains_ifunc_stats;
 /* Per-ifunc statistics, most called first: fills out[0..capacity) and sets

@@ -98,8 +98,16 @@ struct Target {
     uint64_t last_used = 0;  // use_clock when it last became the one counted
   };
   std::unordered_map<CodeId, IfuncRecord> ifunc_stats;
+  // The record of the ifunc that ran last, and what its calls added since it
+  // became so: counted here, on this struct's own lines, and added to the
+  // record when another ifunc runs (or the statistics are read), so a run of
+  // one ifunc touches no other memory. One call in 1024 is timed
+  // (sample_tick), and the first call of each ifunc.
   CodeId counted_id = 0;
   IfuncStats* counted = nullptr;
+  uint64_t counted_calls = 0;
+  uint64_t counted_bytes = 0;
+  uint32_t sample_tick = 0;
 
   std::size_t cached_code_bytes = 0;
   uint64_t use_clock = 0;
@@ -184,7 +192,8 @@ class Engine {
   // Counts a trap of `id`; at ReceiverLimits::max_traps_per_code the code is
   // evicted and its content refused from then on.
   void count_trap(Link& link, CodeId id, const std::string& name);
-  // The per-ifunc record of `id`, made if there is none.
+  // The per-ifunc record of `id`, made if there is none; it becomes the one
+  // counted (what the one before had pending is added to it first).
   IfuncStats& ifunc_record(CodeId id);
   void report(const Error& error);
   [[nodiscard]] std::size_t receiving_links() const noexcept { return inbound_.size(); }

@@ -96,6 +96,10 @@ std::vector<IfuncStats> Receiver::ifunc_stats() const {
   for (const auto& [id, record] : t.ifunc_stats) {
     out.push_back(record.stats);
     out.back().loaded = t.cache_use.contains(id);
+    if (&record.stats == t.counted) {  // what its latest calls added, not in the record yet
+      out.back().calls += t.counted_calls;
+      out.back().payload_bytes += t.counted_bytes;
+    }
   }
   std::sort(out.begin(), out.end(), [](const IfuncStats& a, const IfuncStats& b) {
     return a.calls != b.calls ? a.calls > b.calls : a.code < b.code;
