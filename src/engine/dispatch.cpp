@@ -115,9 +115,8 @@ std::optional<ConfinedTrap> Engine::run_entry(const CachedIfunc& ifunc, CodeId i
                                               const char* peer, void* payload, std::size_t size) {
   Target& t = *target_;
   t.cache.count_call(id);
-  if (id != t.counted_id || t.counted == nullptr) [[unlikely]] {
-    if (ifunc_record(id).calls == 0) t.sample_tick = 1023;  // its first call is timed
-  }
+  if (id != t.counted_id || t.counted == nullptr) [[unlikely]]
+    (void)ifunc_record(id);
   ++t.counted_calls;
   t.counted_bytes += size;
   // One call in 1024: at 1 in 64 the shm rate fell 12% (the clock reads
@@ -178,6 +177,7 @@ IfuncStats& Engine::ifunc_record(CodeId id) {
       if (victim != t.ifunc_stats.end()) t.ifunc_stats.erase(victim);  // not counted: none is now
     }
     it = t.ifunc_stats.emplace(id, Target::IfuncRecord{.stats = IfuncStats{.code = id}}).first;
+    t.sample_tick = 1023;  // the next call is timed: a new ifunc's first (its load made the record)
     if (const auto name = t.names.find(id); name != t.names.end())
       it->second.stats.name = name->second;
   }
