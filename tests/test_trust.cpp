@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <iterator>
+#include <fstream>
 
 using namespace threechains;
 using namespace threechains::test;
@@ -50,6 +52,19 @@ TEST_CASE("keys and signatures round-trip through their files", "[trust]") {
   key.save(dir + "/k.key", "");
   CHECK((std::filesystem::status(dir + "/k.key").permissions() & std::filesystem::perms::all) ==
         (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
+  // A symlink planted where the secret goes is replaced, never written
+  // through: the file it points at keeps its bytes (std::ofstream followed it).
+  {
+    const std::string canary = dir + "/canary";
+    std::ofstream(canary) << "canary\n";
+    std::filesystem::create_symlink(canary, dir + "/planted.key");
+    key.save(dir + "/planted.key", "");
+    std::ifstream in(canary);
+    const std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(kept == "canary\n");
+    CHECK(std::filesystem::is_regular_file(std::filesystem::symlink_status(dir + "/planted.key")));
+    CHECK(KeyPair::load(dir + "/planted.key").public_key() == key.public_key());
+  }
   // Into a directory that is not there: the error names the directory.
   CHECK_THROWS_MATCHES(key.save(dir + "/missing/k.key", ""), Error,
                        error_with(errc::io, "its directory '" + dir + "/missing' does not exist"));

@@ -1,5 +1,7 @@
 #include "jit/object_store.hpp"
 
+#include "write_exactly.hpp"
+
 #include <threechains/error.hpp>
 
 #include <fcntl.h>
@@ -47,17 +49,6 @@ bool read_exactly(int fd, void* out, std::size_t size) {
   auto* at = static_cast<char*>(out);
   while (size > 0) {
     const ssize_t n = ::read(fd, at, size);
-    if (n <= 0) return false;
-    at += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-bool write_exactly(int fd, const void* data, std::size_t size) {
-  const auto* at = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, at, size);
     if (n <= 0) return false;
     at += n;
     size -= static_cast<std::size_t>(n);
@@ -146,9 +137,9 @@ bool ObjectStore::store(const std::string& key, std::span<const std::byte> objec
       const Descriptor file(::openat(dir_fd_, temporary.c_str(),
                                      O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
       if (file.get() < 0) return false;
-      written = write_exactly(file.get(), &header, sizeof(header)) &&
-                write_exactly(file.get(), key.data(), key.size()) &&
-                write_exactly(file.get(), object.data(), object.size());
+      written = detail::write_exactly(file.get(), &header, sizeof(header)) &&
+                detail::write_exactly(file.get(), key.data(), key.size()) &&
+                detail::write_exactly(file.get(), object.data(), object.size());
     }
     if (written && ::renameat(dir_fd_, temporary.c_str(), dir_fd_, target.c_str()) == 0)
       return true;

@@ -1,5 +1,6 @@
 // Ed25519 keys through libsodium: generation, files, signing, verification.
 #include "trust/sodium.hpp"
+#include "write_exactly.hpp"
 
 #include <threechains/error.hpp>
 #include <threechains/trust.hpp>
@@ -124,16 +125,7 @@ void write_key_file(const std::string& path, const std::string& text, bool secre
   }
   int error = 0;
   if (!secret && ::fchmod(fd, S_IRUSR | S_IWUSR | S_IRGRP | S_IROTH) != 0) error = errno;
-  std::size_t written = 0;
-  while (error == 0 && written < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      error = n < 0 ? errno : EIO;
-    } else {
-      written += static_cast<std::size_t>(n);
-    }
-  }
+  if (error == 0 && !detail::write_exactly(fd, text.data(), text.size())) error = errno;
   if (::close(fd) != 0 && error == 0) error = errno;
   if (error == 0 && ::rename(temporary.c_str(), path.c_str()) != 0) error = errno;
   if (error != 0) {
