@@ -5,9 +5,11 @@
 #include "jit/confinement.hpp"
 #include "jit/container_images.hpp"
 #include "jit/function_table.hpp"
+#include "jit/image_memory.hpp"
 #include "jit/host_optimiser.hpp"
 #include "jit/jit_observers.hpp"
 #include "jit/object_store.hpp"
+#include "jit/prelinked_image.hpp"
 
 #include <threechains/runtime.h>
 #include <threechains/error.hpp>
@@ -41,6 +43,7 @@
 #include <sodium.h>
 
 #include <algorithm>
+#include <array>
 #include <mutex>
 #include <optional>
 
@@ -150,20 +153,29 @@ const link_map* object_defining(const void* address) {
 }  // namespace
 
 namespace {
+// <threechains/runtime.h>: what injected code of any kind may call here.
+const std::array<std::pair<const char*, void*>, 6>& public_runtime() {
+  static const std::array<std::pair<const char*, void*>, 6> functions{{
+      {"threechains_rank", reinterpret_cast<void*>(&threechains_rank)},
+      {"threechains_ranks", reinterpret_cast<void*>(&threechains_ranks)},
+      {"threechains_origin", reinterpret_cast<void*>(&threechains_origin)},
+      {"threechains_send_self", reinterpret_cast<void*>(&threechains_send_self)},
+      {"threechains_send_named", reinterpret_cast<void*>(&threechains_send_named)},
+      {"threechains_lookup", reinterpret_cast<void*>(&threechains_lookup)},
+  }};
+  return functions;
+}
+
 // <threechains/runtime.h>, as absolute symbols of this process.
 std::unique_ptr<llvm::orc::AbsoluteSymbolsMaterializationUnit> runtime_symbols(
     llvm::orc::LLJIT& jit, confined::State* confined_state) {
   const auto callable = llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable;
-  const auto entry = [&](auto* function) {
+  const auto entry = [&](void* function) {
     return llvm::orc::ExecutorSymbolDef(llvm::orc::ExecutorAddr::fromPtr(function), callable);
   };
   llvm::orc::SymbolMap symbols;
-  symbols[jit.mangleAndIntern("threechains_rank")] = entry(&threechains_rank);
-  symbols[jit.mangleAndIntern("threechains_ranks")] = entry(&threechains_ranks);
-  symbols[jit.mangleAndIntern("threechains_origin")] = entry(&threechains_origin);
-  symbols[jit.mangleAndIntern("threechains_send_self")] = entry(&threechains_send_self);
-  symbols[jit.mangleAndIntern("threechains_send_named")] = entry(&threechains_send_named);
-  symbols[jit.mangleAndIntern("threechains_lookup")] = entry(&threechains_lookup);
+  for (const auto& [name, address] : public_runtime())
+    symbols[jit.mangleAndIntern(name)] = entry(address);
   // What confined code links against: this cache's runner state, the
   // runtime's checks, and the confined imports (confinement.cpp renames a
   // confined module's imports to these names; nothing else resolves them).
@@ -338,6 +350,39 @@ struct JitCache::Impl {
   // on a library also finds what its own dependencies (libc) define, which
   // must go through the policy like any process symbol.
   llvm::orc::JITDylib& dependency(const std::string& library, const std::string& ifunc) {
+    const DependencyObject object = dependency_object(library, ifunc);  // the policy first
+    if (const auto known = dependencies.find(library); known != dependencies.end())
+      return *known->second;
+    auto generator = std::make_unique<llvm::orc::DynamicLibrarySearchGenerator>(
+        object.library, jit->getDataLayout().getGlobalPrefix(),
+        [this, object](const llvm::orc::SymbolStringPtr& name) {
+          const std::string symbol = (*name).str();
+          return allow_from(object, symbol, dlsym(object.handle, symbol.c_str()));
+        });
+    auto& jd = jit->getExecutionSession().createBareJITDylib("dependency:" + library);
+    jd.addGenerator(std::move(generator));
+    dependencies.emplace(library, &jd);
+    return jd;
+  }
+
+  // A dependency library, loaded for good: LLVM's handle (what its generator
+  // searches) and ours, with its link_map to tell its own symbols from those
+  // of its dependencies.
+  struct DependencyObject {
+    llvm::sys::DynamicLibrary library;
+    void* handle = nullptr;
+    const link_map* self = nullptr;
+  };
+
+  // Whether `symbol`, found at `address` by a search of `object`, may bind:
+  // the library's own symbols may; what its dependencies (libc) define goes
+  // through the policy like any process symbol.
+  bool allow_from(const DependencyObject& object, const std::string& symbol, const void* address) {
+    if (address != nullptr && object_defining(address) == object.self) return true;
+    return allow_binding(symbol, address);
+  }
+
+  const DependencyObject& dependency_object(const std::string& library, const std::string& ifunc) {
     // The policy first, and our own table: a container must not name another
     // JITDylib of this session (another ifunc's, the platform's) as a "library".
     if (!policy.allows_dependency(library)) {
@@ -345,8 +390,8 @@ struct JitCache::Impl {
                   "ifunc '" + ifunc + "' needs library '" + library +
                       "', which this target's ImportPolicy does not allow (allow_library)");
     }
-    if (const auto known = dependencies.find(library); known != dependencies.end())
-      return *known->second;
+    if (const auto known = dependency_objects.find(library); known != dependency_objects.end())
+      return known->second;
     std::string why;
     const auto library_handle =
         llvm::sys::DynamicLibrary::getPermanentLibrary(library.c_str(), &why);
@@ -362,18 +407,72 @@ struct JitCache::Impl {
       throw Error(errc::dependency_not_found,
                   "ifunc '" + ifunc + "': library '" + library + "' loaded but cannot be found");
     }
-    auto generator = std::make_unique<llvm::orc::DynamicLibrarySearchGenerator>(
-        library_handle, jit->getDataLayout().getGlobalPrefix(),
-        [this, handle, self](const llvm::orc::SymbolStringPtr& name) {
-          const std::string symbol = (*name).str();
-          const void* address = dlsym(handle, symbol.c_str());
-          if (object_defining(address) == self) return true;
-          return allow_binding(symbol, address);  // what this generator would bind
-        });
-    auto& jd = jit->getExecutionSession().createBareJITDylib("dependency:" + library);
-    jd.addGenerator(std::move(generator));
-    dependencies.emplace(library, &jd);
-    return jd;
+    return dependency_objects.emplace(library, DependencyObject{library_handle, handle, self})
+        .first->second;
+  }
+
+  // Maps a pre-linked image (prelinked_image.hpp): no JIT, no linker. Its
+  // imports resolve as the JIT's would: the runtime, then its dependency
+  // libraries, then the process, each through the ImportPolicy.
+  IfuncMain link_prelinked(CodeId id, const ParsedImage& image) {
+    failure = {};
+    std::vector<const DependencyObject*> libraries;
+    for (const std::string& library : image.deps)
+      libraries.push_back(&dependency_object(library, image.name));
+    std::vector<std::string> missing;
+    const auto resolve = [&](llvm::StringRef symbol, bool weak) -> uint64_t {
+      const std::string name = symbol.str();
+      for (const auto& [runtime_name, address] : public_runtime())
+        if (name == runtime_name) return reinterpret_cast<uint64_t>(address);
+      for (const DependencyObject* library : libraries) {
+        const void* address = dlsym(library->handle, name.c_str());
+        if (address != nullptr && allow_from(*library, name, address))
+          return reinterpret_cast<uint64_t>(address);
+      }
+      const void* address = dlsym(RTLD_DEFAULT, name.c_str());
+      if (address != nullptr && allow_binding(name, address))
+        return reinterpret_cast<uint64_t>(address);
+      if (!weak) missing.push_back(name);
+      return 0;
+    };
+    jit::PrelinkedImage loaded = jit::PrelinkedImage::load(image.bytes, image.name, resolve, image_memory);
+    if (!missing.empty()) {
+      std::string refused;
+      std::string absent;
+      for (const std::string& name : missing) {
+        const bool was_refused =
+            std::find(failure.refused.begin(), failure.refused.end(), name) != failure.refused.end();
+        (was_refused ? refused : absent) +=
+            ((was_refused ? refused : absent).empty() ? "'" : ", '") + name + "'";
+      }
+      if (!refused.empty()) {
+        throw Error(errc::import_refused, "ifunc '" + image.name + "' (" + image.triple +
+                                              ") imports " + refused +
+                                              ", which this target's ImportPolicy does not allow "
+                                              "(ImportPolicy::allow_symbol to expose a symbol)");
+      }
+      throw Error(errc::symbol_not_found, "ifunc '" + image.name + "' (" + image.triple +
+                                              "): Symbols not found: " + absent);
+    }
+    auto* entry = reinterpret_cast<IfuncMain>(loaded.find(image.name + "_main"));
+    if (entry == nullptr) {
+      throw Error(errc::symbol_not_found, "ifunc '" + image.name + "' (" + image.triple +
+                                              "): its image defines no '" + image.name +
+                                              "_main'");
+    }
+    for (const jit::PrelinkedImage::Function& function : loaded.functions())
+      functions.add(loaded.base(), function.begin, {function.end, function.name});
+    prelinked.insert_or_assign(id, std::move(loaded));
+    return entry;
+  }
+
+  // Forgets `id`'s pre-linked image, if it has one.
+  bool release_prelinked(CodeId id) {
+    const auto it = prelinked.find(id);
+    if (it == prelinked.end()) return false;
+    functions.forget(it->second.base());
+    prelinked.erase(it);
+    return true;
   }
 
   // The store's key for `image`: the code's identity (and, since XXH3 is no
@@ -560,6 +659,8 @@ struct JitCache::Impl {
   // JITDylib of its own and returns its entry point.
   IfuncMain link(CodeId id, CodecId codec, const ParsedImage& image,
                  const std::vector<std::byte>* object, Confine confine = Confine::no) {
+    if (codec == CodecId::binary && object == nullptr && jit::is_prelinked_image(image.bytes))
+      return link_prelinked(id, image);
     const std::string entry_name = image.name + "_main";
     failure = {};  // what this load's diagnostics and errors collect
     llvm::orc::JITDylib& jd = acquire_dylib();
@@ -730,11 +831,24 @@ struct JitCache::Impl {
     return jit->getExecutionSession().removeJITDylib(jd);
   }
 
+  // Whether code for `image_triple` runs on this host: LLVM parses both
+  // triples the first time a container names it (a fifth of a pre-linked
+  // load, cold), and the answer is kept.
+  bool runs_here(const std::string& image_triple) {
+    if (image_triple == triple) return true;
+    if (const auto known = runs_on_host.find(image_triple); known != runs_on_host.end())
+      return known->second;
+    const bool same = same_target(image_triple, triple);
+    if (runs_on_host.size() < 64) runs_on_host.emplace(image_triple, same);  // triples are few
+    return same;
+  }
+
   bool evict(CodeId id) {
     drop_promotion(id);
     confined_codes.erase(id);
+    const bool had_image = release_prelinked(id);
     const auto it = dylibs.find(id);
-    if (it == dylibs.end()) return false;
+    if (it == dylibs.end()) return had_image;
     std::vector<llvm::orc::JITDylib*> tiers = std::move(it->second);
     dylibs.erase(it);
     std::string errors;
@@ -756,6 +870,7 @@ struct JitCache::Impl {
   jit::Observers observers;      // the perf session
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::string triple;
+  std::unordered_map<std::string, bool> runs_on_host;  // image triple -> runs_here
   LoadFailure failure;               // what the session reported during the current load
   std::optional<ObjectStore> store;  // JitOptions::code_cache_directory
   std::string host_key;              // this host's part of a store key
@@ -778,6 +893,11 @@ struct JitCache::Impl {
   llvm::orc::JITDylibSearchOrder default_links;    // LLJIT's links of a new JITDylib
   std::size_t dylib_count = 0;
   std::unordered_map<std::string, llvm::orc::JITDylib*> dependencies;  // live as long as the JIT
+  std::unordered_map<std::string, DependencyObject> dependency_objects;  // loaded for good
+  // Pre-linked images (binary code packed PRELINKED), released on eviction
+  // into image_memory, which is declared first so it outlives them.
+  jit::ImageMemory image_memory;
+  std::unordered_map<CodeId, jit::PrelinkedImage> prelinked;
 };
 
 const std::string* JitCache::function_at(const void* address, std::uintptr_t& offset) const noexcept {
@@ -814,8 +934,7 @@ LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> c
   std::string available;
   for (const ParsedImage& image : images) {
     available += (available.empty() ? "" : ", ") + image.triple;
-    // Containers store normalised triples: equal strings need no parsing.
-    if (image.triple != impl_->triple && !same_target(image.triple, impl_->triple)) continue;
+    if (!impl_->runs_here(image.triple)) continue;
     const ParsedImage*& slot = image.kind == CodecId::binary ? object : ir;
     if (slot == nullptr) slot = &image;
   }
@@ -886,7 +1005,10 @@ void JitCache::sync_promotion_counts() noexcept {
 void* JitCache::lookup(CodeId id, const std::string& symbol) {
   if (impl_->confined_codes.contains(id)) return nullptr;
   const auto it = impl_->dylibs.find(id);
-  if (it == impl_->dylibs.end()) return nullptr;
+  if (it == impl_->dylibs.end()) {
+    const auto image = impl_->prelinked.find(id);
+    return image == impl_->prelinked.end() ? nullptr : image->second.find(symbol);
+  }
   impl_->failure = {};
   auto address = impl_->jit->lookup(*it->second.back(), symbol);  // the newest tier
   if (!address) {
