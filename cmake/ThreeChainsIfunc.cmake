@@ -1,6 +1,6 @@
 # threechains_add_ifunc(<target> NAME <ifunc> SOURCES <src>... [CODEC bitcode|binary|tiered]
 #                       [TRIPLES <triple>...] [DEPS <soname>...] [FLAGS <clang flag>...]
-#                       [SIGN_KEY <secret key file> | UNSIGNED] [PREOPTIMISED])
+#                       [SIGN_KEY <secret key file> | UNSIGNED] [PREOPTIMISED] [PRELINKED])
 #
 # Builds an ifunc library into a ThreeChains code container (<target>.tcc in the
 # current binary dir): every source is compiled once per triple (C and C++ by
@@ -20,6 +20,12 @@
 # the host's vector width (docs/design.md, "CPU specialisation").
 # PREOPTIMISED ships IR clang already optimised for the triple's baseline CPU
 # instead (faster to load, slower to run where the host has wider vectors).
+# PRELINKED (binary and tiered) links each triple's object here, at build time,
+# into a position-independent image (ld.lld-22 -shared -Bsymbolic): the target
+# maps it and fills its import table, with no linker on the first call
+# (docs/design.md, "Pre-linked images"). It cannot hold native TLS or
+# constructors, and gdb and perf do not see it (JitOptions::debugger_support
+# and perf_support see JITLink'd code only).
 # The target property THREECHAINS_CONTAINER holds the container's path.
 #
 # threechains_use_ifuncs(<target> <MACRO>=<ifunc target>...)
@@ -40,6 +46,9 @@ set(THREECHAINS_DEFAULT_TRIPLES x86_64-linux-gnu aarch64-linux-gnu
 if(NOT THREECHAINS_IFUNC_INCLUDE_DIR)
   set(THREECHAINS_IFUNC_INCLUDE_DIR "${CMAKE_CURRENT_LIST_DIR}/../include" CACHE INTERNAL "")
 endif()
+
+# What a pre-linked image is linked with besides lld's defaults (PRELINKED).
+set(THREECHAINS_PRELINK_SCRIPT "${CMAKE_CURRENT_LIST_DIR}/threechains-prelink.ld" CACHE INTERNAL "")
 
 # Several sources per ifunc are linked into one image per triple.
 find_program(THREECHAINS_LLVM_LINK NAMES llvm-link-22 llvm-link HINTS /usr/lib/llvm-22/bin)
@@ -94,7 +103,7 @@ macro(_threechains_rust_command out triple src obj)
 endmacro()
 
 function(threechains_add_ifunc target)
-  cmake_parse_arguments(ARG "UNSIGNED;PREOPTIMISED" "NAME;CODEC;SIGN_KEY" "SOURCES;TRIPLES;DEPS;FLAGS" ${ARGN})
+  cmake_parse_arguments(ARG "UNSIGNED;PREOPTIMISED;PRELINKED" "NAME;CODEC;SIGN_KEY" "SOURCES;TRIPLES;DEPS;FLAGS" ${ARGN})
   # A key made by a target of this build (threechains_add_key, named in
   # THREECHAINS_SIGN_KEY_TARGET) is a target dependency, not a file one: file
   # dependencies on another directory's custom command outputs do not carry.
@@ -235,6 +244,24 @@ function(threechains_add_ifunc target)
           COMMENT "ifunc ${ARG_NAME}: linking ${n} ${triple} ${kind} images"
           VERBATIM)
         set(objects ${linked})
+      endif()
+      if(ARG_PRELINKED AND kind STREQUAL "binary")
+        if(NOT THREECHAINS_LLD)
+          message(FATAL_ERROR "threechains_add_ifunc(${target}): PRELINKED needs ld.lld-22 "
+                              "(Debian package lld-22)")
+        endif()
+        # Everything resolved here but the base and the imports; no relro
+        # segment (the loader protects by segment), no lazy binding, and
+        # read-only data in the code's segment: one page protection to set
+        # per load, not two (an mprotect costs microseconds on a VM).
+        set(prelinked ${out_dir}/${target}.${triple}.prelinked.so)
+        add_custom_command(OUTPUT ${prelinked}
+          COMMAND ${THREECHAINS_LLD} -shared -Bsymbolic -z now -z norelro -z noexecstack --no-rosegment
+                  --hash-style=gnu ${objects} ${THREECHAINS_PRELINK_SCRIPT} -o ${prelinked}
+          DEPENDS ${objects} ${THREECHAINS_PRELINK_SCRIPT}
+          COMMENT "ifunc ${ARG_NAME}: pre-linking the ${triple} image"
+          VERBATIM)
+        set(objects ${prelinked})
       endif()
       list(APPEND images ${objects})
       list(APPEND image_args --image ${triple}=${objects})

@@ -11,7 +11,8 @@ if(TARGET threechains-inspect)
   install(TARGETS threechains-inspect threechains-build RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/threechains DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(FILES ${PROJECT_SOURCE_DIR}/cmake/ThreeChainsIfunc.cmake DESTINATION ${THREECHAINS_CMAKE_DIR})
+install(FILES ${PROJECT_SOURCE_DIR}/cmake/ThreeChainsIfunc.cmake
+              ${PROJECT_SOURCE_DIR}/cmake/threechains-prelink.ld DESTINATION ${THREECHAINS_CMAKE_DIR})
 
 install(EXPORT ThreeChainsTargets NAMESPACE ThreeChains:: DESTINATION ${THREECHAINS_CMAKE_DIR})
 export(EXPORT ThreeChainsTargets NAMESPACE ThreeChains::

@@ -34,6 +34,10 @@ int main(int argc, char** argv) {
   app.add_flag("--preoptimised", request.preoptimised,
                "ship bitcode the compiler optimised for the triple's baseline CPU instead of "
                "leaving that to the target (faster load, slower code on wide-vector hosts)");
+  app.add_flag("--prelinked", request.prelinked,
+               "link binary images here (ld.lld -shared) into a position-independent image the "
+               "target maps with no linker: a first call without JITLink (no native TLS, no "
+               "constructors; gdb and perf do not see it)");
   app.add_option("-I", request.include_dirs, "include directory for C, C++ and Fortran");
   app.add_option("-D", request.defines, "preprocessor definition for C and C++");
   app.add_option("--flag", request.extra_flags, "extra flag for every C/C++ compile");

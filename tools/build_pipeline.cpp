@@ -1,4 +1,5 @@
 #include "build_pipeline.hpp"
+#include "prelink_script.hpp"
 
 #include <threechains/codec.hpp>
 #include <threechains/trust.hpp>
@@ -183,6 +184,7 @@ class Pipeline {
       parts.push_back(compile(input, triple, codec).string());
     }
     if (parts.empty()) throw std::runtime_error("nothing to build for " + triple);
+    if (!bitcode && request_.prelinked) return prelink(triple, parts);
     if (parts.size() == 1 && !needs_link) return parts.front();
     const fs::path linked = scratch_ / fmt::format("linked.{}.{}", triple, bitcode ? "bc" : "o");
     std::vector<std::string> command;
@@ -197,6 +199,22 @@ class Pipeline {
     command.insert(command.end(), {"-o", linked.string()});
     run(command, request_.verbose);
     return linked;
+  }
+
+  // The objects of one triple linked into a pre-linked image, as
+  // threechains_add_ifunc PRELINKED links them (the same flags and script).
+  fs::path prelink(const std::string& triple, const std::vector<std::string>& objects) {
+    const fs::path script = scratch_ / "threechains-prelink.ld";
+    if (!fs::exists(script)) std::ofstream(script) << kPrelinkScript;
+    const fs::path image = scratch_ / fmt::format("prelinked.{}.so", triple);
+    std::vector<std::string> command = {
+        tool("THREECHAINS_LLD", {"ld.lld-22", "/usr/lib/llvm-22/bin/ld.lld"}, "lld-22"),
+        "-shared", "-Bsymbolic", "-z", "now", "-z", "norelro", "-z", "noexecstack",
+        "--no-rosegment", "--hash-style=gnu"};
+    command.insert(command.end(), objects.begin(), objects.end());
+    command.insert(command.end(), {script.string(), "-o", image.string()});
+    run(command, request_.verbose);
+    return image;
   }
 
   // What the sources depend on (for --depfile): sources, prebuilt inputs, and

@@ -21,6 +21,7 @@ struct Request {
   std::vector<std::string> triples;
   int optimisation = 2;
   bool preoptimised = false;
+  bool prelinked = false;  // binary images linked here into a position-independent image
   std::vector<std::string> include_dirs;
   std::vector<std::string> defines;
   std::vector<std::string> extra_flags;
