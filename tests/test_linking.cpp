@@ -1,5 +1,5 @@
 // The hard-linking matrix: every case is a real ifunc library built by clang-22,
-// shipped as bitcode and as a relocatable object, sent through a real UCX
+// shipped as bitcode, as a relocatable object and as a pre-linked image, sent through a real UCX
 // connection to a Receiver in another process, and run there. Nothing of any
 // ifunc exists on the target's disk.
 #include "ifuncs/matrix/matrix.h"
@@ -33,33 +33,48 @@ struct MatrixOutcome {
   char first_error[512];
 };
 
+// How the matrix ships each ifunc: bitcode, a relocatable object (JITLink
+// links it on the target), or an image pre-linked at build time (mapped on
+// the target with no linker: threechains_add_ifunc PRELINKED).
+enum class Kind { bitcode, object, prelinked };
+struct Bitcode {
+  static constexpr Kind kind = Kind::bitcode;
+};
+struct Object {
+  static constexpr Kind kind = Kind::object;
+};
+struct Prelinked {
+  static constexpr Kind kind = Kind::prelinked;
+};
+
 template <class T, class C>
 struct Case {
   static constexpr Transport transport = T::transport;
-  using codec = C;
+  static constexpr Kind kind = C::kind;
 };
 
-const char* container(const std::string& name, CodecId codec) {
-  const bool bitcode = codec == CodecId::bitcode;
-  if (name == "libc_libm")
-    return bitcode ? TC_MATRIX_LIBC_LIBM_BITCODE : TC_MATRIX_LIBC_LIBM_BINARY;
-  if (name == "target_symbols")
-    return bitcode ? TC_MATRIX_TARGET_SYMBOLS_BITCODE : TC_MATRIX_TARGET_SYMBOLS_BINARY;
-  if (name == "static_data")
-    return bitcode ? TC_MATRIX_STATIC_DATA_BITCODE : TC_MATRIX_STATIC_DATA_BINARY;
-  if (name == "atomics") return bitcode ? TC_MATRIX_ATOMICS_BITCODE : TC_MATRIX_ATOMICS_BINARY;
-  if (name == "openmp") return bitcode ? TC_MATRIX_OPENMP_BITCODE : TC_MATRIX_OPENMP_BINARY;
-  if (name == "thread_local")
-    return bitcode ? TC_MATRIX_THREAD_LOCAL_BITCODE : TC_MATRIX_THREAD_LOCAL_BINARY;
-  if (name == "cxx") return bitcode ? TC_MATRIX_CXX_BITCODE : TC_MATRIX_CXX_BINARY;
+const char* pick(Kind kind, const char* bitcode, const char* object, const char* prelinked) {
+  return kind == Kind::bitcode ? bitcode : kind == Kind::object ? object : prelinked;
+}
+
+#define TC_MATRIX(NAME) TC_MATRIX_##NAME##_BITCODE, TC_MATRIX_##NAME##_BINARY, TC_MATRIX_##NAME##_PRELINKED
+const char* container(const std::string& name, Kind kind) {
+  if (name == "libc_libm") return pick(kind, TC_MATRIX(LIBC_LIBM));
+  if (name == "target_symbols") return pick(kind, TC_MATRIX(TARGET_SYMBOLS));
+  if (name == "static_data") return pick(kind, TC_MATRIX(STATIC_DATA));
+  if (name == "atomics") return pick(kind, TC_MATRIX(ATOMICS));
+  if (name == "openmp") return pick(kind, TC_MATRIX(OPENMP));
+  if (name == "thread_local") return pick(kind, TC_MATRIX(THREAD_LOCAL));
+  if (name == "cxx") return pick(kind, TC_MATRIX(CXX));
 #ifdef TC_HAVE_FORTRAN
-  if (name == "fortran") return bitcode ? TC_MATRIX_FORTRAN_BITCODE : TC_MATRIX_FORTRAN_BINARY;
+  if (name == "fortran") return pick(kind, TC_MATRIX(FORTRAN));
 #endif
 #ifdef TC_HAVE_RUST
-  if (name == "rust") return bitcode ? TC_MATRIX_RUST_BITCODE : TC_MATRIX_RUST_BINARY;
+  if (name == "rust") return pick(kind, TC_MATRIX(RUST));
 #endif
   throw std::runtime_error("no matrix ifunc " + name);
 }
+#undef TC_MATRIX
 
 // Sends `ifunc` `times` times with `payload` to a fresh child target and returns
 // what the ifunc recorded there.
@@ -92,9 +107,9 @@ MatrixOutcome run_on_target(Transport transport, const Ifunc& ifunc, const Paylo
 }  // namespace
 
 TEMPLATE_TEST_CASE("the hard-linking matrix runs on a remote target", "[ucx][linking]",
-                   (Case<Shm, BitcodeCodec>), (Case<Shm, BinaryCodec>), (Case<Tcp, BitcodeCodec>),
-                   (Case<Tcp, BinaryCodec>)) {
-  constexpr CodecId codec = TestType::codec::id;
+                   (Case<Shm, Bitcode>), (Case<Shm, Object>), (Case<Shm, Prelinked>),
+                   (Case<Tcp, Bitcode>), (Case<Tcp, Object>), (Case<Tcp, Prelinked>)) {
+  constexpr Kind codec = TestType::kind;
   constexpr Transport transport = TestType::transport;
   const uint64_t no_payload = 0;
 

@@ -30,11 +30,13 @@ int main() {
   tc::Source source(worker);
   tc::Channel channel =
       source.connect("127.0.0.1", port, {.identity = tc::KeyPair::load(CONSUMER_KEY)});
-  // Bitcode for the first half, relocatable objects for the second: each
-  // linked from two sources.
+  // Bitcode for the first third, relocatable objects for the second, and an
+  // image pre-linked at build time for the last: each made from two sources.
   const tc::Ifunc adder = tc::Ifunc::load(ADDER_CONTAINER);
   const tc::Ifunc adder_binary = tc::Ifunc::load(ADDER_BINARY_CONTAINER);
-  for (int64_t i = 1; i <= 100; ++i) (void)tc::send(channel, i <= 50 ? adder : adder_binary, i);
+  const tc::Ifunc adder_prelinked = tc::Ifunc::load(ADDER_PRELINKED_CONTAINER);
+  for (int64_t i = 1; i <= 100; ++i)
+    (void)tc::send(channel, i <= 33 ? adder : i <= 66 ? adder_binary : adder_prelinked, i);
   channel.close();
   target.join();
   const int64_t expected = 5050 * ADDER_FACTOR;
