@@ -68,13 +68,13 @@ TEST_CASE("a peer beyond max_peers is turned away at the door", "[limits][ucx]")
 }
 
 TEST_CASE("code over max_code_bytes is refused, and the source hears why", "[limits][ucx]") {
-  ReceiverOptions options;
-  options.limits.max_code_bytes = 1024;  // the binary counter fits, the fat bitcode one does not
-  auto target = counter_target(Transport::shared_memory, nullptr, options);
   const Ifunc small = Ifunc::load(TC_COUNTER_BINARY);
   const Ifunc big = Ifunc::load(TC_COUNTER_BITCODE);
-  REQUIRE(small.code().size() <= 1024);
-  REQUIRE(big.code().size() > 1024);
+  REQUIRE(small.code().size() < big.code().size());
+  ReceiverOptions options;
+  // The binary counter fits, the fat bitcode one does not.
+  options.limits.max_code_bytes = (small.code().size() + big.code().size()) / 2;
+  auto target = counter_target(Transport::shared_memory, nullptr, options);
   TestSource source(Transport::shared_memory, target.port());
   (void)send(source.channel, big, uint64_t{1000});
   (void)send(source.channel, small, uint64_t{1});

@@ -19,6 +19,11 @@
 namespace threechains {
 namespace {
 
+// A triple's first component, its architecture, as written.
+std::string_view arch_of_triple(std::string_view triple) {
+  return triple.substr(0, triple.find('-'));
+}
+
 using llvm::object::OffloadBinary;
 
 constexpr llvm::StringLiteral kProducer = "threechains";
@@ -152,7 +157,14 @@ std::vector<ParsedImage> parse_container(std::span<const std::byte> signed_or_no
     }
     // Both kinds may travel together (a tiered container), one image of each per triple.
     for (std::size_t j = 0; j < i; ++j) {
-      if (images[j].kind == image.kind && same_target(images[j].triple, image.triple)) {
+      // Triples of different architectures (the usual fat container) need no
+      // parsing: LLVM's triple parser is a cold-cache cost of every first call.
+      // Two spellings of one architecture (amd64, x86_64) pass unnoticed: the
+      // target takes the first image that runs there, as it would anyway.
+      if (images[j].kind != image.kind ||
+          arch_of_triple(images[j].triple) != arch_of_triple(image.triple))
+        continue;
+      if (same_target(images[j].triple, image.triple)) {
         throw Error(errc::bad_container, "code container has two " +
                                              std::string(to_string(image.kind)) + " images for " +
                                              image.triple);
@@ -207,7 +219,13 @@ std::vector<std::byte> pack_container(const IfuncLibrary& library) {
     out.resize((out.size() + 7) & ~std::size_t{7}, std::byte{0});
   }
   // One zstd frame over all images also folds what they repeat (bitcode's
-  // fixed tables, the strings); ship whichever form is smaller.
+  // fixed tables, the strings); ship whichever form is smaller. Not below
+  // 4 KiB: there the bytes saved cost under a microsecond to send on any
+  // link of 10 Gb/s, and inflating them costs the target's first call
+  // 20-50 us when zstd's code and tables are cold (a pre-linked counter's
+  // load, threechains-bench-jit after 30 ms idle: most of its parse).
+  constexpr std::size_t kCompressFrom = 4096;
+  if (out.size() < kCompressFrom) return out;
   std::vector<std::byte> packed = compress(out);
   return packed.size() < out.size() ? packed : out;
 }
