@@ -66,6 +66,7 @@ struct Options {
   std::string bitcode = THREECHAINS_BENCH_BITCODE;
   std::string binary = THREECHAINS_BENCH_BINARY;
   std::string tiered = THREECHAINS_BENCH_TIERED;
+  std::string prelinked = THREECHAINS_BENCH_PRELINKED;
   uint32_t first_gap_ms = 30;
   uint32_t promote_after = tc::JitOptions{}.promote_after_calls;
   uint16_t port = 0;
@@ -244,9 +245,10 @@ int run_target(const Options& o) {
   }
   fmt::print("  target: {} ifuncs, {} AMs and {} strong AMs ran, as many as were sent\n", state.ran,
              state.am_ran, strong_state.am_ran);
-  // The source sends --first-rounds frames of bitcode, then as many of binary,
-  // then of tiered (whose first call links its object: tier 0).
-  for (const char* codec : {"bitcode", "binary", "tiered"}) {
+  // The source sends --first-rounds frames of bitcode, then as many of binary
+  // (an object JITLink links), of pre-linked binary (mapped, no linker), and
+  // of tiered (whose first call links its object: tier 0).
+  for (const char* codec : {"bitcode", "binary", "pre-linked binary", "tiered"}) {
     const std::size_t n = std::min<std::size_t>(o.first_rounds, compile_us.size());
     if (n == 0) break;
     std::vector<double> rounds(compile_us.begin(),
@@ -256,7 +258,7 @@ int run_target(const Options& o) {
     fmt::print(
         "  target: {} first call, JIT {} of fresh code: median {:.1f} us, min {:.1f} us ({} "
         "rounds)\n",
-        codec, std::string(codec) == "bitcode" ? "compile" : "link", rounds[rounds.size() / 2],
+        codec, std::string(codec) == "bitcode" ? "compile" : "load", rounds[rounds.size() / 2],
         rounds.front(), rounds.size());
   }
   return 0;
@@ -364,9 +366,10 @@ int run_source(const Options& o) {
   const tc::Ifunc bitcode = tc::Ifunc::load(o.bitcode);
   const tc::Ifunc binary = tc::Ifunc::load(o.binary);
   const tc::Ifunc tiered = tc::Ifunc::load(o.tiered);
+  const tc::Ifunc prelinked = tc::Ifunc::load(o.prelinked);
   tc::Source source(worker);
-  const std::size_t code =
-      std::max({bitcode.code().size(), binary.code().size(), tiered.code().size()});
+  const std::size_t code = std::max({bitcode.code().size(), binary.code().size(),
+                                     tiered.code().size(), prelinked.code().size()});
   tc::Channel channel = source.connect("127.0.0.1", o.port,
                                        {.slots = o.window,
                                         .slot_size = o.max_size + code + 128,
@@ -484,7 +487,11 @@ int run_source(const Options& o) {
   // tiered round's background compile of the round before is over.
   if (std::find(o.metrics.begin(), o.metrics.end(), "first") != o.metrics.end()) {
     std::map<std::string, double> first_rtt;
-    for (const tc::Ifunc* ifunc : {&bitcode, &binary, &tiered}) {
+    const std::pair<const char*, const tc::Ifunc*> kinds[] = {{"ifunc-bitcode", &bitcode},
+                                                              {"ifunc-binary", &binary},
+                                                              {"ifunc-prelinked", &prelinked},
+                                                              {"ifunc-tiered", &tiered}};
+    for (const auto& [mode, ifunc] : kinds) {
       std::vector<double> rtt;
       for (uint64_t i = 0; i < o.first_rounds; ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(o.first_gap_ms));
@@ -495,7 +502,6 @@ int run_source(const Options& o) {
         rtt.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
       }
       std::sort(rtt.begin(), rtt.end());
-      const std::string mode = std::string("ifunc-") + tc::to_string(ifunc->codec());
       Result r{transport, mode, "first", 8, rtt[rtt.size() / 2], channel.stats().last_frame_size};
       first_rtt[mode] = r.value;
       json.write(r, delivery);
@@ -511,13 +517,16 @@ int run_source(const Options& o) {
     const double tiered_vs_object = first_rtt["ifunc-tiered"] / first_rtt["ifunc-binary"];
     const double object_vs_am = first_rtt["ifunc-binary"] / am_us;
     const double bitcode_vs_object = first_rtt["ifunc-bitcode"] / first_rtt["ifunc-binary"];
+    const double prelinked_vs_am = first_rtt["ifunc-prelinked"] / am_us;
     fmt::print(
-        "  first call (round trip, median of {}): bitcode {:.1f} us, binary {:.1f} us, tiered "
-        "{:.1f} us; cached AM round trip {:.2f} us\n"
-        "  ratios: tiered / binary {:.2f}x, binary / cached AM round trip {:.2f}x, bitcode / "
-        "binary {:.2f}x\n",
+        "  first call (round trip, median of {}): bitcode {:.1f} us, binary {:.1f} us, "
+        "pre-linked binary {:.1f} us, tiered {:.1f} us; cached AM round trip {:.2f} us\n"
+        "  ratios: tiered / binary {:.2f}x, binary / cached AM round trip {:.2f}x, pre-linked / "
+        "cached AM round trip {:.2f}x, bitcode / binary {:.2f}x\n",
         o.first_rounds, first_rtt["ifunc-bitcode"], first_rtt["ifunc-binary"],
-        first_rtt["ifunc-tiered"], am_us, tiered_vs_object, object_vs_am, bitcode_vs_object);
+        first_rtt["ifunc-prelinked"], first_rtt["ifunc-tiered"], am_us, tiered_vs_object,
+        object_vs_am, prelinked_vs_am, bitcode_vs_object);
+    json.write_ratio(transport, "first_prelinked_vs_am_rtt", prelinked_vs_am);
     json.write_ratio(transport, "first_tiered_vs_binary", tiered_vs_object);
     json.write_ratio(transport, "first_binary_vs_am_rtt", object_vs_am);
     json.write_ratio(transport, "first_bitcode_vs_binary", bitcode_vs_object);
@@ -635,6 +644,8 @@ int main(int argc, char** argv) {
   app.add_option("--bitcode", o.bitcode, "counter ifunc, bitcode container");
   app.add_option("--binary", o.binary, "counter ifunc, binary container");
   app.add_option("--tiered", o.tiered, "counter ifunc, tiered container (first calls)");
+  app.add_option("--prelinked", o.prelinked,
+                 "counter ifunc, binary container packed PRELINKED (first calls)");
   app.add_option("--first-gap-ms", o.first_gap_ms, "pause before each first call (ms)");
   app.add_option("--promote-after", o.promote_after,
                  "target: compile tiered code for its CPU once it ran this many times");

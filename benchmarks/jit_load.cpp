@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   std::string compile_between;
   std::string shared_object = THREECHAINS_BENCH_COUNTER_SO;
   std::string binary_counter = THREECHAINS_BENCH_BINARY;
+  std::string prelinked_counter = THREECHAINS_BENCH_PRELINKED;
   std::string bitcode_counter = THREECHAINS_BENCH_BITCODE;
   std::string counter_ir = THREECHAINS_BENCH_COUNTER_BC;
   app.add_option("containers", containers, ".tcc files")->required();
@@ -61,6 +62,9 @@ int main(int argc, char** argv) {
                  "the counter as a shared object, for the dlopen baseline (\"\": none)");
   app.add_option("--stock-bitcode", counter_ir,
                  "the counter's bitcode for this host, for the stock LLJIT baseline (\"\": none)");
+  app.add_option("--prelinked", prelinked_counter,
+                 "the counter packed PRELINKED: its load, the binary one and dlopen take turns "
+                 "(\"\": none)");
   CLI11_PARSE(app, argc, argv);
   std::optional<tc::Ifunc> polluter;
   if (!compile_between.empty()) polluter.emplace(tc::Ifunc::load(compile_between));
@@ -141,6 +145,47 @@ int main(int argc, char** argv) {
         dl, ratio);
     fmt::print(stderr, "{{\"bench\":\"dlopen_baseline\",\"median_us\":{:.1f},\"ratio\":{:.3f}}}\n",
                dl, ratio);
+  }
+  if (!shared_object.empty() && !prelinked_counter.empty()) {
+    // The three ways to turn the counter's machine code into an entry point,
+    // round by round in turn, so drift on this shared machine falls on all.
+    const tc::Ifunc prelinked = tc::Ifunc::load(prelinked_counter);
+    const tc::Ifunc object = tc::Ifunc::load(binary_counter);
+    bench::DlopenLoader dl(shared_object, "counter_main");
+    std::vector<double> image_rounds, object_rounds, dlopen_rounds;
+    const auto load_us = [&cache](const tc::Ifunc& ifunc) {
+      (void)cache.evict(ifunc.id());
+      return std::chrono::duration<double, std::micro>(
+                 cache.load(ifunc.id(), ifunc.codec(), ifunc.code()).compile_time)
+          .count();
+    };
+    (void)load_us(prelinked);  // each loader once before timing (first-use costs)
+    (void)load_us(object);
+    (void)dl.load_us();
+    for (int i = 0; i < std::max(repeats, 1); ++i) {
+      image_rounds.push_back(load_us(prelinked));
+      object_rounds.push_back(load_us(object));
+      dlopen_rounds.push_back(dl.load_us());
+    }
+    const auto median_of_rounds = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const double image_us = median_of_rounds(image_rounds);
+    const double object_us = median_of_rounds(object_rounds);
+    const double dlopen_us = median_of_rounds(dlopen_rounds);
+    fmt::print(
+        "loaders taking turns, median of {}: pre-linked image {:.1f} us, JITLink object {:.1f} "
+        "us, dlopen + dlsym {:.1f} us; pre-linked / dlopen = {:.2f}x, JITLink / dlopen = "
+        "{:.2f}x\n",
+        image_rounds.size(), image_us, object_us, dlopen_us, image_us / dlopen_us,
+        object_us / dlopen_us);
+    fmt::print(stderr,
+               "{{\"bench\":\"loaders_side_by_side\",\"rounds\":{},\"prelinked_us\":{:.2f},"
+               "\"jitlink_us\":{:.2f},\"dlopen_us\":{:.2f},\"prelinked_vs_dlopen\":{:.3f},"
+               "\"jitlink_vs_dlopen\":{:.3f}}}\n",
+               image_rounds.size(), image_us, object_us, dlopen_us, image_us / dlopen_us,
+               object_us / dlopen_us);
   }
   if (!counter_ir.empty() && median_of.contains(bitcode_counter)) {
     std::ifstream in(counter_ir, std::ios::binary);

@@ -44,24 +44,35 @@ void check(llvm::Error error, const char* what) {
 
 }  // namespace
 
-double dlopen_median_us(const std::string& shared_object, const std::string& symbol, int rounds) {
-  const std::filesystem::path copy =
-      std::filesystem::path("/dev/shm") / ("tc-bench-" + std::to_string(::getpid()) + ".so");
-  std::filesystem::copy_file(shared_object, copy,
+DlopenLoader::DlopenLoader(const std::string& shared_object, std::string symbol)
+    : copy_((std::filesystem::path("/dev/shm") /
+             ("tc-bench-" + std::to_string(::getpid()) + ".so"))
+                .string()),
+      symbol_(std::move(symbol)) {
+  std::filesystem::copy_file(shared_object, copy_,
                              std::filesystem::copy_options::overwrite_existing);
+}
+
+DlopenLoader::~DlopenLoader() {
+  std::error_code ignored;
+  std::filesystem::remove(copy_, ignored);
+}
+
+double DlopenLoader::load_us() {
+  const auto start = Clock::now();
+  void* handle = dlopen(copy_.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* entry = handle != nullptr ? dlsym(handle, symbol_.c_str()) : nullptr;
+  const double took = since_us(start);
+  if (handle == nullptr || entry == nullptr)
+    throw std::runtime_error("dlopen/dlsym of " + copy_ + " failed");
+  dlclose(handle);  // the last reference: the next round maps it again
+  return took;
+}
+
+double dlopen_median_us(const std::string& shared_object, const std::string& symbol, int rounds) {
+  DlopenLoader loader(shared_object, symbol);
   std::vector<double> times;
-  for (int i = 0; i < rounds; ++i) {
-    const auto start = Clock::now();
-    void* handle = dlopen(copy.c_str(), RTLD_NOW | RTLD_LOCAL);
-    void* entry = handle != nullptr ? dlsym(handle, symbol.c_str()) : nullptr;
-    times.push_back(since_us(start));
-    if (handle == nullptr || entry == nullptr) {
-      std::filesystem::remove(copy);
-      throw std::runtime_error("dlopen/dlsym of " + shared_object + " failed");
-    }
-    dlclose(handle);  // the last reference: the next round maps it again
-  }
-  std::filesystem::remove(copy);
+  for (int i = 0; i < rounds; ++i) times.push_back(loader.load_us());
   return median(times);
 }
 

@@ -11,9 +11,24 @@
 
 namespace bench {
 
-// Median microseconds of `rounds` dlopen(RTLD_NOW) + dlsym(`symbol`) +
-// dlclose of `shared_object`, copied first to /dev/shm (tmpfs). Throws
-// std::runtime_error if it cannot be loaded.
+// The research prototype's load: dlopen(RTLD_NOW) + dlsym(`symbol`) of
+// `shared_object`, copied first to /dev/shm (tmpfs); each load_us() is one
+// round (timed: open and lookup; then dlclose, the last reference, so the next
+// round maps it again). Throws std::runtime_error if it cannot be loaded.
+class DlopenLoader {
+ public:
+  DlopenLoader(const std::string& shared_object, std::string symbol);
+  ~DlopenLoader();
+  DlopenLoader(const DlopenLoader&) = delete;
+  DlopenLoader& operator=(const DlopenLoader&) = delete;
+  [[nodiscard]] double load_us();
+
+ private:
+  std::string copy_;
+  std::string symbol_;
+};
+
+// The median of `rounds` DlopenLoader rounds.
 [[nodiscard]] double dlopen_median_us(const std::string& shared_object, const std::string& symbol,
                                       int rounds);
 
