@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   std::string code_cache_directory;
   bool wait_for_tier1 = false;
   std::string compile_between;
+  int gap_ms = 0;
   std::string shared_object = THREECHAINS_BENCH_COUNTER_SO;
   std::string binary_counter = THREECHAINS_BENCH_BINARY;
   std::string prelinked_counter = THREECHAINS_BENCH_PRELINKED;
@@ -62,6 +63,10 @@ int main(int argc, char** argv) {
                  "the counter as a shared object, for the dlopen baseline (\"\": none)");
   app.add_option("--stock-bitcode", counter_ir,
                  "the counter's bitcode for this host, for the stock LLJIT baseline (\"\": none)");
+  app.add_option("--gap-ms", gap_ms,
+                 "sleep this long before each timed load and signature check: what a first "
+                 "call finds on a target that was idle (caches cold), as threechains-bench's "
+                 "first-call rounds do");
   app.add_option("--prelinked", prelinked_counter,
                  "the counter packed PRELINKED: its load, the binary one and dlopen take turns "
                  "(\"\": none)");
@@ -85,6 +90,7 @@ int main(int argc, char** argv) {
     std::vector<double> rounds;
     for (int i = 0; i < repeats; ++i) {
       (void)cache.evict(ifunc.id());
+      if (gap_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(gap_ms));
       if (polluter) {
         // Another JIT compiles something first (untimed), as a tier-1
         // compile would beside the dispatch loop: what does that leave the
@@ -111,6 +117,7 @@ int main(int argc, char** argv) {
     // of the container, one Ed25519 verification), side by side with the load.
     std::vector<double> checks;
     for (int i = 0; i < repeats; ++i) {
+      if (gap_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(gap_ms));
       const auto start = std::chrono::steady_clock::now();
       (void)tc::container_signer(ifunc.code());
       checks.push_back(
@@ -131,9 +138,9 @@ int main(int argc, char** argv) {
                "{{\"bench\":\"jit_load\",\"container\":\"{}\",\"codec\":\"{}\",\"bytes\":{},"
                "\"first_ms\":{:.3f},"
                "\"median_us\":{:.1f},\"min_us\":{:.1f},\"verify_us\":{:.1f},\"codegen_level\":{},"
-               "\"optimisation_level\":{}}}\n",
+               "\"optimisation_level\":{},\"gap_ms\":{}}}\n",
                path, tc::to_string(ifunc.codec()), ifunc.code().size(), first_ms, median, best,
-               check_us, codegen_level, optimisation_level);
+               check_us, codegen_level, optimisation_level, gap_ms);
   }
   // Baselines, when their counter was measured above.
   if (!shared_object.empty() && median_of.contains(binary_counter)) {
