@@ -256,9 +256,13 @@ int run_target(const Options& o) {
     compile_us.erase(compile_us.begin(), compile_us.begin() + static_cast<std::ptrdiff_t>(n));
     std::sort(rounds.begin(), rounds.end());
     fmt::print(
-        "  target: {} first call, JIT {} of fresh code: median {:.1f} us, min {:.1f} us ({} "
+        "  target: {} first call, {} of fresh code: median {:.1f} us, min {:.1f} us ({} "
         "rounds)\n",
-        codec, std::string(codec) == "bitcode" ? "compile" : "load", rounds[rounds.size() / 2],
+        codec,
+        std::string(codec) == "bitcode"             ? "JIT compile"
+        : std::string(codec) == "pre-linked binary" ? "load (mapped, no linker)"
+                                                    : "JITLink link",
+        rounds[rounds.size() / 2],
         rounds.front(), rounds.size());
   }
   return 0;

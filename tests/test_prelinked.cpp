@@ -188,8 +188,14 @@ TEST_CASE("malformed pre-linked images are refused with a clear error", "[jit][p
     expect_refused(cache, container_of("static_data", image), errc::bad_container,
                    "bad pre-linked image");
   }
-  SECTION("a segment reaching past the image") {
-    segment(image, PT_LOAD, PF_X).p_filesz = uint64_t{1} << 40;
+  SECTION("a segment whose bytes run past the end of the image") {
+    Elf64_Phdr& code = segment(image, PT_LOAD, PF_X);
+    code.p_offset = image.size() - code.p_filesz / 2;
+    expect_refused(cache, container_of("static_data", image), errc::bad_container,
+                   "segment lies outside");
+  }
+  SECTION("a segment larger than a loader maps") {
+    segment(image, PT_LOAD, PF_X).p_memsz = uint64_t{1} << 40;
     expect_refused(cache, container_of("static_data", image), errc::bad_container,
                    "segment lies outside");
   }
@@ -229,6 +235,13 @@ TEST_CASE("malformed pre-linked images are refused with a clear error", "[jit][p
     expect_refused(cache, container_of("other_name", image), errc::symbol_not_found,
                    "no 'other_name_main'");
   }
+  SECTION("refused twice under one identity, cleanly") {
+    image.resize(image.size() / 2);
+    const std::vector<std::byte> broken = container_of("static_data", image);
+    expect_refused(cache, broken, errc::bad_container, "bad pre-linked image");
+    expect_refused(cache, broken, errc::bad_container, "bad pre-linked image");
+    CHECK_FALSE(cache.contains(code_identity(broken)));
+  }
   // The cache survives all of it.
   const Ifunc counter = Ifunc::load(TC_COUNTER_PRELINKED);
   uint64_t total = 0;
@@ -255,6 +268,19 @@ TEST_CASE("unwind tables the unwinder could not take are refused", "[jit][prelin
   SECTION("no terminator: the first record takes up the whole section") {
     at<uint32_t>(image, eh_frame.sh_offset) = static_cast<uint32_t>(eh_frame.sh_size - 4);
     expect_refused(cache, container_of("cxx", image), errc::jit_failed, "no zero terminator");
+  }
+  SECTION("an FDE describing code outside the image (the host's, say)") {
+    // The first record is the CIE, the FDE follows; its pc_begin
+    // (pc-relative, 4 bytes) is 8 bytes in.
+    const uint32_t cie_length = at<uint32_t>(image, eh_frame.sh_offset);
+    auto& pc_begin = at<int32_t>(image, eh_frame.sh_offset + 4 + cie_length + 8);
+    pc_begin += 1 << 24;
+    expect_refused(cache, container_of("cxx", image), errc::jit_failed, "describes code outside");
+  }
+  SECTION("unwind tables moved onto a writable page") {
+    Elf64_Shdr& moved = section_named(image, ".eh_frame");
+    moved.sh_addr = section_named(image, ".dynamic").sh_addr;
+    expect_refused(cache, container_of("cxx", image), errc::bad_container, "writable");
   }
   SECTION("a non-zero byte after the terminator") {
     at<uint32_t>(image, eh_frame.sh_offset + eh_frame.sh_size - 4) = 8;

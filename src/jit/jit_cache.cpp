@@ -412,8 +412,9 @@ struct JitCache::Impl {
   }
 
   // Maps a pre-linked image (prelinked_image.hpp): no JIT, no linker. Its
-  // imports resolve as the JIT's would: the runtime, then its dependency
-  // libraries, then the process, each through the ImportPolicy.
+  // imports resolve in the JIT's order (a JITDylib's link order: LLJIT's
+  // process JITDylib, then the dependencies): the runtime, the process,
+  // then its dependency libraries, each through the ImportPolicy.
   IfuncMain link_prelinked(CodeId id, const ParsedImage& image) {
     failure = {};
     std::vector<const DependencyObject*> libraries;
@@ -424,15 +425,17 @@ struct JitCache::Impl {
       const std::string name = symbol.str();
       for (const auto& [runtime_name, address] : public_runtime())
         if (name == runtime_name) return reinterpret_cast<uint64_t>(address);
-      for (const DependencyObject* library : libraries) {
-        const void* address = dlsym(library->handle, name.c_str());
-        if (address != nullptr && allow_from(*library, name, address))
-          return reinterpret_cast<uint64_t>(address);
-      }
       const void* address = dlsym(RTLD_DEFAULT, name.c_str());
       if (address != nullptr && allow_binding(name, address))
         return reinterpret_cast<uint64_t>(address);
-      if (!weak) missing.push_back(name);
+      for (const DependencyObject* library : libraries) {
+        address = dlsym(library->handle, name.c_str());
+        if (address != nullptr && allow_from(*library, name, address))
+          return reinterpret_cast<uint64_t>(address);
+      }
+      // Named once, however many relocations use it.
+      if (!weak && std::find(missing.begin(), missing.end(), name) == missing.end())
+        missing.push_back(name);
       return 0;
     };
     jit::PrelinkedImage loaded = jit::PrelinkedImage::load(image.bytes, image.name, resolve, image_memory);
@@ -460,9 +463,18 @@ struct JitCache::Impl {
                                               "): its image defines no '" + image.name +
                                               "_main'");
     }
-    for (const jit::PrelinkedImage::Function& function : loaded.functions())
-      functions.add(loaded.base(), function.begin, {function.end, function.name});
-    prelinked.insert_or_assign(id, std::move(loaded));
+    // One image per identity, and the function table in step with the images:
+    // names added for an image that is kept, or forgotten again.
+    release_prelinked(id);
+    const uint64_t key = loaded.base();
+    try {
+      for (const jit::PrelinkedImage::Function& function : loaded.functions())
+        functions.add(key, function.begin, {function.end, function.name});
+      prelinked.emplace(id, std::move(loaded));
+    } catch (...) {
+      functions.forget(key);
+      throw;
+    }
     return entry;
   }
 

@@ -1,6 +1,7 @@
 // The pre-linked image loader (prelinked_image.hpp).
 #include "jit/prelinked_image.hpp"
 
+#include "jit/eh_frame_check.hpp"
 #include "jit/image_memory.hpp"
 
 #include <threechains/error.hpp>
@@ -46,6 +47,13 @@ enum class Reloc : uint32_t {
 #error "the pre-linked loader knows x86_64 and aarch64"
 #endif
 
+[[noreturn]] void refuse_ifunc_resolver(const std::string& name) {
+  throw Error(errc::jit_failed, "ifunc '" + name +
+                                    "': the pre-linked image has IFUNC resolvers, which this "
+                                    "loader does not run; pack it as a relocatable object "
+                                    "(without PRELINKED)");
+}
+
 [[noreturn]] void malformed(const std::string& name, const std::string& what) {
   throw Error(errc::bad_container, "ifunc '" + name + "': bad pre-linked image: " + what);
 }
@@ -62,50 +70,6 @@ struct PageFlags {
   bool write = false;
   bool execute = false;
 };
-
-// The unwinder takes a .eh_frame on trust: it walks the records by their
-// lengths up to a zero terminator (now, and again whenever anything in the
-// process throws), and cannot take back a section whose first record is the
-// terminator (libgcc aborts). So the records are walked here first: each
-// length within the section, each FDE's CIE pointer at a CIE, at least one
-// record, then the terminator and nothing but zeros.
-void check_eh_frame(std::span<const std::byte> section, const std::string& name) {
-  const auto word_at = [&](std::size_t offset) {
-    uint32_t word = 0;
-    std::memcpy(&word, section.data() + offset, sizeof(word));
-    return word;
-  };
-  const auto refuse = [&](const std::string& why) {
-    throw Error(errc::jit_failed,
-                "ifunc '" + name + "': the pre-linked image's .eh_frame " + why +
-                    " (link it with threechains-prelink.ld, as threechains_add_ifunc PRELINKED "
-                    "does)");
-  };
-  std::vector<std::size_t> cies;
-  std::size_t at = 0;
-  while (true) {
-    if (section.size() - at < sizeof(uint32_t)) refuse("has no zero terminator");
-    const uint32_t length = word_at(at);
-    if (length == 0) break;
-    if (length == UINT32_MAX) refuse("has a 64-bit record, which this loader does not take");
-    if (length < sizeof(uint32_t) || length > section.size() - at - sizeof(uint32_t))
-      refuse("has a record running past its end");
-    const uint32_t id = word_at(at + sizeof(uint32_t));
-    if (id == 0) {
-      cies.push_back(at);
-    } else {
-      // An FDE's id is the distance back from that field to its CIE.
-      const std::size_t field = at + sizeof(uint32_t);
-      if (id > field || std::find(cies.begin(), cies.end(), field - id) == cies.end())
-        refuse("has an FDE whose CIE is not in it");
-    }
-    at += sizeof(uint32_t) + length;
-  }
-  if (at == 0) refuse("is only a terminator");
-  // What follows the terminator (lld pads, the script adds one more) is zero.
-  for (std::size_t k = at; k < section.size(); ++k)
-    if (section[k] != std::byte{0}) refuse("has bytes after its terminator");
-}
 
 }  // namespace
 
@@ -155,19 +119,32 @@ PrelinkedImage PrelinkedImage::load(std::span<const std::byte> bytes, const std:
   image.base_ = memory.acquire(span);
   image.memory_ = &memory;
   image.span_ = span;
-  std::byte* const base = image.base_ - low;  // vaddr 0, wherever low is
-  const uint64_t bias = reinterpret_cast<uint64_t>(base);
+  // Where vaddr 0 would be (an address, never dereferenced), and the
+  // block's byte for a vaddr already checked to be in it.
+  const uint64_t bias = reinterpret_cast<uint64_t>(image.base_) - low;
+  const auto mapped = [&](uint64_t vaddr) { return image.base_ + (vaddr - low); };
   for (const auto& segment : headers) {
     if (segment.p_type == llvm::ELF::PT_LOAD && segment.p_filesz != 0)
-      std::memcpy(base + segment.p_vaddr, bytes.data() + segment.p_offset, segment.p_filesz);
+      std::memcpy(mapped(segment.p_vaddr), bytes.data() + segment.p_offset, segment.p_filesz);
   }
   // Whether [vaddr, vaddr + size) lies in the mapping.
   const auto inside = [&](uint64_t vaddr, uint64_t size) {
     return vaddr >= low && size <= span && vaddr - low <= span - size;
   };
+  // The loadable segment holding [vaddr, vaddr + size) in its file bytes, if any.
+  const auto segment_holding = [&](uint64_t vaddr, uint64_t size) -> const auto* {
+    for (const auto& segment : headers) {
+      if (segment.p_type == llvm::ELF::PT_LOAD && vaddr >= segment.p_vaddr &&
+          size <= segment.p_filesz && vaddr - segment.p_vaddr <= segment.p_filesz - size)
+        return &segment;
+    }
+    return static_cast<decltype(&*headers.begin())>(nullptr);
+  };
 
   // The sections: symbol tables, relocations, constructors, unwind tables.
   const auto sections = checked(elf.sections(), name, "section headers");
+  uint64_t eh_frame_address = 0;
+  uint64_t eh_frame_size = 0;
   const auto symbols_of = [&](uint32_t index) {
     if (index >= sections.size()) malformed(name, "a relocation section names no symbol table");
     const auto& table = sections[index];
@@ -191,23 +168,34 @@ PrelinkedImage PrelinkedImage::load(std::span<const std::byte> bytes, const std:
                                           "destructors, which this loader does not run; pack it "
                                           "as a relocatable object (without PRELINKED)");
     }
-    // Unwind tables (C++ exceptions thrown and caught inside the ifunc), for
-    // the unwinder, which reads up to a zero terminator (threechains-prelink.ld
-    // puts one there; a section of only that has nothing to register).
+    // Unwind tables (C++ exceptions thrown and caught inside the ifunc),
+    // checked once mapped and relocated, below (a section of only the
+    // terminator threechains-prelink.ld adds has nothing to register).
     constexpr uint64_t kTerminator = 4;
     if (section_name == ".eh_frame" && section.sh_size > kTerminator) {
-      if (section.sh_offset > bytes.size() || section.sh_size > bytes.size() - section.sh_offset ||
-          !inside(section.sh_addr, section.sh_size))
-        malformed(name, ".eh_frame outside the image");
-      check_eh_frame(bytes.subspan(section.sh_offset, section.sh_size), name);
-      image.eh_frame_ = bias + section.sh_addr;
-      image.eh_frame_size_ = section.sh_size;
+      eh_frame_address = section.sh_addr;
+      eh_frame_size = section.sh_size;
+    }
+    if (section.sh_type == llvm::ELF::SHT_RELR || section.sh_type == llvm::ELF::SHT_ANDROID_REL ||
+        section.sh_type == llvm::ELF::SHT_ANDROID_RELA ||
+        section.sh_type == llvm::ELF::SHT_ANDROID_RELR) {
+      throw Error(errc::jit_failed, "ifunc '" + name +
+                                        "': the pre-linked image has packed relocations, which "
+                                        "this loader does not apply (link it without "
+                                        "-z pack-relative-relocs)");
+    }
+    if (section.sh_type == llvm::ELF::SHT_GNU_verneed && section.sh_size != 0) {
+      throw Error(errc::jit_failed, "ifunc '" + name +
+                                        "': the pre-linked image needs versioned symbols, which "
+                                        "this loader does not resolve (link it with no "
+                                        "libraries: name them as the ifunc's DEPS)");
     }
     if (section.sh_type == llvm::ELF::SHT_DYNSYM) {
       const auto [symbols, strings] =
           symbols_of(static_cast<uint32_t>(&section - sections.begin()));
       for (const auto& symbol : symbols) {
         if (symbol.isUndefined() || symbol.getBinding() == llvm::ELF::STB_LOCAL) continue;
+        if (symbol.getType() == llvm::ELF::STT_GNU_IFUNC) refuse_ifunc_resolver(name);
         const llvm::StringRef symbol_name = checked(symbol.getName(strings), name, "symbol name");
         if (symbol_name.empty() || !inside(symbol.st_value, std::max<uint64_t>(symbol.st_size, 1)))
           continue;
@@ -256,6 +244,10 @@ PrelinkedImage PrelinkedImage::load(std::span<const std::byte> bytes, const std:
         if (symbol.isUndefined()) {
           const llvm::StringRef symbol_name = checked(symbol.getName(strings), name, "symbol name");
           symbol_address = resolve(symbol_name, symbol.getBinding() == llvm::ELF::STB_WEAK);
+        } else if (symbol.getType() == llvm::ELF::STT_GNU_IFUNC) {
+          refuse_ifunc_resolver(name);
+        } else if (symbol.st_shndx == llvm::ELF::SHN_ABS) {
+          symbol_address = symbol.st_value;  // an absolute value: no base added
         } else {
           if (!inside(symbol.st_value, 0)) malformed(name, "a symbol outside the image");
           symbol_address = bias + symbol.st_value;
@@ -282,7 +274,7 @@ PrelinkedImage PrelinkedImage::load(std::span<const std::byte> bytes, const std:
                           ", which this loader does not apply (native TLS or IFUNC resolvers); "
                           "pack it as a relocatable object (without PRELINKED)");
       }
-      std::memcpy(base + relocation.r_offset, &value, sizeof(value));
+      std::memcpy(mapped(relocation.r_offset), &value, sizeof(value));
     }
   }
 
@@ -298,6 +290,31 @@ PrelinkedImage PrelinkedImage::load(std::span<const std::byte> bytes, const std:
       pages[k].write |= (segment.p_flags & llvm::ELF::PF_W) != 0;
       pages[k].execute |= (segment.p_flags & llvm::ELF::PF_X) != 0;
     }
+  }
+  // The unwind tables, as the unwinder will read them: in the mapped,
+  // relocated image, on pages nothing may write, describing only its code.
+  if (eh_frame_size != 0) {
+    if (segment_holding(eh_frame_address, eh_frame_size) == nullptr)
+      malformed(name, ".eh_frame outside the image's file-backed segments");
+    for (uint64_t k = (eh_frame_address - low) / page;
+         k <= (eh_frame_address + eh_frame_size - 1 - low) / page; ++k) {
+      if (pages[k].write || !pages[k].read)
+        malformed(name, ".eh_frame on a page that is writable or unreadable");
+    }
+    const auto in_code = [&](uint64_t begin, uint64_t end) {
+      if (begin < bias || end < begin) return false;
+      const uint64_t vaddr = begin - bias;
+      const uint64_t size = end - begin;
+      for (const auto& segment : headers) {
+        if (segment.p_type == llvm::ELF::PT_LOAD && (segment.p_flags & llvm::ELF::PF_X) != 0 &&
+            vaddr >= segment.p_vaddr && size <= segment.p_memsz &&
+            vaddr - segment.p_vaddr <= segment.p_memsz - size)
+          return true;
+      }
+      return false;
+    };
+    check_eh_frame(std::span<const std::byte>(mapped(eh_frame_address), eh_frame_size),
+                   bias + eh_frame_address, in_code, name);
   }
   for (std::size_t k = 0; k < pages.size();) {
     std::size_t run = k + 1;
@@ -327,13 +344,16 @@ PrelinkedImage PrelinkedImage::load(std::span<const std::byte> bytes, const std:
     }
     k = run;
   }
-  if (image.eh_frame_ != 0) {
-    if (llvm::Error e = llvm::orc::registerEHFrameSection(
-            reinterpret_cast<const void*>(image.eh_frame_), image.eh_frame_size_)) {
-      image.eh_frame_ = 0;
+  // Last: nothing may throw once the unwinder knows the section (the image's
+  // destructor takes it back only if this set eh_frame_).
+  if (eh_frame_size != 0) {
+    if (llvm::Error e =
+            llvm::orc::registerEHFrameSection(mapped(eh_frame_address), eh_frame_size)) {
       throw Error(errc::jit_failed, "ifunc '" + name + "': cannot register its unwind tables: " +
                                         llvm::toString(std::move(e)));
     }
+    image.eh_frame_ = bias + eh_frame_address;
+    image.eh_frame_size_ = eh_frame_size;
   }
   return image;
 }
