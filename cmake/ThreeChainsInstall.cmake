@@ -32,3 +32,6 @@ set(THREECHAINS_PC_DIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 string(REGEX REPLACE "[^/]+" ".." THREECHAINS_PC_UP ${THREECHAINS_PC_DIR})
 configure_file(${PROJECT_SOURCE_DIR}/cmake/threechains.pc.in ${PROJECT_BINARY_DIR}/threechains.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/threechains.pc DESTINATION ${THREECHAINS_PC_DIR})
+configure_file(${PROJECT_SOURCE_DIR}/cmake/threechains-ucp-ifunc.pc.in
+  ${PROJECT_BINARY_DIR}/threechains-ucp-ifunc.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/threechains-ucp-ifunc.pc DESTINATION ${THREECHAINS_PC_DIR})

@@ -3,6 +3,7 @@
 // message keeps, in a 64-byte prefix, the mark and header of its cached form
 // (no code), so a later send puts those and the payload, and nothing of the
 // message is rewritten while an earlier put of it may still be reading.
+#include "jit/payload_abi.hpp"
 #include "trust/envelope.hpp"
 #include "ucp_ifunc/wire.hpp"
 
@@ -13,6 +14,9 @@
 #include <threechains/jit_cache.hpp>
 #include <threechains/trust.hpp>
 
+#include <dlfcn.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +27,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 namespace tc = threechains;
 
@@ -60,8 +65,26 @@ bool valid_name(const char* name) {
 // new messages (frames of that code may still arrive, and messages still
 // send it). Those still in use by a message when the state goes
 // (ucp_ifunc_context_release) are detached and die with their last message.
+// What code loaded by this layer may import: the safe set, the prototype's
+// own calls an ifunc uses to send one onward (its pointer chase does), and
+// what the operator names in THREECHAINS_IFUNC_ALLOW_IMPORTS.
+tc::JitOptions jit_options() {
+  tc::JitOptions options;
+  options.imports.allow_symbol("ucp_ifunc_msg_get_payload_ptr").allow_symbol("ucp_ifunc_send_nbix");
+  if (const char* names = std::getenv("THREECHAINS_IFUNC_ALLOW_IMPORTS")) {
+    const std::string list = names;
+    std::size_t start = 0;
+    while (start <= list.size()) {
+      const std::size_t end = std::min(list.find(':', start), list.size());
+      if (end > start) options.imports.allow_symbol(list.substr(start, end - start));
+      start = end + 1;
+    }
+  }
+  return options;
+}
+
 struct ContextState {
-  ContextState() {
+  ContextState() : cache(jit_options()) {
     if (const char* keys = std::getenv("THREECHAINS_IFUNC_TRUSTED_KEYS")) {
       std::string list = keys;
       std::size_t start = 0;
@@ -86,6 +109,10 @@ struct ContextState {
   std::unordered_set<std::string> unloadable;
   static constexpr std::size_t kMaxUnloadable = 256;
   std::unordered_map<tc::CodeId, ucp_ifunc*> by_id;
+  // The context's worker if it has exactly one (for the 4-argument poll),
+  // kept by the ucp_worker_create / ucp_worker_destroy stand-ins below.
+  std::atomic<ucp_worker_h> sole_worker{nullptr};
+  bool warned_no_worker = false;
 };
 
 // Every context's state. UCX gives no hook on ucp_cleanup, so a state lives
@@ -95,6 +122,18 @@ struct Registry {
   std::mutex mutex;
   std::unordered_map<ucp_context_h, std::unique_ptr<ContextState>> states;
   std::atomic<uint64_t> generation{1};
+  // Every context's live workers, as ucp_worker_create made them.
+  std::unordered_map<ucp_context_h, std::vector<ucp_worker_h>> workers;
+
+  // Called with `mutex` held: the state's view of its context's workers.
+  void refresh_sole_worker(ucp_context_h context) {
+    const auto state = states.find(context);
+    if (state == states.end()) return;
+    const auto list = workers.find(context);
+    const bool one = list != workers.end() && list->second.size() == 1;
+    state->second->sole_worker.store(one ? list->second.front() : nullptr,
+                                     std::memory_order_release);
+  }
 };
 
 Registry& registry() {
@@ -112,7 +151,10 @@ ContextState& state_of(ucp_context_h context) {
     return *last_state;
   std::lock_guard lock(all.mutex);
   std::unique_ptr<ContextState>& state = all.states[context];
-  if (!state) state = std::make_unique<ContextState>();
+  if (!state) {
+    state = std::make_unique<ContextState>();
+    all.refresh_sole_worker(context);
+  }
   last_context = context;
   last_state = state.get();
   last_generation = generation;
@@ -126,14 +168,20 @@ ucs_status_t failed(const std::string& message, ucs_status_t status) {
 
 }  // namespace
 
+// Two-Chains' payload_init: the payload first (payload_abi.hpp).
+using payload_first_init_fn = int (*)(void* payload, size_t payload_size, void* source_args,
+                                      size_t source_args_size);
+
 struct ucp_ifunc {
   ucp_ifunc(std::string library, tc::Ifunc code, ContextState* state)
       : name(std::move(library)), ifunc(std::move(code)), owner(state) {}
 
   std::string name;
   tc::Ifunc ifunc;
+  // <name>_payload_get_max_size (Two-Chains) or <name>_payload_bound (Three-Chains).
   threechains_payload_get_max_size_fn payload_get_max_size = nullptr;
-  threechains_payload_init_fn payload_init = nullptr;
+  void* payload_init = nullptr;  // called in `order`
+  tc::PayloadInitOrder order = tc::PayloadInitOrder::source_first;
   std::unordered_set<ucp_ep_h> sent_to;  // endpoints that were sent its code
   int registrations = 0;                 // by the program (0: no new messages)
   std::size_t messages = 0;              // live messages made from it
@@ -166,35 +214,48 @@ ContextState::~ContextState() {
 
 namespace {
 
-// Loads and registers <dir>/<name>.tcc (the name is valid). Throws Error.
-ucp_ifunc* register_library(ContextState& state, const std::string& name) {
-  std::string dir = state.lib_dir;
-  if (dir.empty()) {
-    const char* env = std::getenv("UCX_IFUNC_LIB_DIR");
-    if (env == nullptr || *env == '\0') {
-      throw tc::Error(tc::errc::invalid_argument,
-                      "no ifunc library directory: set UCX_IFUNC_LIB_DIR or call "
-                      "ucp_ifunc_set_lib_dir");
-    }
-    dir = env;
+// Where libraries are registered from: the context's directory, else
+// $UCX_IFUNC_LIB_DIR, else the installation's (the prototypes read
+// UCX_IFUNC_LIB_DIR, /usr/lib by default).
+std::string library_directory(const ContextState& state) {
+  if (!state.lib_dir.empty()) return state.lib_dir;
+  const char* env = std::getenv("UCX_IFUNC_LIB_DIR");
+  if (env != nullptr && *env != '\0') return env;
+  return THREECHAINS_IFUNC_LIB_DIR_DEFAULT;
+}
+
+// Registers a library already read (trusted: the program's own). Throws Error.
+ucp_ifunc* register_ifunc(ContextState& state, const std::string& name, tc::Ifunc ifunc,
+                          tc::PayloadInitOrder program_order) {
+  // Compiled here too, for its payload functions (and for frames of it that
+  // arrive here). Imports the policy refuses fail here, naming the symbol.
+  (void)state.cache.load(ifunc.id(), ifunc.codec(), ifunc.code());
+  auto handle = std::make_unique<ucp_ifunc>(name, ifunc, &state);
+  void* size = state.cache.lookup(ifunc.id(), name + "_payload_get_max_size");
+  if (size == nullptr) size = state.cache.lookup(ifunc.id(), name + "_payload_bound");
+  handle->payload_get_max_size = reinterpret_cast<threechains_payload_get_max_size_fn>(size);
+  handle->payload_init = state.cache.lookup(ifunc.id(), name + "_payload_init");
+  if (handle->payload_init != nullptr) {
+    // The library's own type says which order it takes; without bitcode,
+    // the program's convention does.
+    const tc::PayloadInitOrder read = tc::payload_init_order(ifunc.code(), name + "_payload_init");
+    handle->order = read != tc::PayloadInitOrder::unknown ? read : program_order;
   }
-  const std::string path = dir + "/" + name + ".tcc";
+  state.by_name[name] = handle.get();
+  state.by_id[ifunc.id()] = handle.get();
+  return handle.release();
+}
+
+// Loads and registers <dir>/<name>.tcc (the name is valid). Throws Error.
+ucp_ifunc* register_library(ContextState& state, const std::string& name,
+                            tc::PayloadInitOrder program_order) {
+  const std::string path = library_directory(state) + "/" + name + ".tcc";
   tc::Ifunc ifunc = tc::Ifunc::load(path);
   if (ifunc.name() != name) {
     throw tc::Error(tc::errc::bad_container,
                     path + " holds ifunc '" + ifunc.name() + "', not '" + name + "'");
   }
-  // Our own library: trusted because it is ours. Compiled here too, for its
-  // payload functions (and for frames of it that arrive here).
-  (void)state.cache.load(ifunc.id(), ifunc.codec(), ifunc.code());
-  auto handle = std::make_unique<ucp_ifunc>(name, ifunc, &state);
-  handle->payload_get_max_size = reinterpret_cast<threechains_payload_get_max_size_fn>(
-      state.cache.lookup(ifunc.id(), name + "_payload_get_max_size"));
-  handle->payload_init = reinterpret_cast<threechains_payload_init_fn>(
-      state.cache.lookup(ifunc.id(), name + "_payload_init"));
-  state.by_name[name] = handle.get();
-  state.by_id[ifunc.id()] = handle.get();
-  return handle.release();
+  return register_ifunc(state, name, std::move(ifunc), program_order);
 }
 
 // Code that arrived in a frame, compiled if it may run here: it is the code
@@ -214,7 +275,7 @@ tc::IfuncMain admit(ContextState& state, const tc::FrameView& view) {
     try {
       // Kept even if the frame's code is not this library's: a peer naming it
       // with other code must not make us load it from disk again per frame.
-      (void)register_library(state, name);
+      (void)register_library(state, name, tc::PayloadInitOrder::source_first);
     } catch (const std::exception&) {
       // Missing, corrupt or not compilable here: not ours to run, and not
       // tried again per frame. Signed code of that name may still run.
@@ -232,8 +293,9 @@ tc::IfuncMain admit(ContextState& state, const tc::FrameView& view) {
       // Keys named in THREECHAINS_IFUNC_TRUSTED_KEYS are fully trusted:
       // this layer runs no confined code.
       if (tc::check_code_trust(state.trust, arrived.code()) == tc::Confine::yes)
-        throw tc::Error(tc::errc::code_refused, "unsigned code runs on ucp_ifunc targets only "
-                                                "from this target's own libraries");
+        throw tc::Error(tc::errc::code_refused,
+                        "unsigned code runs on ucp_ifunc targets only "
+                        "from this target's own libraries");
     } catch (const tc::Error& e) {
       throw tc::Error(tc::errc::code_refused, "code of ifunc '" + name +
                                                   "' that is not this target's own library '" +
@@ -248,6 +310,43 @@ tc::IfuncMain admit(ContextState& state, const tc::FrameView& view) {
          "signed by a trusted key");
   }
   return state.cache.find(view.code_id());
+}
+
+// A registration's failure as the prototype's callers can tell them apart:
+// code the policy refuses is a policy decision, not a bad argument.
+ucs_status_t status_of(const tc::Error& e) {
+  if (e.is(tc::errc::import_refused) || e.is(tc::errc::code_refused) ||
+      e.is(tc::errc::dependency_not_found))
+    return UCS_ERR_REJECTED;
+  if (e.is(tc::errc::io)) return UCS_ERR_IO_ERROR;
+  if (e.is(tc::errc::no_image_for_target)) return UCS_ERR_UNSUPPORTED;
+  return UCS_ERR_INVALID_PARAM;
+}
+
+ucs_status_t refuse_name(const char* name) {
+  return failed(std::string("ifunc name '") + (name != nullptr ? name : "(null)") +
+                    "' refused: letters, digits, '_' and '-' only",
+                UCS_ERR_INVALID_PARAM);
+}
+
+ucs_status_t register_by_name(ucp_context_h context, const char* ifunc_name, ucp_ifunc_h* ifunc_p,
+                              tc::PayloadInitOrder program_order) {
+  if (context == nullptr || ifunc_p == nullptr) return UCS_ERR_INVALID_PARAM;
+  *ifunc_p = nullptr;
+  if (!valid_name(ifunc_name)) return refuse_name(ifunc_name);
+  try {
+    ContextState& state = state_of(context);
+    const auto it = state.by_name.find(ifunc_name);
+    ucp_ifunc* handle =
+        it != state.by_name.end() ? it->second : register_library(state, ifunc_name, program_order);
+    ++handle->registrations;
+    *ifunc_p = handle;
+    return UCS_OK;
+  } catch (const tc::Error& e) {
+    return failed(std::string("register '") + ifunc_name + "': " + e.what(), status_of(e));
+  } catch (const std::exception& e) {
+    return failed(std::string("register '") + ifunc_name + "': " + e.what(), UCS_ERR_NO_MEMORY);
+  }
 }
 
 }  // namespace
@@ -266,26 +365,60 @@ ucs_status_t ucp_ifunc_set_lib_dir(ucp_context_h context, const char* directory)
 
 ucs_status_t ucp_register_ifunc(ucp_context_h context, const char* ifunc_name,
                                 ucp_ifunc_h* ifunc_p) {
-  if (context == nullptr || ifunc_p == nullptr) return UCS_ERR_INVALID_PARAM;
-  *ifunc_p = nullptr;
-  if (!valid_name(ifunc_name)) {
-    return failed(std::string("ifunc name '") + (ifunc_name ? ifunc_name : "(null)") +
-                      "' refused: letters, digits, '_' and '-' only",
-                  UCS_ERR_INVALID_PARAM);
+  return register_by_name(context, ifunc_name, ifunc_p, tc::PayloadInitOrder::source_first);
+}
+
+ucs_status_t ucp_register_ifunc_two_chains(ucp_context_h context, const char* ifunc_name,
+                                           ucp_ifunc_h* ifunc_p) {
+  return register_by_name(context, ifunc_name, ifunc_p, tc::PayloadInitOrder::payload_first);
+}
+
+ucs_status_t ucp_register_ifunc_param(ucp_context_h context, ucp_ifunc_reg_param_t param,
+                                      ucp_ifunc_h* ifunc_p) {
+  return register_by_name(context, param.name, ifunc_p, tc::PayloadInitOrder::source_first);
+}
+
+ucs_status_t ucp_register_ifunc_im(ucp_context_h context, ucp_ifunc_reg_param_t param,
+                                   ucp_llvm_bc_t* bcs, int n_bcs, char** deps, int n_deps,
+                                   ucp_ifunc_h* ifunc_p) {
+  if (context == nullptr || ifunc_p == nullptr || bcs == nullptr || n_bcs <= 0 || n_deps < 0 ||
+      (deps == nullptr && n_deps > 0)) {
+    return UCS_ERR_INVALID_PARAM;
   }
+  *ifunc_p = nullptr;
+  const char* name = param.name;
+  if (!valid_name(name)) return refuse_name(name);
   try {
     ContextState& state = state_of(context);
-    const auto it = state.by_name.find(ifunc_name);
+    if (const auto it = state.by_name.find(name); it != state.by_name.end()) {
+      ++it->second->registrations;  // as the prototype: the name is what counts
+      *ifunc_p = it->second;
+      return UCS_OK;
+    }
+    tc::IfuncLibrary library{name, {}, {}};
+    for (int i = 0; i < n_bcs; ++i) {
+      if (bcs[i].triple == nullptr || (bcs[i].bc == nullptr && bcs[i].size != 0))
+        return failed("register_im '" + std::string(name) + "': bitcode " + std::to_string(i) +
+                          " has no triple or no bytes",
+                      UCS_ERR_INVALID_PARAM);
+      const auto* bytes = static_cast<const std::byte*>(bcs[i].bc);
+      library.images.push_back({bcs[i].triple, tc::CodecId::bitcode,
+                                std::vector<std::byte>(bytes, bytes + bcs[i].size)});
+    }
+    for (int i = 0; i < n_deps; ++i) {
+      if (deps[i] == nullptr) return UCS_ERR_INVALID_PARAM;
+      library.deps.emplace_back(deps[i]);
+    }
     ucp_ifunc* handle =
-        it != state.by_name.end() ? it->second : register_library(state, ifunc_name);
+        register_ifunc(state, name, tc::Ifunc::from_container(tc::pack_container(library)),
+                       tc::PayloadInitOrder::source_first);
     ++handle->registrations;
     *ifunc_p = handle;
     return UCS_OK;
   } catch (const tc::Error& e) {
-    return failed(std::string("register '") + ifunc_name + "': " + e.what(),
-                  e.is(tc::errc::io) ? UCS_ERR_IO_ERROR : UCS_ERR_INVALID_PARAM);
+    return failed(std::string("register_im '") + name + "': " + e.what(), status_of(e));
   } catch (const std::exception& e) {
-    return failed(std::string("register '") + ifunc_name + "': " + e.what(), UCS_ERR_NO_MEMORY);
+    return failed(std::string("register_im '") + name + "': " + e.what(), UCS_ERR_NO_MEMORY);
   }
 }
 
@@ -335,11 +468,19 @@ void ucp_ifunc_forget_ep(ucp_context_h context, ucp_ep_h ep) {
 
 ucs_status_t ucp_ifunc_msg_create(ucp_ifunc_h ifunc_h, void* source_args, size_t source_args_size,
                                   ucp_ifunc_msg_t* msg_p) {
-  if (ifunc_h == nullptr || msg_p == nullptr || (source_args == nullptr && source_args_size != 0)) {
-    return UCS_ERR_INVALID_PARAM;
-  }
+  if (ifunc_h == nullptr || msg_p == nullptr) return UCS_ERR_INVALID_PARAM;
   if (ifunc_h->owner == nullptr || ifunc_h->registrations == 0) {
     return failed("msg_create: ifunc '" + ifunc_h->name + "' is not registered",
+                  UCS_ERR_INVALID_PARAM);
+  }
+  // A library's payload functions make what they like of the source
+  // arguments, NULL included (the prototypes' benchmarks pass NULL and a
+  // size); only a plain copy needs them.
+  if (source_args == nullptr && source_args_size != 0 && ifunc_h->payload_init == nullptr) {
+    return failed("msg_create: ifunc '" + ifunc_h->name + "' has no " + ifunc_h->name +
+                      "_payload_init, so its payload is a copy of the source arguments, and "
+                      "they are NULL with a size of " +
+                      std::to_string(source_args_size),
                   UCS_ERR_INVALID_PARAM);
   }
   const std::size_t max_payload = ifunc_h->payload_get_max_size != nullptr
@@ -360,8 +501,15 @@ ucs_status_t ucp_ifunc_msg_create(ucp_ifunc_h ifunc_h, void* source_args, size_t
   std::byte* payload = frame + kPayloadStart;
   std::size_t payload_size = max_payload;
   if (ifunc_h->payload_init != nullptr) {
-    if (ifunc_h->payload_init(source_args, source_args_size, payload, &payload_size) != 0 ||
-        payload_size > max_payload) {
+    int rc = 0;
+    if (ifunc_h->order == tc::PayloadInitOrder::payload_first) {
+      rc = reinterpret_cast<payload_first_init_fn>(ifunc_h->payload_init)(
+          payload, max_payload, source_args, source_args_size);
+    } else {
+      rc = reinterpret_cast<threechains_payload_init_fn>(ifunc_h->payload_init)(
+          source_args, source_args_size, payload, &payload_size);
+    }
+    if (rc != 0 || payload_size > max_payload) {
       ::operator delete (block, std::align_val_t{16});
       return failed("'" + ifunc_h->name + "_payload_init' failed", UCS_ERR_CANCELED);
     }
@@ -505,9 +653,74 @@ ucs_status_t ucp_poll_ifunc(ucp_context_h context, void* buffer, size_t buffer_s
     }
   }
   state.cache.count_call(view.code_id());
-  entry(bytes + kPayloadStart, view.payload().size(), target_args);
+  // Cleared before it runs, as the prototype did: a frame put here while it
+  // runs (one it caused: a forwarded chase's answer, a ping-pong's reply)
+  // must not be erased after it. The payload stays where it is meanwhile.
+  const std::size_t payload_size = view.payload().size();
   clear();
+  entry(bytes + kPayloadStart, payload_size, target_args);
   return UCS_OK;
+}
+
+ucs_status_t ucp_poll_ifunc_context(ucp_context_h context, void* buffer, size_t buffer_size,
+                                    void* target_args) {
+  if (context == nullptr) return UCS_ERR_INVALID_PARAM;
+  ucp_worker_h worker = nullptr;
+  try {
+    ContextState& state = state_of(context);
+    worker = state.sole_worker.load(std::memory_order_acquire);
+    if (worker == nullptr && !state.warned_no_worker) [[unlikely]] {
+      state.warned_no_worker = true;
+      warn(
+          "ucp_poll_ifunc without a worker progresses the context's worker only when it has "
+          "exactly one that this library saw made (link libthreechains_ucp_ifunc before "
+          "libucp): none progressed, so puts that need the target's progress (tcp) will not "
+          "land; pass the worker (the 5-argument form)");
+    }
+  } catch (const std::exception& e) {
+    return failed(std::string("poll: ") + e.what(), UCS_ERR_NO_MEMORY);
+  }
+  return ucp_poll_ifunc(context, buffer, buffer_size, target_args, worker);
+}
+
+// Stand-ins in front of UCX's worker calls, so that the 4-argument poll knows
+// each context's worker: each calls UCX's own (the next definition in the
+// lookup order) and notes the result. They change nothing else.
+ucs_status_t ucp_worker_create(ucp_context_h context, const ucp_worker_params_t* params,
+                               ucp_worker_h* worker_p) {
+  using create_fn = ucs_status_t (*)(ucp_context_h, const ucp_worker_params_t*, ucp_worker_h*);
+  static const auto next = reinterpret_cast<create_fn>(dlsym(RTLD_NEXT, "ucp_worker_create"));
+  if (next == nullptr) return UCS_ERR_UNSUPPORTED;  // no libucp after us: cannot happen linked
+  const ucs_status_t status = next(context, params, worker_p);
+  if (status != UCS_OK || worker_p == nullptr) return status;
+  try {
+    Registry& all = registry();
+    std::lock_guard lock(all.mutex);
+    all.workers[context].push_back(*worker_p);
+    all.refresh_sole_worker(context);
+  } catch (const std::exception&) {  // unknown to the 4-argument poll; the worker is fine
+  }
+  return status;
+}
+
+void ucp_worker_destroy(ucp_worker_h worker) {
+  using destroy_fn = void (*)(ucp_worker_h);
+  static const auto next = reinterpret_cast<destroy_fn>(dlsym(RTLD_NEXT, "ucp_worker_destroy"));
+  {
+    Registry& all = registry();
+    std::lock_guard lock(all.mutex);
+    for (auto it = all.workers.begin(); it != all.workers.end(); ++it) {
+      auto& list = it->second;
+      if (const auto found = std::find(list.begin(), list.end(), worker); found != list.end()) {
+        list.erase(found);
+        const ucp_context_h context = it->first;
+        if (list.empty()) all.workers.erase(it);
+        all.refresh_sole_worker(context);
+        break;
+      }
+    }
+  }
+  if (next != nullptr) next(worker);
 }
 
 }  // extern "C"

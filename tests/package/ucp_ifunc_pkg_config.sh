@@ -1,0 +1,17 @@
+#!/bin/sh
+# A prototype-shaped program (tests/prototype/two_chains_test_ifunc.cpp, which
+# includes only <ucp/api/ucp.h>) built against the installed prefix with
+# nothing but `pkg-config --cflags --libs threechains-ucp-ifunc`, then run
+# over shared memory against the build's libraries.
+#   ucp_ifunc_pkg_config.sh SOURCE_DIR PREFIX WORK LIB_DIR
+set -eu
+source_dir=$1 prefix=$2 work=$3 libs=$4
+rm -rf "$work" && mkdir -p "$work"
+pcdir=$(dirname "$(find "$prefix" -name threechains-ucp-ifunc.pc | head -n 1)")
+export PKG_CONFIG_PATH="$pcdir" LD_LIBRARY_PATH="$pcdir/.."
+# shellcheck disable=SC2046,SC2086
+${CXX:-c++} ${CXXFLAGS:-} -std=c++20 -O2 "$source_dir/two_chains_test_ifunc.cpp" \
+  $(pkg-config --cflags --libs threechains-ucp-ifunc) -o "$work/test_ifunc"
+UCX_TLS=sm,self UCX_IFUNC_LIB_DIR=$libs UCX_WARN_UNUSED_ENV_VARS=n \
+  sh "$source_dir/../bindings/run_pair.sh" "$work" "$work/test_ifunc server" "$work/test_ifunc client"
+echo "ucp_ifunc pkg-config: built with its flags alone, and ran"
