@@ -10,6 +10,10 @@
  *   int    foo_payload_init(void *source_args, size_t source_args_size,
  *                           void *payload, size_t *payload_size);
  *
+ * (The prototype-compatible API, <threechains/ucp_ifunc.h>, also takes
+ * Three-Chains' name <name>_payload_bound for the first, and Two-Chains'
+ * payload_init that takes the payload first: docs/bindings.md.)
+ *
  * `payload` points into the target's ring slot (16-byte aligned); the ifunc may
  * read and modify it until it returns. `target_args` is what the target process
  * gave its Receiver. The code is compiled (bitcode) or linked (binary) on the
