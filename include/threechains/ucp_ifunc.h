@@ -1,4 +1,5 @@
-/* The research prototype's ifunc API (Two-Chains, "ucp_ifunc"), on ThreeChains.
+/* The research prototypes' ifunc API (Two-Chains and Three-Chains,
+ * "ucp_ifunc"), on ThreeChains.
  *
  * A program written against the prototype's calls ports by recompiling and
  * linking ThreeChains::ucp_ifunc: the same names, arguments and flow —
@@ -14,17 +15,21 @@
  * the rules are ours (docs/bindings.md):
  *
  *  - Libraries are containers named <name>.tcc in one directory: the one
- *    given to ucp_ifunc_set_lib_dir, else $UCX_IFUNC_LIB_DIR. A name is
- *    letters, digits, '_' and '-' only, so no name reaches another path.
+ *    given to ucp_ifunc_set_lib_dir, else $UCX_IFUNC_LIB_DIR, else
+ *    threechains/ifuncs beside this library (<libdir>/threechains/ifuncs).
+ *    A name is letters, digits, '_' and '-' only, so no name reaches
+ *    another path. A peer can make the target load and run any library of
+ *    that directory (as the prototypes could): keep there only what may run
+ *    for anyone who can put into your buffers.
  *  - A frame carries a commit mark: a 64-bit hash over every byte of it, put
  *    before it in the buffer. ucp_poll_ifunc runs a frame only when the mark
  *    matches what has landed, however the transport ordered the bytes of the
  *    put (the prototype trusted a header and a trailer byte).
  *  - Code that arrives in a frame runs only if it is the code of the target's
- *    own library of that name (registered from its directory), or is signed
- *    by a key listed in $THREECHAINS_IFUNC_TRUSTED_KEYS (public-key files,
- *    ':'-separated). Anything else is refused and reported. Imports are
- *    limited to the safe set of docs/security.md.
+ *    own library of that name (registered from its directory or from memory
+ *    by the program), or is signed by a key listed in
+ *    $THREECHAINS_IFUNC_TRUSTED_KEYS (public-key files, ':'-separated).
+ *    Anything else is refused and reported. Imports: below.
  *  - The first message of an ifunc to an endpoint carries its code; later
  *    ones carry only the payload (the target keeps the code by identity).
  *
@@ -55,17 +60,20 @@
  *    4-argument ucp_poll_ifunc(context, buffer, size, target_args); libraries
  *    define <name>_payload_get_max_size and
  *    <name>_payload_init(payload, payload_size, source_args, source_args_size).
- *  - Three-Chains: ucp_register_ifunc(context, (ucp_ifunc_reg_param_t){...},
- *    &ifunc), ucp_register_ifunc_im, the 5-argument ucp_poll_ifunc; libraries
+ *  - Three-Chains: ucp_register_ifunc(context, param, &ifunc) with a
+ *    ucp_ifunc_reg_param_t, ucp_register_ifunc_im, the 5-argument ucp_poll_ifunc; libraries
  *    define <name>_payload_bound and
  *    <name>_payload_init(source_args, source_args_size, payload, &payload_size)
  *    (the order <threechains/ifunc.h> also takes).
  *
  * Which order a library's payload_init takes is read off its type in the
  * library's bitcode; a library with no bitcode (OBJECT or PRELINKED only)
- * takes its program's: Three-Chains' unless the program registers it by name
- * and is compiled with -DTHREECHAINS_UCP_IFUNC_TWO_CHAINS. In C, the two
- * ucp_register_ifunc forms need C11 (_Generic); C++ overloads them.
+ * takes the order of the program's first registration of it: Three-Chains'
+ * unless the program registers it by name and is compiled with
+ * -DTHREECHAINS_UCP_IFUNC_TWO_CHAINS. In C, the two ucp_register_ifunc forms
+ * need C11 (_Generic), and a compound literal passed to it goes in
+ * parentheses, ((ucp_ifunc_reg_param_t){...}), as to any macro; C++
+ * overloads them.
  *
  * The 4-argument poll progresses no worker of its own: it progresses the
  * context's worker if the context has exactly one (as the prototypes'
@@ -122,9 +130,11 @@ ucs_status_t ucp_ifunc_set_lib_dir(ucp_context_h context, const char* directory)
 
 /* Loads <dir>/<ifunc_name>.tcc (Two-Chains' form). Registering a name again
  * returns the same handle (each registration is undone by one
- * deregistration). UCS_ERR_NO_ELEM: no such library; UCS_ERR_REJECTED: its
- * code imports what the policy refuses; UCS_ERR_INVALID_PARAM: a bad name or
- * a malformed library. The reason is written to stderr. */
+ * deregistration). UCS_ERR_IO_ERROR: no such library (or unreadable);
+ * UCS_ERR_REJECTED: its code imports what the policy refuses;
+ * UCS_ERR_NO_ELEM: a shared library it needs is missing;
+ * UCS_ERR_UNSUPPORTED: no code for this host; UCS_ERR_INVALID_PARAM: a bad
+ * name or a malformed library. The reason is written to stderr. */
 ucs_status_t ucp_register_ifunc(ucp_context_h context, const char* ifunc_name,
                                 ucp_ifunc_h* ifunc_p);
 /* The same, by Three-Chains' parameters. */
@@ -135,8 +145,11 @@ ucs_status_t ucp_register_ifunc_param(ucp_context_h context, ucp_ifunc_reg_param
 ucs_status_t ucp_register_ifunc_two_chains(ucp_context_h context, const char* ifunc_name,
                                            ucp_ifunc_h* ifunc_p);
 /* Three-Chains: registers a library from bitcode in memory, one module per
- * triple, and the shared libraries it needs (each must be allowed by the
- * policy). The program's own code, so trusted as its own library is. */
+ * triple, and the shared libraries it needs (the safe set's: libm, libgcc_s,
+ * libatomic). The program's own code, so trusted as its own library is; a
+ * peer runs it only by sending the same container (the same bitcode packed
+ * by the same ThreeChains). UCS_ERR_ALREADY_EXISTS if the name is held by
+ * other code in this context. */
 ucs_status_t ucp_register_ifunc_im(ucp_context_h context, ucp_ifunc_reg_param_t param,
                                    ucp_llvm_bc_t* bcs, int n_bcs, char** deps, int n_deps,
                                    ucp_ifunc_h* ifunc_p);
@@ -223,9 +236,14 @@ inline ucs_status_t threechains_ucp_register_two_chains(ucp_context_h context,
       ucp_ifunc_reg_param_t: ucp_register_ifunc_param,                                 \
       default: THREECHAINS_UCP_REGISTER_BY_NAME)(context, name_or_param, ifunc_p)
 #define THREECHAINS_UCP_POLL_PICK(a, b, c, d, e, form, ...) form
-#define ucp_poll_ifunc(...)                                                              \
-  THREECHAINS_UCP_POLL_PICK(__VA_ARGS__, ucp_poll_ifunc, ucp_poll_ifunc_context, none, \
-                            none, none)(__VA_ARGS__)
+#define ucp_poll_ifunc(...)                                                            \
+  THREECHAINS_UCP_POLL_PICK(__VA_ARGS__, ucp_poll_ifunc, ucp_poll_ifunc_context,       \
+                            ucp_poll_ifunc_takes_4_or_5_arguments,                     \
+                            ucp_poll_ifunc_takes_4_or_5_arguments,                     \
+                            ucp_poll_ifunc_takes_4_or_5_arguments)(__VA_ARGS__)
+
+#elif defined(THREECHAINS_UCP_IFUNC_TWO_CHAINS)
+#error "THREECHAINS_UCP_IFUNC_TWO_CHAINS needs C11 or C++ (the forms are picked by _Generic)"
 #endif
 
 #endif /* THREECHAINS_UCP_IFUNC_H */

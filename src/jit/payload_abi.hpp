@@ -23,8 +23,9 @@ enum class PayloadInitOrder {
   source_first,   // Three-Chains and <threechains/ifunc.h>
 };
 
-// Reads the first bitcode image of `container` that defines `function`.
-// Throws Error(bad_container) if an image cannot be parsed.
+// Reads this host's bitcode image of `container` first, then the others;
+// unknown where none says. Throws Error(bad_container) only if the container
+// itself cannot be parsed (call it on the program's own libraries).
 [[nodiscard]] PayloadInitOrder payload_init_order(std::span<const std::byte> container,
                                                   const std::string& function);
 

@@ -79,6 +79,9 @@ tc::JitOptions jit_options() {
       if (end > start) options.imports.allow_symbol(list.substr(start, end - start));
       start = end + 1;
     }
+    // Said once per context: what injected code may call beyond the safe set.
+    warn(std::string("injected code may also import: ") + names +
+         " (THREECHAINS_IFUNC_ALLOW_IMPORTS)");
   }
   return options;
 }
@@ -182,6 +185,9 @@ struct ucp_ifunc {
   threechains_payload_get_max_size_fn payload_get_max_size = nullptr;
   void* payload_init = nullptr;  // called in `order`
   tc::PayloadInitOrder order = tc::PayloadInitOrder::source_first;
+  // Read off the library's bitcode. If not, the program's first registration
+  // sets `order`: a library a peer's frame made us load first must not fix it.
+  bool order_from_bitcode = false;
   std::unordered_set<ucp_ep_h> sent_to;  // endpoints that were sent its code
   int registrations = 0;                 // by the program (0: no new messages)
   std::size_t messages = 0;              // live messages made from it
@@ -221,29 +227,51 @@ std::string library_directory(const ContextState& state) {
   if (!state.lib_dir.empty()) return state.lib_dir;
   const char* env = std::getenv("UCX_IFUNC_LIB_DIR");
   if (env != nullptr && *env != '\0') return env;
-  return THREECHAINS_IFUNC_LIB_DIR_DEFAULT;
+  // <the directory this library is in>/threechains/ifuncs: relocatable, as
+  // the .pc files are.
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&library_directory), &info) != 0 &&
+      info.dli_fname != nullptr) {
+    const std::string self = info.dli_fname;
+    const std::size_t slash = self.rfind('/');
+    if (slash != std::string::npos) return self.substr(0, slash) + "/threechains/ifuncs";
+  }
+  return "threechains/ifuncs";
 }
 
 // Registers a library already read (trusted: the program's own). Throws Error.
 ucp_ifunc* register_ifunc(ContextState& state, const std::string& name, tc::Ifunc ifunc,
                           tc::PayloadInitOrder program_order) {
+  // The library's own type says which order its payload_init takes; without
+  // bitcode, the program's convention does. Read first: nothing is loaded yet.
+  const tc::PayloadInitOrder read = tc::payload_init_order(ifunc.code(), name + "_payload_init");
+  auto handle = std::make_unique<ucp_ifunc>(name, ifunc, &state);
+  handle->order_from_bitcode = read != tc::PayloadInitOrder::unknown;
+  handle->order = handle->order_from_bitcode ? read : program_order;
   // Compiled here too, for its payload functions (and for frames of it that
   // arrive here). Imports the policy refuses fail here, naming the symbol.
   (void)state.cache.load(ifunc.id(), ifunc.codec(), ifunc.code());
-  auto handle = std::make_unique<ucp_ifunc>(name, ifunc, &state);
-  void* size = state.cache.lookup(ifunc.id(), name + "_payload_get_max_size");
-  if (size == nullptr) size = state.cache.lookup(ifunc.id(), name + "_payload_bound");
-  handle->payload_get_max_size = reinterpret_cast<threechains_payload_get_max_size_fn>(size);
-  handle->payload_init = state.cache.lookup(ifunc.id(), name + "_payload_init");
-  if (handle->payload_init != nullptr) {
-    // The library's own type says which order it takes; without bitcode,
-    // the program's convention does.
-    const tc::PayloadInitOrder read = tc::payload_init_order(ifunc.code(), name + "_payload_init");
-    handle->order = read != tc::PayloadInitOrder::unknown ? read : program_order;
+  try {
+    void* size = state.cache.lookup(ifunc.id(), name + "_payload_get_max_size");
+    if (size == nullptr) size = state.cache.lookup(ifunc.id(), name + "_payload_bound");
+    handle->payload_get_max_size = reinterpret_cast<threechains_payload_get_max_size_fn>(size);
+    handle->payload_init = state.cache.lookup(ifunc.id(), name + "_payload_init");
+    state.by_name[name] = handle.get();
+    state.by_id[ifunc.id()] = handle.get();
+  } catch (...) {  // out of memory: no half-registered library, no code without a handle
+    if (const auto it = state.by_name.find(name);
+        it != state.by_name.end() && it->second == handle.get())
+      state.by_name.erase(it);
+    (void)state.cache.evict(ifunc.id());
+    throw;
   }
-  state.by_name[name] = handle.get();
-  state.by_id[ifunc.id()] = handle.get();
   return handle.release();
+}
+
+// The program registers `handle` (again, or one a peer's frame loaded first).
+void count_registration(ucp_ifunc* handle, tc::PayloadInitOrder program_order) {
+  if (handle->registrations == 0 && !handle->order_from_bitcode) handle->order = program_order;
+  ++handle->registrations;
 }
 
 // Loads and registers <dir>/<name>.tcc (the name is valid). Throws Error.
@@ -315,9 +343,8 @@ tc::IfuncMain admit(ContextState& state, const tc::FrameView& view) {
 // A registration's failure as the prototype's callers can tell them apart:
 // code the policy refuses is a policy decision, not a bad argument.
 ucs_status_t status_of(const tc::Error& e) {
-  if (e.is(tc::errc::import_refused) || e.is(tc::errc::code_refused) ||
-      e.is(tc::errc::dependency_not_found))
-    return UCS_ERR_REJECTED;
+  if (e.is(tc::errc::import_refused) || e.is(tc::errc::code_refused)) return UCS_ERR_REJECTED;
+  if (e.is(tc::errc::dependency_not_found)) return UCS_ERR_NO_ELEM;
   if (e.is(tc::errc::io)) return UCS_ERR_IO_ERROR;
   if (e.is(tc::errc::no_image_for_target)) return UCS_ERR_UNSUPPORTED;
   return UCS_ERR_INVALID_PARAM;
@@ -339,7 +366,7 @@ ucs_status_t register_by_name(ucp_context_h context, const char* ifunc_name, ucp
     const auto it = state.by_name.find(ifunc_name);
     ucp_ifunc* handle =
         it != state.by_name.end() ? it->second : register_library(state, ifunc_name, program_order);
-    ++handle->registrations;
+    count_registration(handle, program_order);
     *ifunc_p = handle;
     return UCS_OK;
   } catch (const tc::Error& e) {
@@ -390,11 +417,6 @@ ucs_status_t ucp_register_ifunc_im(ucp_context_h context, ucp_ifunc_reg_param_t 
   if (!valid_name(name)) return refuse_name(name);
   try {
     ContextState& state = state_of(context);
-    if (const auto it = state.by_name.find(name); it != state.by_name.end()) {
-      ++it->second->registrations;  // as the prototype: the name is what counts
-      *ifunc_p = it->second;
-      return UCS_OK;
-    }
     tc::IfuncLibrary library{name, {}, {}};
     for (int i = 0; i < n_bcs; ++i) {
       if (bcs[i].triple == nullptr || (bcs[i].bc == nullptr && bcs[i].size != 0))
@@ -409,10 +431,21 @@ ucs_status_t ucp_register_ifunc_im(ucp_context_h context, ucp_ifunc_reg_param_t 
       if (deps[i] == nullptr) return UCS_ERR_INVALID_PARAM;
       library.deps.emplace_back(deps[i]);
     }
-    ucp_ifunc* handle =
-        register_ifunc(state, name, tc::Ifunc::from_container(tc::pack_container(library)),
-                       tc::PayloadInitOrder::source_first);
-    ++handle->registrations;
+    tc::Ifunc ifunc = tc::Ifunc::from_container(tc::pack_container(library));
+    ucp_ifunc* handle = nullptr;
+    if (const auto it = state.by_name.find(name); it != state.by_name.end()) {
+      // The same code again counts as a registration; other code under a
+      // name already held (the program's, or one a peer's frame loaded from
+      // the directory) is not silently swapped for it.
+      if (it->second->ifunc.id() != ifunc.id())
+        return failed("register_im '" + std::string(name) + "': a library of that name with " +
+                          "other code is already registered in this context",
+                      UCS_ERR_ALREADY_EXISTS);
+      handle = it->second;
+    } else {
+      handle = register_ifunc(state, name, std::move(ifunc), tc::PayloadInitOrder::source_first);
+    }
+    count_registration(handle, tc::PayloadInitOrder::source_first);
     *ifunc_p = handle;
     return UCS_OK;
   } catch (const tc::Error& e) {
@@ -450,6 +483,8 @@ void ucp_ifunc_context_release(ucp_context_h context) {
     if (it == all.states.end()) return;
     state = std::move(it->second);
     all.states.erase(it);
+    // Called last for the context: UCX may give its address to a new one.
+    all.workers.erase(context);
     all.generation.fetch_add(1, std::memory_order_acq_rel);
   }
   // Destroyed outside the lock: it frees JIT'd code and detaches the handles.
@@ -514,7 +549,9 @@ ucs_status_t ucp_ifunc_msg_create(ucp_ifunc_h ifunc_h, void* source_args, size_t
       return failed("'" + ifunc_h->name + "_payload_init' failed", UCS_ERR_CANCELED);
     }
   } else if (source_args_size != 0) {
-    std::memcpy(payload, source_args, source_args_size);
+    // No payload_init: a copy of the source arguments, as much as fits.
+    payload_size = std::min(source_args_size, max_payload);
+    std::memcpy(payload, source_args, payload_size);
   }
   tc::FrameBuilder full(
       {frame + kFrameStart, sizeof(tc::FrameHeader) + payload_size + code.size()});
@@ -706,7 +743,7 @@ ucs_status_t ucp_worker_create(ucp_context_h context, const ucp_worker_params_t*
 void ucp_worker_destroy(ucp_worker_h worker) {
   using destroy_fn = void (*)(ucp_worker_h);
   static const auto next = reinterpret_cast<destroy_fn>(dlsym(RTLD_NEXT, "ucp_worker_destroy"));
-  {
+  try {
     Registry& all = registry();
     std::lock_guard lock(all.mutex);
     for (auto it = all.workers.begin(); it != all.workers.end(); ++it) {
@@ -719,6 +756,7 @@ void ucp_worker_destroy(ucp_worker_h worker) {
         break;
       }
     }
+  } catch (const std::exception&) {  // the worker is destroyed all the same
   }
   if (next != nullptr) next(worker);
 }

@@ -2,7 +2,9 @@
 # A prototype-shaped program (tests/prototype/two_chains_test_ifunc.cpp, which
 # includes only <ucp/api/ucp.h>) built against the installed prefix with
 # nothing but `pkg-config --cflags --libs threechains-ucp-ifunc`, then run
-# over shared memory against the build's libraries.
+# over shared memory and over tcp (where its 4-argument poll lands puts only
+# by progressing the worker it learnt of: pkg-config's Libs order) against
+# the build's libraries.
 #   ucp_ifunc_pkg_config.sh SOURCE_DIR PREFIX WORK LIB_DIR
 set -eu
 source_dir=$1 prefix=$2 work=$3 libs=$4
@@ -12,6 +14,8 @@ export PKG_CONFIG_PATH="$pcdir" LD_LIBRARY_PATH="$pcdir/.."
 # shellcheck disable=SC2046,SC2086
 ${CXX:-c++} ${CXXFLAGS:-} -std=c++20 -O2 "$source_dir/two_chains_test_ifunc.cpp" \
   $(pkg-config --cflags --libs threechains-ucp-ifunc) -o "$work/test_ifunc"
-UCX_TLS=sm,self UCX_IFUNC_LIB_DIR=$libs UCX_WARN_UNUSED_ENV_VARS=n \
-  sh "$source_dir/../bindings/run_pair.sh" "$work" "$work/test_ifunc server" "$work/test_ifunc client"
+for tls in sm,self tcp,self; do
+  UCX_TLS=$tls UCX_IFUNC_LIB_DIR=$libs UCX_WARN_UNUSED_ENV_VARS=n \
+    sh "$source_dir/../bindings/run_pair.sh" "$work" "$work/test_ifunc server" "$work/test_ifunc client"
+done
 echo "ucp_ifunc pkg-config: built with its flags alone, and ran"

@@ -38,6 +38,13 @@ inline void check(ucs_status_t status, const char* what) {
   if (status != UCS_OK) die(std::string(what) + ": " + ucs_status_string(status));
 }
 
+// A non-blocking put (ucp_put_nbi, ucp_ifunc_send_nbix): UCS_INPROGRESS is
+// no error, only not complete yet (a flush completes it).
+inline void check_put(ucs_status_t status, const char* what) {
+  if (status != UCS_OK && status != UCS_INPROGRESS)
+    die(std::string(what) + ": " + ucs_status_string(status));
+}
+
 inline void send_all(int fd, const void* data, size_t bytes) {
   const auto* p = static_cast<const char*>(data);
   while (bytes > 0) {

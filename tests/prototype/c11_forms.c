@@ -36,6 +36,12 @@ int main(void) {
   ucp_ifunc_reg_param_t param = {"b", 0, 1};
   expect(ucp_register_ifunc(context, param, &by_param) == UCS_OK, "register b by parameters");
   expect(by_name != NULL && by_name == by_param, "one library, one handle");
+  ucp_ifunc_h by_literal = NULL; /* a compound literal goes in parentheses, as to any macro */
+  expect(
+      ucp_register_ifunc(context, ((ucp_ifunc_reg_param_t){.name = "b", .pure = 0, .llvm_bc = 1}),
+                         &by_literal) == UCS_OK &&
+          by_literal == by_name,
+      "register b by a compound literal");
 
   static _Alignas(16) unsigned char buffer[4096];
   size_t counter = 0;
@@ -53,6 +59,7 @@ int main(void) {
 
   ucp_deregister_ifunc(context, by_name);
   ucp_deregister_ifunc(context, by_param);
+  ucp_deregister_ifunc(context, by_literal);
   ucp_worker_destroy(worker);
   ucp_ifunc_context_release(context);
   ucp_cleanup(context);

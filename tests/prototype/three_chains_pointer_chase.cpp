@@ -145,8 +145,8 @@ int run_client(int servers, int chases, uint64_t depth, const std::vector<int>& 
     for (uint64_t d = 0; d < depth; ++d) expected = table[expected] % size;
     auto* args = static_cast<pc_src_args_t*>(payload);
     *args = {depth, from, 0};
-    proto::check(ucp_ifunc_send_nbix(mesh.eps[1], chase, mesh.heaps[1], mesh.rkeys[1]),
-                 "send chase");
+    proto::check_put(ucp_ifunc_send_nbix(mesh.eps[1], chase, mesh.heaps[1], mesh.rkeys[1]),
+                     "send chase");
     proto::check(proto::flush(mesh.ucx.worker, mesh.eps[1]), "flush");
     uint64_t got = UINT64_MAX;
     ucs_status_t s;
@@ -167,7 +167,8 @@ int run_client(int servers, int chases, uint64_t depth, const std::vector<int>& 
   ucp_ifunc_msg_t stop_msg;
   proto::check(ucp_ifunc_msg_create(stop, nullptr, sizeof(void*), &stop_msg), "stop msg");
   for (int i = 1; i <= servers; ++i) {
-    proto::check(ucp_ifunc_send_nbix(mesh.eps[i], stop_msg, mesh.heaps[i], mesh.rkeys[i]), "stop");
+    proto::check_put(ucp_ifunc_send_nbix(mesh.eps[i], stop_msg, mesh.heaps[i], mesh.rkeys[i]),
+                     "stop");
     proto::check(proto::flush(mesh.ucx.worker, mesh.eps[i]), "flush");
   }
   ucp_ifunc_msg_free(stop_msg);

@@ -160,9 +160,9 @@ int run_server(proto::Ucx& ucx, proto::Peer& peer) {
       poll_until_ran(ucx, heap + (i % slots) * slot, slot, &counter);
       if ((i + 1) % slots == 0 || i + 1 == messages) {
         *signal = kSignal;
-        proto::check(ucp_put_nbi(peer.ep, const_cast<uint8_t*>(signal), 1,
-                                 peer.remote(const_cast<uint8_t*>(signal), heap), peer.rkey),
-                     "signal put");
+        proto::check_put(ucp_put_nbi(peer.ep, const_cast<uint8_t*>(signal), 1,
+                                     peer.remote(const_cast<uint8_t*>(signal), heap), peer.rkey),
+                         "signal put");
         proto::check(proto::flush(ucx.worker, peer.ep), "flush");
       }
     }
@@ -177,7 +177,7 @@ int run_server(proto::Ucx& ucx, proto::Peer& peer) {
     proto::sync(peer.fd, ucx.worker);
     for (size_t i = 0; i < rounds; ++i) {
       poll_until_ran(ucx, heap, slot_size(log), &counter);
-      proto::check(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send");
+      proto::check_put(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send");
       proto::check(proto::flush(ucx.worker, peer.ep), "flush");
     }
     ucp_ifunc_msg_free(msg);
@@ -210,7 +210,7 @@ int run_client(proto::Ucx& ucx, proto::Peer& peer) {
   ucp_ifunc_h pure = nullptr;
   proto::check(ucp_register_ifunc(ucx.context, param("pure"), &pure), "register pure");
   proto::check(ucp_ifunc_msg_create(pure, bytes.data(), bytes.size(), &msg), "msg_create pure");
-  proto::check(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send pure");
+  proto::check_put(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send pure");
   proto::check(proto::flush(ucx.worker, peer.ep), "flush");
   ucp_ifunc_msg_free(msg);
   ucp_deregister_ifunc(ucx.context, pure);
@@ -222,7 +222,7 @@ int run_client(proto::Ucx& ucx, proto::Peer& peer) {
   proto::check(ucp_register_ifunc(ucx.context, param("hello"), &hello), "register hello");
   proto::check(ucp_ifunc_msg_create(hello, pattern.data(), pattern.size(), &msg), "msg_create");
   std::printf("sending hello, frame %zu bytes (code included)\n", msg.frame_size);
-  proto::check(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send hello");
+  proto::check_put(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send hello");
   proto::check(proto::flush(ucx.worker, peer.ep), "flush");
   ucp_ifunc_msg_free(msg);
   ucp_deregister_ifunc(ucx.context, hello);
@@ -232,7 +232,7 @@ int run_client(proto::Ucx& ucx, proto::Peer& peer) {
   proto::sync(peer.fd, ucx.worker);
   for (uint64_t i = 1; i <= kImMessages; ++i) {
     proto::check(ucp_ifunc_msg_create(im, &i, sizeof(i), &msg), "msg_create im");
-    proto::check(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send im");
+    proto::check_put(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send im");
     proto::check(proto::flush(ucx.worker, peer.ep), "flush");
     ucp_ifunc_msg_free(msg);
     if (i < kImMessages) proto::sync(peer.fd, ucx.worker);  // the next one goes to the same place
@@ -252,9 +252,9 @@ int run_client(proto::Ucx& ucx, proto::Peer& peer) {
     proto::sync(peer.fd, ucx.worker);
     const auto start = std::chrono::steady_clock::now();
     for (size_t i = 0; i < messages; ++i) {
-      proto::check(ucp_ifunc_send_nbix(peer.ep, msg, peer.remote(heap + (i % slots) * slot, heap),
-                                       peer.rkey),
-                   "send b");
+      proto::check_put(ucp_ifunc_send_nbix(peer.ep, msg,
+                                           peer.remote(heap + (i % slots) * slot, heap), peer.rkey),
+                       "send b");
       if ((i + 1) % slots == 0 || i + 1 == messages) {
         proto::check(proto::flush(ucx.worker, peer.ep), "flush");
         while (*signal != kSignal) ucp_worker_progress(ucx.worker);
@@ -276,7 +276,7 @@ int run_client(proto::Ucx& ucx, proto::Peer& peer) {
     proto::sync(peer.fd, ucx.worker);
     const auto start = std::chrono::steady_clock::now();
     for (size_t i = 0; i < rounds; ++i) {
-      proto::check(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send b");
+      proto::check_put(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send b");
       proto::check(proto::flush(ucx.worker, peer.ep), "flush");
       poll_until_ran(ucx, heap, slot_size(log), &counter);
     }
@@ -299,7 +299,7 @@ int run_client(proto::Ucx& ucx, proto::Peer& peer) {
   proto::sync(peer.fd, ucx.worker);
   const auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < kRounds; ++i) {
-    proto::check(ucp_ifunc_send_nbix(peer.ep, pm, peer.heap, peer.rkey), "send p");
+    proto::check_put(ucp_ifunc_send_nbix(peer.ep, pm, peer.heap, peer.rkey), "send p");
     proto::check(proto::flush(ucx.worker, peer.ep), "flush");
     poll_until_ran(ucx, heap, slot_size(3), &args);
   }

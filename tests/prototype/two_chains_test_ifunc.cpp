@@ -13,7 +13,7 @@
 // b over a ring of slots for throughput, then b back and forth (ping-pong);
 // both sides check every count. Slots are 4 KiB at least, not the
 // prototype's 1 KiB: the first message of an ifunc to an endpoint carries its
-// code (a container of ~1-3 KiB), later ones only the payload.
+// code (b's container is ~3 KiB of bitcode), later ones only the payload.
 #include "bootstrap.hpp"
 
 #include <algorithm>
@@ -70,9 +70,9 @@ int run_server(proto::Ucx& ucx, proto::Peer& peer) {
       poll_until_ran(ucx.context, heap + (i % slots) * slot, slot, &counter);
       if ((i + 1) % slots == 0 || i + 1 == messages) {  // the ring is free again
         *signal = kSignal;
-        proto::check(ucp_put_nbi(peer.ep, const_cast<uint8_t*>(signal), 1,
-                                 peer.remote(const_cast<uint8_t*>(signal), heap), peer.rkey),
-                     "signal put");
+        proto::check_put(ucp_put_nbi(peer.ep, const_cast<uint8_t*>(signal), 1,
+                                     peer.remote(const_cast<uint8_t*>(signal), heap), peer.rkey),
+                         "signal put");
         proto::check(proto::flush(ucx.worker, peer.ep), "flush");
       }
     }
@@ -91,7 +91,7 @@ int run_server(proto::Ucx& ucx, proto::Peer& peer) {
     proto::sync(peer.fd, ucx.worker);
     for (size_t i = 0; i < rounds; ++i) {
       poll_until_ran(ucx.context, heap, slot_size(log), &counter);
-      proto::check(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send");
+      proto::check_put(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send");
       proto::check(proto::flush(ucx.worker, peer.ep), "flush");
     }
     ucp_ifunc_msg_free(msg);
@@ -114,7 +114,7 @@ int run_client(proto::Ucx& ucx, proto::Peer& peer) {
   ucp_ifunc_msg_t msg;
   proto::check(ucp_ifunc_msg_create(hello, pattern.data(), pattern.size(), &msg), "msg_create");
   std::printf("sending hello, frame %zu bytes (code included)\n", msg.frame_size);
-  proto::check(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send hello");
+  proto::check_put(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send hello");
   proto::check(proto::flush(ucx.worker, peer.ep), "flush");
   ucp_ifunc_msg_free(msg);
   ucp_deregister_ifunc(ucx.context, hello);
@@ -133,9 +133,9 @@ int run_client(proto::Ucx& ucx, proto::Peer& peer) {
     proto::sync(peer.fd, ucx.worker);
     const auto start = std::chrono::steady_clock::now();
     for (size_t i = 0; i < messages; ++i) {
-      proto::check(ucp_ifunc_send_nbix(peer.ep, msg, peer.remote(heap + (i % slots) * slot, heap),
-                                       peer.rkey),
-                   "send b");
+      proto::check_put(ucp_ifunc_send_nbix(peer.ep, msg,
+                                           peer.remote(heap + (i % slots) * slot, heap), peer.rkey),
+                       "send b");
       if ((i + 1) % slots == 0 || i + 1 == messages) {  // wait for the server to drain the ring
         proto::check(proto::flush(ucx.worker, peer.ep), "flush");
         while (*signal != kSignal) ucp_worker_progress(ucx.worker);
@@ -157,7 +157,7 @@ int run_client(proto::Ucx& ucx, proto::Peer& peer) {
     proto::sync(peer.fd, ucx.worker);
     const auto start = std::chrono::steady_clock::now();
     for (size_t i = 0; i < rounds; ++i) {
-      proto::check(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send b");
+      proto::check_put(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send b");
       proto::check(proto::flush(ucx.worker, peer.ep), "flush");
       poll_until_ran(ucx.context, heap, slot_size(log), &counter);
     }

@@ -1,5 +1,7 @@
-/* The benchmarks' near-empty ifunc, Three-Chains' shape. */
+/* The benchmarks' near-empty ifunc, Three-Chains' shape: payload_init fills
+ * the payload with a marker; the target counts calls whose payload carries it. */
 #include <stddef.h>
+#include <stdint.h>
 
 size_t b_payload_bound(void* source_args, size_t source_args_size) {
   (void)source_args;
@@ -10,13 +12,12 @@ int b_payload_init(void* source_args, size_t source_args_size, void* payload,
                    size_t* payload_size) {
   (void)source_args;
   (void)source_args_size;
-  (void)payload;
-  (void)payload_size;
+  for (size_t i = 0; i < *payload_size; ++i) ((uint8_t*)payload)[i] = 0x5a;
   return 0;
 }
 
 void b_main(void* payload, size_t payload_size, void* target_args) {
-  (void)payload;
-  (void)payload_size;
+  const uint8_t* bytes = (const uint8_t*)payload;
+  if (payload_size > 0 && (bytes[0] != 0x5a || bytes[payload_size - 1] != 0x5a)) return;
   *(size_t*)target_args += 1;
 }
