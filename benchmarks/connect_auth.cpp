@@ -31,16 +31,19 @@ int main(int argc, char** argv) {
   std::vector<std::string> transports{"shm", "tcp"};
   app.add_option("-n,--rounds", rounds, "connects to each Receiver");
   app.add_option("--transports", transports, "shm, tcp");
+  bool spin = false;
+  app.add_flag("--spin", spin, "the Receivers' threads spin instead of sleeping when idle");
   CLI11_PARSE(app, argc, argv);
 
   const tc::KeyPair key = tc::KeyPair::generate();
   fmt::print("{:<6} {:>16} {:>16} {:>8}\n", "", "anyone() us", "authenticated us", "ratio");
   for (const std::string& name : transports) {
     const tc::Transport transport = tc::parse_transport(name);
+    const tc::ProgressOptions progress{.sleep_when_idle = !spin};
     tc::Receiver open_door(tc::Worker(tc::Context({.transport = transport})),
-                           {.trust = tc::Trust::anyone()});
+                           {.trust = tc::Trust::anyone(), .progress = progress});
     tc::Receiver guarded(tc::Worker(tc::Context({.transport = transport})),
-                         {.trust = tc::Trust().allow_peer(key.public_key())});
+                         {.trust = tc::Trust().allow_peer(key.public_key()), .progress = progress});
     open_door.start();
     guarded.start();
     tc::Worker worker(tc::Context({.transport = transport}));
