@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <thread>
 
 using namespace threechains;
 using namespace threechains::test;
@@ -237,8 +238,8 @@ TEMPLATE_TEST_CASE("bad frames are rejected and the Receiver keeps serving", "[u
   // Then good frames: the first carries the code, the rest are cached.
   for (int i = 0; i < 5; ++i) (void)send(channel, counter, uint64_t{1});
   if (code_refused) {
-    CHECK_THROWS_WITH(channel.close(), Catch::Contains("refused code") &&
-                                           Catch::Contains(expected_error));
+    CHECK_THROWS_WITH(channel.close(),
+                      Catch::Contains("refused code") && Catch::Contains(expected_error));
   } else {
     channel.close();
   }
@@ -350,4 +351,55 @@ TEST_CASE("a user's Active Message handler cannot take one of the library's ids"
   CHECK_THROWS_AS(worker.set_am_handler(Worker::kFirstLibraryAmId + 1, nothing, nullptr), Error);
   CHECK_THROWS_AS(worker.set_am_handler(Worker::kLastLibraryAmId, nothing, nullptr), Error);
   CHECK_NOTHROW(worker.set_am_handler(Worker::kLastLibraryAmId + 1, nothing, nullptr));
+}
+
+TEMPLATE_TEST_CASE("connect_all opens many channels at once, in the order asked", "[ucx][connect]",
+                   Shm, Tcp) {
+  // Twelve channels to one target, four handshakes in flight (its default
+  // limit for one host); each sends its own increment, so a channel that
+  // went to the wrong place, twice, or not at all shows in the sum.
+  constexpr uint64_t kChannels = 12;
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  auto target = counter_target(TestType::transport, nullptr, {}, kChannels);
+  Worker worker(Context({.transport = TestType::transport}));
+  Source source(worker);
+  const std::vector<ReceiverAddress> targets(kChannels, {"127.0.0.1", target.port()});
+  std::vector<Channel> channels =
+      source.connect_all(targets, identified({.slots = 4, .slot_size = 4096}));
+  REQUIRE(channels.size() == kChannels);
+  for (uint64_t i = 0; i < kChannels; ++i) (void)send(channels[i], counter, uint64_t{1} << i);
+  for (Channel& channel : channels) channel.flush();
+  for (Channel& channel : channels) channel.close();
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.counter == (uint64_t{1} << kChannels) - 1);
+  CHECK(result.closed == kChannels);
+  CHECK(result.errors == 0);
+}
+
+TEMPLATE_TEST_CASE("connect_all is all or nothing: a refusal closes the channels it opened",
+                   "[ucx][connect]", Shm, Tcp) {
+  // Three to a serving target and one to a Receiver that trusts nobody and
+  // starts serving only after 500 ms: the three open, the fourth is refused,
+  // and the call must close the three (the serving target sees them say
+  // goodbye) before it throws the refusal.
+  auto target = counter_target(TestType::transport, nullptr, {}, 3);
+  Receiver refusing(Worker(Context({.transport = TestType::transport})));  // trusts nobody
+  std::thread late([&refusing] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    refusing.start();
+  });
+  Worker worker(Context({.transport = TestType::transport}));
+  Source source(worker);
+  const std::vector<ReceiverAddress> targets{{"127.0.0.1", target.port()},
+                                             {"127.0.0.1", target.port()},
+                                             {"127.0.0.1", target.port()},
+                                             {"127.0.0.1", refusing.port()}};
+  CHECK_THROWS_AS(source.connect_all(targets, identified({.slots = 4, .slot_size = 4096})), Error);
+  late.join();
+  refusing.stop();
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.closed == 3);
+  CHECK(result.errors == 0);
 }

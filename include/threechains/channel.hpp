@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace threechains {
 
@@ -204,6 +205,12 @@ class Channel {
   detail::OutboundRing* ring_ = nullptr;  // inside *link_, which this handle keeps alive
 };
 
+// Where a Receiver listens.
+struct ReceiverAddress {
+  std::string host;
+  uint16_t port = 0;
+};
+
 // The source side of one Worker: opens Channels to Receivers.
 class Source {
  public:
@@ -212,6 +219,18 @@ class Source {
   // Connects to a Receiver listening at host:port and waits for its ring.
   [[nodiscard]] Channel connect(const std::string& host, uint16_t port,
                                 const ChannelOptions& options = {});
+
+  // Connects to every target at once (the same one several times opens
+  // several channels) and waits for all their rings: the handshakes overlap,
+  // so N connects cost far less than N one after the other. At most
+  // `in_flight_per_target` handshakes to one Receiver at a time: a Receiver
+  // takes ReceiverLimits::max_pending_per_address (4 by default) unproven
+  // connections from one host and lets the oldest go beyond that. The
+  // channels come in the order of `targets`. All or nothing: if one fails,
+  // the others are closed and the first failure is thrown.
+  [[nodiscard]] std::vector<Channel> connect_all(std::span<const ReceiverAddress> targets,
+                                                 const ChannelOptions& options = {},
+                                                 std::size_t in_flight_per_target = 4);
 
   unsigned progress();
   [[nodiscard]] const Worker& worker() const noexcept;

@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string_view>
 
@@ -161,14 +162,10 @@ Candidate* Engine::candidate(const ucp_am_recv_param_t* param) const noexcept {
 std::shared_ptr<Link> Engine::connect(const std::string& host, uint16_t port,
                                       const ChannelOptions& options, int64_t my_rank,
                                       const std::function<void()>& while_waiting) {
-  // Before the endpoint exists: UCX 1.13 cannot close one its connection
-  // manager is still connecting.
-  (void)checked_slot_size(options);
-  auto link = std::make_shared<Link>(Endpoint::connect(worker_, host, port));
-  link->peer_name = describe_peer(host, port);
-  links_.emplace(link->endpoint.handle(), link);
+  std::shared_ptr<Link> link = begin_connect(host, port, options, my_rank);
   try {
-    open_outbound(*link, options, my_rank, while_waiting);
+    wait_for_welcome(*link, "connect " + link->peer_name, options, while_waiting);
+    finish_outbound(*link, options);
   } catch (...) {
     retire(link);
     throw;
@@ -176,8 +173,85 @@ std::shared_ptr<Link> Engine::connect(const std::string& host, uint16_t port,
   return link;
 }
 
+std::shared_ptr<Link> Engine::begin_connect(const std::string& host, uint16_t port,
+                                            const ChannelOptions& options, int64_t my_rank) {
+  // Before the endpoint exists: UCX 1.13 cannot close one its connection
+  // manager is still connecting.
+  (void)checked_slot_size(options);
+  auto link = std::make_shared<Link>(Endpoint::connect(worker_, host, port));
+  link->peer_name = describe_peer(host, port);
+  links_.emplace(link->endpoint.handle(), link);
+  try {
+    start_outbound(*link, options, my_rank);
+  } catch (...) {
+    retire(link);
+    throw;
+  }
+  return link;
+}
+
+std::vector<std::shared_ptr<Link>> Engine::connect_all(
+    std::span<const ReceiverAddress> targets, const ChannelOptions& options,
+    std::size_t in_flight_per_target, int64_t my_rank, const std::function<void()>& while_waiting) {
+  const std::size_t window = std::max<std::size_t>(in_flight_per_target, 1);
+  std::vector<std::shared_ptr<Link>> links(targets.size());
+  // Handshakes in flight, per target (host:port): each Receiver takes only
+  // so many unproven ones from one host, and evicts the oldest beyond that.
+  std::map<std::pair<std::string, uint16_t>, std::size_t> in_flight;
+  std::vector<std::size_t> waiting;  // indices of links still connecting
+  const auto deadline_of = [&] {
+    return std::chrono::steady_clock::now() + options.connect_timeout;
+  };
+  std::vector<std::chrono::steady_clock::time_point> deadlines(targets.size());
+  std::size_t next = 0;
+  try {
+    while (next < targets.size() || !waiting.empty()) {
+      // Start as many as the windows allow, in order (a target whose window
+      // is full holds back the ones after it: the order of the result stays
+      // the order of `targets`, and so does the order of connecting).
+      while (next < targets.size()) {
+        const ReceiverAddress& t = targets[next];
+        std::size_t& busy = in_flight[{t.host, t.port}];
+        if (busy >= window) break;
+        links[next] = begin_connect(t.host, t.port, options, my_rank);
+        deadlines[next] = deadline_of();
+        ++busy;
+        waiting.push_back(next++);
+      }
+      (void)progress();
+      if (while_waiting) while_waiting();
+      // Finish the ones whose Receiver answered; throw for the first failure.
+      for (std::size_t w = 0; w < waiting.size();) {
+        const std::size_t i = waiting[w];
+        if (!settled(*links[i], "connect " + links[i]->peer_name, options, deadlines[i])) {
+          ++w;
+          continue;
+        }
+        finish_outbound(*links[i], options);
+        --in_flight[{targets[i].host, targets[i].port}];
+        waiting[w] = waiting.back();
+        waiting.pop_back();
+      }
+    }
+  } catch (...) {
+    for (std::shared_ptr<Link>& link : links) {
+      if (!link) continue;
+      say_goodbye(link);  // those already open: the Receiver frees their rings now
+      retire(link);
+    }
+    throw;
+  }
+  return links;
+}
+
 void Engine::open_outbound(Link& link, const ChannelOptions& options, int64_t my_rank,
                            const std::function<void()>& while_waiting) {
+  start_outbound(link, options, my_rank);
+  wait_for_welcome(link, "connect " + link.peer_name, options, while_waiting);
+  finish_outbound(link, options);
+}
+
+void Engine::start_outbound(Link& link, const ChannelOptions& options, int64_t my_rank) {
   const std::size_t slot_size = checked_slot_size(options);
   if (link.out && link.out->state == Outbound::State::open) {
     throw Error(errc::invalid_argument, "a channel to " + link.peer_name + " is already open");
@@ -189,8 +263,12 @@ void Engine::open_outbound(Link& link, const ChannelOptions& options, int64_t my
   out.max_code_kept = std::max<std::size_t>(options.max_code_kept, 1);
   const Hello hello = make_hello(out, options, slot_size, my_rank);
   outbox_.send(link.endpoint, kAmHello, hello, out.hello_rkey);
-  wait_for_welcome(link, "connect " + link.peer_name, options, while_waiting);
+}
 
+void Engine::finish_outbound(Link& link, const ChannelOptions& options) {
+  const std::size_t slot_size = checked_slot_size(options);
+  Outbound& out = *link.out;
+  const Context& context = worker_.context();
   if (out.hot.slots > options.slots || out.hot.slot_size > slot_size) {
     out.state = Outbound::State::refused;
     throw Error(errc::protocol, "connect " + link.peer_name +
@@ -236,26 +314,32 @@ void Engine::open_outbound(Link& link, const ChannelOptions& options, int64_t my
 
 void Engine::wait_for_welcome(Link& link, const std::string& what, const ChannelOptions& options,
                               const std::function<void()>& while_waiting) {
-  Outbound& out = *link.out;
   const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
-  while (out.state == Outbound::State::connecting) {
+  do {
     progress();
     if (while_waiting) while_waiting();
+  } while (!settled(link, what, options, deadline));
+}
+
+bool Engine::settled(Link& link, const std::string& what, const ChannelOptions& options,
+                     std::chrono::steady_clock::time_point deadline) {
+  Outbound& out = *link.out;
+  if (out.state == Outbound::State::connecting) {
     // A refusal says why; the target's close that follows it may be seen
     // first (over shared memory the refusal waits in another lane's queue):
     // look for the refusal a little longer before reporting the reset.
-    if (out.state != Outbound::State::connecting) break;
     if (link.endpoint.failed()) {
       const auto grace = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
       while (out.state == Outbound::State::connecting && std::chrono::steady_clock::now() < grace)
         progress();
-      if (out.state != Outbound::State::connecting) break;
-      throw Error(link.endpoint.status(), what);
-    }
-    if (link.removed) throw Error(errc::peer_gone, what + ": the peer closed the connection");
-    if (std::chrono::steady_clock::now() > deadline) {
+      if (out.state == Outbound::State::connecting) throw Error(link.endpoint.status(), what);
+    } else if (link.removed) {
+      throw Error(errc::peer_gone, what + ": the peer closed the connection");
+    } else if (std::chrono::steady_clock::now() > deadline) {
       throw Error(errc::timeout, what + ": no answer from a Receiver within " +
                                      std::to_string(options.connect_timeout.count()) + " ms");
+    } else {
+      return false;
     }
   }
   if (out.state == Outbound::State::refused) {
@@ -263,6 +347,7 @@ void Engine::wait_for_welcome(Link& link, const std::string& what, const Channel
     if (out.refusal == UCS_ERR_REJECTED) throw Error(errc::peer_refused, what + reason);
     throw Error(out.refusal, what + ": refused" + reason);
   }
+  return true;
 }
 
 // UCX 1.13 cannot be asked which transport carries RMA, so: a direct pointer

@@ -36,9 +36,11 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
+#include <span>
+#include <set>
 #include <string>
 #include <thread>
-#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -117,8 +119,8 @@ struct Target {
   };
   std::vector<ScratchBlock> scratch;  // AM delivery: realigned frames
   Listener listener;  // last: destroyed first, so no connection arrives mid-teardown
-};
 
+};
 
 class Engine {
  public:
@@ -144,6 +146,13 @@ class Engine {
   [[nodiscard]] std::shared_ptr<Link> connect(const std::string& host, uint16_t port,
                                               const ChannelOptions& options, int64_t my_rank,
                                               const std::function<void()>& while_waiting);
+  // Connects to every target at once, at most `in_flight_per_target`
+  // handshakes to one target at a time; the links in the order of `targets`.
+  // All or nothing: on the first failure the others are let go and it throws.
+  [[nodiscard]] std::vector<std::shared_ptr<Link>> connect_all(
+      std::span<const ReceiverAddress> targets, const ChannelOptions& options,
+      std::size_t in_flight_per_target, int64_t my_rank = -1,
+      const std::function<void()>& while_waiting = {});
   // Opens our sending direction on a link the peer opened (a Node pair).
   void open_outbound(Link& link, const ChannelOptions& options, int64_t my_rank,
                      const std::function<void()>& while_waiting);
@@ -261,8 +270,19 @@ class Engine {
   void retire(std::shared_ptr<Link> link) noexcept;
   void reap_closing() noexcept;
   void refresh_inbound();
+  // The endpoint and the HELLO; the WELCOME comes later (settled()).
+  [[nodiscard]] std::shared_ptr<Link> begin_connect(const std::string& host, uint16_t port,
+                                                    const ChannelOptions& options, int64_t my_rank);
+  void start_outbound(Link& link, const ChannelOptions& options, int64_t my_rank);
   void wait_for_welcome(Link& link, const std::string& what, const ChannelOptions& options,
                         const std::function<void()>& while_waiting);
+  // Whether the Receiver answered the HELLO with a ring; throws its refusal,
+  // a lost peer, or the deadline passed. Progresses nothing itself (but in
+  // the short grace for a refusal that may follow a reset).
+  [[nodiscard]] bool settled(Link& link, const std::string& what, const ChannelOptions& options,
+                             std::chrono::steady_clock::time_point deadline);
+  // What a granted ring needs on this side before the first frame.
+  void finish_outbound(Link& link, const ChannelOptions& options);
   Delivery resolve_delivery(Delivery wanted, const Link& link) const;
 
   [[nodiscard]] bool has_timed_work() const noexcept;

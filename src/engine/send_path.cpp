@@ -449,6 +449,19 @@ Channel Source::connect(const std::string& host, uint16_t port, const ChannelOpt
   return Channel(engine_, engine_->connect(host, port, options, -1, nullptr));
 }
 
+std::vector<Channel> Source::connect_all(std::span<const ReceiverAddress> targets,
+                                         const ChannelOptions& options,
+                                         std::size_t in_flight_per_target) {
+  engine_->check_not_threaded("Source::connect_all");
+  std::vector<std::shared_ptr<detail::Link>> links =
+      engine_->connect_all(targets, options, in_flight_per_target);
+  std::vector<Channel> channels;
+  channels.reserve(links.size());
+  for (std::shared_ptr<detail::Link>& link : links)
+    channels.push_back(Channel(engine_, std::move(link)));
+  return channels;
+}
+
 unsigned Source::progress() {
   engine_->check_not_threaded("Source::progress");
   return engine_->progress();
