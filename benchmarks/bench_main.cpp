@@ -20,6 +20,7 @@
 #include <fmt/core.h>
 #include <fmt/format.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
@@ -74,6 +75,7 @@ struct Options {
   int port_fd = -1;
   double floor_us = 0;  // the transport's physical floor, one way (floor.hpp); 0: not measured
   bool confined = false;  // the target trusts the key as a (confined) code signer only
+  int hogs = 0;           // processes that only spin beside the pair while it is measured
 };
 
 void pin(int cpu) {
@@ -578,7 +580,18 @@ int run_source(const Options& o) {
   return 0;
 }
 
-int drive(const std::string& transport, const std::vector<std::string>& args) {
+// A process that spins until killed (--hog): a CPU-bound neighbour on a
+// shared node, taking its share of the cores.
+pid_t start_hog() {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    volatile uint64_t spin = 0;
+    for (;;) spin = spin + 1;
+  }
+  return pid;
+}
+
+int drive(const std::string& transport, const std::vector<std::string>& args, int hogs) {
   fmt::print("== {} ==\n", transport);
   std::fflush(stdout);
   int fds[2];
@@ -608,12 +621,22 @@ int drive(const std::string& transport, const std::vector<std::string>& args) {
   if (line.empty() || space == std::string::npos) return 2;
   const std::string port = line.substr(0, space);
   const std::string address = line.substr(space + 1);
+  // After the target measured nothing and before the source starts: the
+  // hogs spin through every measurement, ifunc and AM alike (they take turns).
+  std::vector<pid_t> hog_pids;
+  for (int h = 0; h < hogs; ++h) hog_pids.push_back(start_hog());
+  if (hogs > 0) fmt::print("== {} CPU hog(s) spin beside source and target ==\n", hogs);
+  std::fflush(stdout);
   const pid_t source = fork();
   if (source == 0) exec_self("source", {"--port", port, "--am-address", address});
   int s = 0;
   int t = 0;
   waitpid(source, &s, 0);
   waitpid(target, &t, 0);
+  for (const pid_t hog : hog_pids) {
+    ::kill(hog, SIGKILL);
+    waitpid(hog, nullptr, 0);
+  }
   return WIFEXITED(s) && WEXITSTATUS(s) == 0 && WIFEXITED(t) && WEXITSTATUS(t) == 0 ? 0 : 1;
 }
 
@@ -657,6 +680,8 @@ int main(int argc, char** argv) {
   app.add_option("--am-address", o.am_address);
   app.add_option("--port-fd", o.port_fd);
   app.add_option("--floor-us", o.floor_us);
+  app.add_option("--hog", o.hogs,
+                 "processes that only spin beside source and target while they are measured");
   app.add_flag("--confined", o.confined,
                "the target runs the counter confined (use bitcode modes: binary is refused)");  // the driver's measurement, passed to the source
   CLI11_PARSE(app, argc, argv);
@@ -704,7 +729,7 @@ int main(int argc, char** argv) {
         for (const std::string& m : steady) joined += (joined.empty() ? "" : ",") + m;
         args.push_back("--metrics");
         args.push_back(joined);
-        rc |= drive(t, args);
+        rc |= drive(t, args, o.hogs);
       }
       if (first) {
         std::vector<std::string> args = pass;
@@ -712,7 +737,7 @@ int main(int argc, char** argv) {
         args.push_back("first");
         args.push_back("--modes");
         args.push_back("ifunc-bitcode-uncached");
-        rc |= drive(t, args);
+        rc |= drive(t, args, o.hogs);
       }
     }
     return rc;

@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
   bool rma = false;  // ContextOptions::remote_memory_access (credits by put)
   long handshake_timeout_ms = 0;  // 0: the default
   bool spin_only = false;  // --progress spin: never sleep (ProgressOptions::sleep_when_idle)
+  long spin_us = -1;       // --progress sleep-N: spin N us before sleeping (-1: the default)
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--transport") transport = argv[i + 1];
@@ -93,7 +94,11 @@ int main(int argc, char** argv) {
     else if (flag == "--anyone") anyone = std::string(argv[i + 1]) == "yes";
     else if (flag == "--handshake-timeout-ms") handshake_timeout_ms = std::stol(argv[i + 1]);
     else if (flag == "--rma") rma = std::string(argv[i + 1]) == "yes";
-    else if (flag == "--progress") spin_only = std::string(argv[i + 1]) == "spin";
+    else if (flag == "--progress") {
+      const std::string policy = argv[i + 1];
+      spin_only = policy == "spin";
+      if (policy.rfind("sleep-", 0) == 0) spin_us = std::stol(policy.substr(6));
+    }
   }
   if (trust.empty()) {
     std::fprintf(stderr, "usage: %s --transport shm|tcp --trust KEY.pub\n", argv[0]);
@@ -105,6 +110,7 @@ int main(int argc, char** argv) {
     options.trust = anyone ? tc::Trust::anyone() : tc::Trust().allow_peer(key).allow_native_code_signer(key);
     options.target_args = &g_counter;
     options.progress.sleep_when_idle = !spin_only;
+    if (spin_us >= 0) options.progress.spin = std::chrono::microseconds(spin_us);
     if (handshake_timeout_ms > 0)
       options.limits.handshake_timeout = std::chrono::milliseconds(handshake_timeout_ms);
     options.on_error = [](const tc::Error&) {};  // refusals are the point; the report counts them
