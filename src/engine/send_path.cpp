@@ -5,6 +5,8 @@
 
 #include <threechains/channel.hpp>
 
+#include <sched.h>
+
 #include <array>
 #include <cstring>
 
@@ -16,6 +18,14 @@ namespace {
 // 8-byte rate, 512: no better); over tcp credits come by Active Message, so
 // only progress brings them.
 constexpr int kCreditSpins = 128;
+
+// A source that has waited this long for the target yields its core on
+// every round after: the scheduler may have woken the target on this core
+// (a wake-up after a sleep is placed beside its waker), and a waiter that
+// only spins keeps it off until the next tick (~4 ms here: every cached
+// round trip after a 20 ms pause took that long; threechains-bench-idle
+// --gap-ms 20, docs/performance.md). Longer than any hot round trip.
+constexpr std::chrono::microseconds kYieldAfter{50};
 
 inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
@@ -322,6 +332,7 @@ void Channel::wait_for_credit() {
   // comes here for almost every frame, so the clock is read only once a round
   // of progress was needed.
   std::chrono::steady_clock::time_point deadline{};
+  std::chrono::steady_clock::time_point yield_from{};
   const int spins = link_->out->delivery == Delivery::active_message ? 1 : kCreditSpins;
   for (;;) {
     // A round of progress costs a system call (the tcp wire-up lane's epoll),
@@ -342,7 +353,11 @@ void Channel::wait_for_credit() {
     const auto now = std::chrono::steady_clock::now();
     if (deadline == std::chrono::steady_clock::time_point{}) {
       deadline = now + link_->out->timeout;
-    } else if (now > deadline) [[unlikely]] {
+      yield_from = now + kYieldAfter;
+    } else if (now > yield_from) {
+      sched_yield();  // the target may be waiting for this core (kYieldAfter)
+    }
+    if (now > deadline) [[unlikely]] {
       throw Error(errc::timeout, "channel to " + link_->peer_name +
                                      ": send: the ring stayed full for " +
                                      std::to_string(link_->out->timeout.count()) + " ms");
@@ -357,15 +372,21 @@ void Channel::flush() {
 void Channel::flush(std::chrono::milliseconds limit) {
   engine_->check_not_threaded("Channel::flush");
   const uint64_t last = ring_->next_sequence - 1;
-  const auto deadline = std::chrono::steady_clock::now() + limit;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + limit;
+  bool yielding = false;
   while (ring_->consumed() < last) {
     for (int spin = 0; spin < 32 && ring_->consumed() < last; ++spin) {
     }
     if (ring_->consumed() >= last) break;
+    // Waited a while: let the target run if the scheduler put it on our core.
+    if (yielding) sched_yield();
     engine_->progress();
     engine_->return_credits(detail::Engine::CreditTiming::now);  // as in wait_for_credit
     engine_->check_sendable(*link_, "flush");
-    if (std::chrono::steady_clock::now() > deadline) {
+    const auto now = std::chrono::steady_clock::now();
+    yielding = now - start > kYieldAfter;
+    if (now > deadline) {
       throw Error(errc::timeout,
                   "channel to " + link_->peer_name + ": flush: the target consumed " +
                       std::to_string(ring_->consumed()) + " of " + std::to_string(last) +
