@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
@@ -584,7 +585,9 @@ int run_source(const Options& o) {
 // shared node, taking its share of the cores.
 pid_t start_hog() {
   const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork (--hog) failed");
   if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with the driver, whatever ends it
     volatile uint64_t spin = 0;
     for (;;) spin = spin + 1;
   }

@@ -195,53 +195,99 @@ std::vector<std::shared_ptr<Link>> Engine::connect_all(
     std::size_t in_flight_per_target, int64_t my_rank, const std::function<void()>& while_waiting) {
   const std::size_t window = std::max<std::size_t>(in_flight_per_target, 1);
   std::vector<std::shared_ptr<Link>> links(targets.size());
-  // Handshakes in flight, per target (host:port): each Receiver takes only
-  // so many unproven ones from one host, and evicts the oldest beyond that.
-  std::map<std::pair<std::string, uint16_t>, std::size_t> in_flight;
-  std::vector<std::size_t> waiting;  // indices of links still connecting
-  const auto deadline_of = [&] {
-    return std::chrono::steady_clock::now() + options.connect_timeout;
-  };
   std::vector<std::chrono::steady_clock::time_point> deadlines(targets.size());
-  std::size_t next = 0;
+  std::vector<std::string> what(targets.size());  // for errors, made once
+  // Handshakes in flight, per target as written (host, port): each Receiver
+  // takes only so many unproven ones from one host, and evicts the oldest
+  // beyond that.
+  std::map<std::pair<std::string, uint16_t>, std::size_t> in_flight;
+  std::vector<std::size_t> unstarted(targets.size());
+  for (std::size_t i = 0; i < targets.size(); ++i) unstarted[i] = i;
+  std::vector<std::size_t> waiting;  // started, not yet answered
+  std::vector<bool> finished(targets.size(), false);
   try {
-    while (next < targets.size() || !waiting.empty()) {
-      // Start as many as the windows allow, in order (a target whose window
-      // is full holds back the ones after it: the order of the result stays
-      // the order of `targets`, and so does the order of connecting).
-      while (next < targets.size()) {
-        const ReceiverAddress& t = targets[next];
+    while (!unstarted.empty() || !waiting.empty()) {
+      // Start what the windows allow, in order; a target whose window is
+      // full does not hold back the others (the result is by index).
+      std::erase_if(unstarted, [&](std::size_t i) {
+        const ReceiverAddress& t = targets[i];
         std::size_t& busy = in_flight[{t.host, t.port}];
-        if (busy >= window) break;
-        links[next] = begin_connect(t.host, t.port, options, my_rank);
-        deadlines[next] = deadline_of();
+        if (busy >= window) return false;
+        links[i] = begin_connect(t.host, t.port, options, my_rank);
+        deadlines[i] = std::chrono::steady_clock::now() + options.connect_timeout;
+        what[i] = "connect " + links[i]->peer_name;
         ++busy;
-        waiting.push_back(next++);
-      }
+        waiting.push_back(i);
+        return true;
+      });
       (void)progress();
       if (while_waiting) while_waiting();
       // Finish the ones whose Receiver answered; throw for the first failure.
       for (std::size_t w = 0; w < waiting.size();) {
         const std::size_t i = waiting[w];
-        if (!settled(*links[i], "connect " + links[i]->peer_name, options, deadlines[i])) {
+        if (!settled(*links[i], what[i], options, deadlines[i])) {
           ++w;
           continue;
         }
         finish_outbound(*links[i], options);
+        finished[i] = true;
         --in_flight[{targets[i].host, targets[i].port}];
         waiting[w] = waiting.back();
         waiting.pop_back();
       }
     }
-  } catch (...) {
-    for (std::shared_ptr<Link>& link : links) {
-      if (!link) continue;
-      say_goodbye(link);  // those already open: the Receiver frees their rings now
-      retire(link);
+    // One that opened early may have lost its peer while the others connected.
+    for (std::size_t i = 0; i < links.size(); ++i) {
+      if (links[i]->endpoint.failed()) throw Error(links[i]->endpoint.status(), what[i]);
+      if (links[i]->removed) throw Error(errc::peer_gone, what[i] + ": the peer closed the connection");
     }
+  } catch (...) {
+    abandon_connects(links, deadlines, finished, options);
     throw;
   }
   return links;
+}
+
+void Engine::abandon_connects(std::span<const std::shared_ptr<Link>> links,
+                              std::span<const std::chrono::steady_clock::time_point> deadlines,
+                              const std::vector<bool>& finished,
+                              const ChannelOptions& options) noexcept {
+  const auto unanswered = [&](std::size_t i) {
+    const Link& link = *links[i];
+    return link.out && link.out->state == Outbound::State::connecting && !link.endpoint.failed() &&
+           !link.removed && std::chrono::steady_clock::now() <= deadlines[i];
+  };
+  try {
+    for (;;) {
+      bool any = false;
+      for (std::size_t i = 0; i < links.size() && !any; ++i) any = links[i] && unanswered(i);
+      if (!any) break;
+      (void)progress();
+    }
+  } catch (...) {  // progress failed: let go as things are
+  }
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    const std::shared_ptr<Link>& link = links[i];
+    if (!link) continue;
+    if (link->out && link->out->state == Outbound::State::open && !finished[i]) {
+      // Its ring as a finished one's, so its goodbye goes where a closed
+      // channel's does (over shared memory, also into the credit line).
+      try {
+        finish_outbound(*link, options);
+      } catch (...) {  // not usable from here: let it go without a goodbye
+        retire(link);
+        continue;
+      }
+    }
+    if (link->out && link->out->state == Outbound::State::open) {
+      // As a Channel's release: the goodbye, and the Receiver, having read
+      // it, closes the connection (closed here at once, the close could
+      // overtake the goodbye on another lane: the peer would count it lost).
+      say_goodbye(link);
+    } else {
+      retire(link);  // refused, failed, or no answer in time
+    }
+  }
 }
 
 void Engine::open_outbound(Link& link, const ChannelOptions& options, int64_t my_rank,
@@ -342,6 +388,8 @@ bool Engine::settled(Link& link, const std::string& what, const ChannelOptions& 
       return false;
     }
   }
+  if (out.state == Outbound::State::closed)
+    throw Error(errc::peer_gone, what + ": the channel was closed while it connected");
   if (out.state == Outbound::State::refused) {
     const std::string reason = out.refusal_reason.empty() ? "" : ": " + out.refusal_reason;
     if (out.refusal == UCS_ERR_REJECTED) throw Error(errc::peer_refused, what + reason);

@@ -38,7 +38,6 @@
 #include <optional>
 #include <set>
 #include <span>
-#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -119,7 +118,6 @@ struct Target {
   };
   std::vector<ScratchBlock> scratch;  // AM delivery: realigned frames
   Listener listener;  // last: destroyed first, so no connection arrives mid-teardown
-
 };
 
 class Engine {
@@ -276,6 +274,13 @@ class Engine {
   void start_outbound(Link& link, const ChannelOptions& options, int64_t my_rank);
   void wait_for_welcome(Link& link, const std::string& what, const ChannelOptions& options,
                         const std::function<void()>& while_waiting);
+  // After a failure in connect_all: progresses until every link still
+  // connecting has an answer, an error or its deadline (UCX 1.13 crashes
+  // closing an endpoint its connection manager is still connecting), then
+  // says goodbye on the open ones and lets all go. Never throws.
+  void abandon_connects(std::span<const std::shared_ptr<Link>> links,
+                        std::span<const std::chrono::steady_clock::time_point> deadlines,
+                        const std::vector<bool>& finished, const ChannelOptions& options) noexcept;
   // Whether the Receiver answered the HELLO with a ring; throws its refusal,
   // a lost peer, or the deadline passed. Progresses nothing itself (but in
   // the short grace for a refusal that may follow a reset).

@@ -258,17 +258,14 @@ void Node::connect(const std::vector<NodeAddress>& addresses) {
   }
   c.channels.resize(addresses.size());
   const auto serve = [&c] { (void)c.poll(); };
-  // Higher ranks: this rank opens the connections, all at once (each rank
-  // is a Receiver of its own: its handshakes overlap with the others').
-  std::vector<ReceiverAddress> higher;
+  // Higher ranks: this rank opens the connection. One at a time: all ranks
+  // connecting at once would put every lower rank's handshake on a rank
+  // together, past its Receiver's limits on unproven connections
+  // (ReceiverLimits::max_pending_*), which evict the oldest.
   for (int64_t r = c.rank + 1; r < c.ranks; ++r) {
     const NodeAddress& a = addresses[static_cast<std::size_t>(r)];
-    higher.push_back({a.host, a.port});
-  }
-  std::vector<std::shared_ptr<detail::Link>> links =
-      c.engine->connect_all(higher, c.options.channel, 1, c.rank, serve);
-  for (int64_t r = c.rank + 1; r < c.ranks; ++r) {
-    std::shared_ptr<detail::Link>& link = links[static_cast<std::size_t>(r - c.rank - 1)];
+    std::shared_ptr<detail::Link> link =
+        c.engine->connect(a.host, a.port, c.options.channel, c.rank, serve);
     link->rank = r;
     c.channels[static_cast<std::size_t>(r)].emplace(Channel(c.engine, std::move(link)));
   }

@@ -20,6 +20,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -97,7 +98,14 @@ int main(int argc, char** argv) {
     else if (flag == "--progress") {
       const std::string policy = argv[i + 1];
       spin_only = policy == "spin";
-      if (policy.rfind("sleep-", 0) == 0) spin_us = std::stol(policy.substr(6));
+      if (policy.rfind("sleep-", 0) == 0) {
+        char* end = nullptr;
+        spin_us = std::strtol(policy.c_str() + 6, &end, 10);
+        if (end == policy.c_str() + 6 || *end != '\0' || spin_us < 0) {
+          std::fprintf(stderr, "--progress %s: sleep-N takes microseconds\n", policy.c_str());
+          return 2;
+        }
+      }
     }
   }
   if (trust.empty()) {
