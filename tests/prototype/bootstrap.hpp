@@ -223,6 +223,21 @@ inline ucs_status_t flush(ucp_worker_h worker, ucp_ep_h ep) {
   return status;
 }
 
+// flush() as a plain function: the target arguments the Three-Chains
+// programs give their ifuncs carry it as a pointer.
+inline ucs_status_t flush_ep(ucp_worker_h worker, ucp_ep_h ep) {
+  return flush(worker, ep);
+}
+
+// Three-Chains' registration parameters for a library of this name.
+inline ucp_ifunc_reg_param_t register_param(const char* name) {
+  ucp_ifunc_reg_param_t p;
+  p.name = const_cast<char*>(name);
+  p.pure = 0;
+  p.llvm_bc = 1;
+  return p;
+}
+
 // Closes an endpoint, waiting (bounded by progress) for the close.
 inline void close_ep(ucp_worker_h worker, ucp_ep_h ep) {
   ucp_request_param_t param{};

@@ -29,18 +29,6 @@ constexpr size_t kHeap = 1u << 20;
 constexpr uint64_t kShardSize = 4096;
 constexpr uint64_t kSeed = 20261125;
 
-ucp_ifunc_reg_param_t param(const char* name) {
-  ucp_ifunc_reg_param_t p;
-  p.name = const_cast<char*>(name);
-  p.pure = 0;
-  p.llvm_bc = 1;
-  return p;
-}
-
-ucs_status_t flush_ep(ucp_worker_h worker, ucp_ep_h ep) {
-  return proto::flush(worker, ep);
-}
-
 std::vector<uint64_t> make_table(int servers) {
   std::mt19937_64 random(kSeed);
   std::vector<uint64_t> table(static_cast<size_t>(servers) * kShardSize);
@@ -88,8 +76,10 @@ int run_server(int me, int servers, const std::vector<int>& fds) {
   std::vector<uint64_t> shard(table.begin() + (me - 1) * kShardSize,
                               table.begin() + me * kShardSize);
   ucp_ifunc_h chaser = nullptr, result = nullptr;
-  proto::check(ucp_register_ifunc(mesh.ucx.context, param("chaser"), &chaser), "register chaser");
-  proto::check(ucp_register_ifunc(mesh.ucx.context, param("result"), &result), "register result");
+  proto::check(ucp_register_ifunc(mesh.ucx.context, proto::register_param("chaser"), &chaser),
+               "register chaser");
+  proto::check(ucp_register_ifunc(mesh.ucx.context, proto::register_param("result"), &result),
+               "register result");
   pc_tgt_args_t args{};
   args.shard_id = me - 1;
   args.data = shard.data();
@@ -97,7 +87,7 @@ int run_server(int me, int servers, const std::vector<int>& fds) {
   args.worker = mesh.ucx.worker;
   args.rkey = mesh.rkeys.data();
   args.remote_heap = mesh.heaps.data();
-  args.flush = flush_ep;
+  args.flush = proto::flush_ep;
   args.servers = servers;
   args.shard_size = kShardSize;
   args.run = true;
@@ -126,9 +116,12 @@ int run_client(int servers, int chases, uint64_t depth, const std::vector<int>& 
   const std::vector<uint64_t> table = make_table(servers);
   const uint64_t size = table.size();
   ucp_ifunc_h chaser = nullptr, result = nullptr, stop = nullptr;
-  proto::check(ucp_register_ifunc(mesh.ucx.context, param("chaser"), &chaser), "register chaser");
-  proto::check(ucp_register_ifunc(mesh.ucx.context, param("result"), &result), "register result");
-  proto::check(ucp_register_ifunc(mesh.ucx.context, param("stop"), &stop), "register stop");
+  proto::check(ucp_register_ifunc(mesh.ucx.context, proto::register_param("chaser"), &chaser),
+               "register chaser");
+  proto::check(ucp_register_ifunc(mesh.ucx.context, proto::register_param("result"), &result),
+               "register result");
+  proto::check(ucp_register_ifunc(mesh.ucx.context, proto::register_param("stop"), &stop),
+               "register stop");
   pc_src_args_t first{depth, 0, 0};
   ucp_ifunc_msg_t chase;
   proto::check(ucp_ifunc_msg_create(chaser, &first, sizeof(first), &chase), "chaser msg");

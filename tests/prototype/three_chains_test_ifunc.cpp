@@ -56,24 +56,12 @@ size_t slot_size(int payload_log) {
   return std::max<size_t>(1u << 14, (size_t{1} << payload_log) + (1u << 13));
 }
 
-ucp_ifunc_reg_param_t param(const char* name) {
-  ucp_ifunc_reg_param_t p;
-  p.name = const_cast<char*>(name);
-  p.pure = 0;
-  p.llvm_bc = 1;
-  return p;
-}
-
 void poll_until_ran(proto::Ucx& ucx, void* buffer, size_t size, void* target_args) {
   ucs_status_t s;
   do {
     s = ucp_poll_ifunc(ucx.context, buffer, size, target_args, ucx.worker);  // 5 arguments
   } while (s == UCS_ERR_NO_MESSAGE);
   proto::check(s, "ucp_poll_ifunc");
-}
-
-ucs_status_t flush_ep(ucp_worker_h worker, ucp_ep_h ep) {
-  return proto::flush(worker, ep);
 }
 
 ucp_ifunc_h register_im(proto::Ucx& ucx) {
@@ -86,8 +74,9 @@ ucp_ifunc_h register_im(proto::Ucx& ucx) {
   std::snprintf(triple, sizeof(triple), "%s", IM_TRIPLE);
   ucp_llvm_bc_t bc{triple, bytes.data(), static_cast<uint32_t>(bytes.size())};
   ucp_ifunc_h im = nullptr;
-  proto::check(ucp_register_ifunc_im(ucx.context, param("im"), &bc, 1, nullptr, 0, &im),
-               "ucp_register_ifunc_im");
+  proto::check(
+      ucp_register_ifunc_im(ucx.context, proto::register_param("im"), &bc, 1, nullptr, 0, &im),
+      "ucp_register_ifunc_im");
   return im;
 }
 
@@ -97,7 +86,7 @@ p_args_t p_args_for(proto::Ucx& ucx, proto::Peer& peer, ucp_ifunc_msg_t msg, siz
   args.msg = msg;
   args.remote_heap = peer.heap;
   args.rkey = peer.rkey;
-  args.flush = flush_ep;
+  args.flush = proto::flush_ep;
   args.worker = ucx.worker;
   args.to_send = to_send;
   return args;
@@ -105,7 +94,8 @@ p_args_t p_args_for(proto::Ucx& ucx, proto::Peer& peer, ucp_ifunc_msg_t msg, siz
 
 void refused_import(proto::Ucx& ucx) {
   ucp_ifunc_h importer = nullptr;
-  const ucs_status_t s = ucp_register_ifunc(ucx.context, param("importer"), &importer);
+  const ucs_status_t s =
+      ucp_register_ifunc(ucx.context, proto::register_param("importer"), &importer);
   std::printf("importer (imports getpid): %s\n", ucs_status_string(s));
   if (s != UCS_ERR_REJECTED || importer != nullptr)
     proto::die("a library importing getpid was not refused as a policy decision");
@@ -149,7 +139,7 @@ int run_server(proto::Ucx& ucx, proto::Peer& peer) {
   proto::sync(peer.fd, ucx.worker);
 
   ucp_ifunc_h b_own = nullptr;  // registered before its frames come, as the prototype's server
-  proto::check(ucp_register_ifunc(ucx.context, param("b"), &b_own), "register b");
+  proto::check(ucp_register_ifunc(ucx.context, proto::register_param("b"), &b_own), "register b");
   for (int log = 0; log <= kMaxPayloadLog; ++log) {  // throughput
     const size_t slot = slot_size(log);
     const size_t slots = kHeap / slot - 1;
@@ -186,7 +176,7 @@ int run_server(proto::Ucx& ucx, proto::Peer& peer) {
   ucp_deregister_ifunc(ucx.context, b);
 
   ucp_ifunc_h p = nullptr;  // ifunc-initiated ping-pong: p answers from inside itself
-  proto::check(ucp_register_ifunc(ucx.context, param("p"), &p), "register p");
+  proto::check(ucp_register_ifunc(ucx.context, proto::register_param("p"), &p), "register p");
   ucp_ifunc_msg_t pm;
   proto::check(ucp_ifunc_msg_create(p, nullptr, 8, &pm), "msg_create p");
   constexpr size_t kRounds = 2000;
@@ -208,7 +198,8 @@ int run_client(proto::Ucx& ucx, proto::Peer& peer) {
   std::vector<uint8_t> bytes(256);
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 3);
   ucp_ifunc_h pure = nullptr;
-  proto::check(ucp_register_ifunc(ucx.context, param("pure"), &pure), "register pure");
+  proto::check(ucp_register_ifunc(ucx.context, proto::register_param("pure"), &pure),
+               "register pure");
   proto::check(ucp_ifunc_msg_create(pure, bytes.data(), bytes.size(), &msg), "msg_create pure");
   proto::check_put(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send pure");
   proto::check(proto::flush(ucx.worker, peer.ep), "flush");
@@ -219,7 +210,8 @@ int run_client(proto::Ucx& ucx, proto::Peer& peer) {
   std::vector<uint8_t> pattern(4096);
   for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<uint8_t>(i * 7 + 1);
   ucp_ifunc_h hello = nullptr;
-  proto::check(ucp_register_ifunc(ucx.context, param("hello"), &hello), "register hello");
+  proto::check(ucp_register_ifunc(ucx.context, proto::register_param("hello"), &hello),
+               "register hello");
   proto::check(ucp_ifunc_msg_create(hello, pattern.data(), pattern.size(), &msg), "msg_create");
   std::printf("sending hello, frame %zu bytes (code included)\n", msg.frame_size);
   proto::check_put(ucp_ifunc_send_nbix(peer.ep, msg, peer.heap, peer.rkey), "send hello");
@@ -241,7 +233,7 @@ int run_client(proto::Ucx& ucx, proto::Peer& peer) {
   proto::sync(peer.fd, ucx.worker);
 
   ucp_ifunc_h b = nullptr;
-  proto::check(ucp_register_ifunc(ucx.context, param("b"), &b), "register b");
+  proto::check(ucp_register_ifunc(ucx.context, proto::register_param("b"), &b), "register b");
   std::printf("\nthroughput (b, ring of slots)\n");
   for (int log = 0; log <= kMaxPayloadLog; ++log) {
     const size_t slot = slot_size(log);
@@ -290,7 +282,7 @@ int run_client(proto::Ucx& ucx, proto::Peer& peer) {
   ucp_deregister_ifunc(ucx.context, b);
 
   ucp_ifunc_h p = nullptr;
-  proto::check(ucp_register_ifunc(ucx.context, param("p"), &p), "register p");
+  proto::check(ucp_register_ifunc(ucx.context, proto::register_param("p"), &p), "register p");
   ucp_ifunc_msg_t pm;
   proto::check(ucp_ifunc_msg_create(p, nullptr, 8, &pm), "msg_create p");
   constexpr size_t kRounds = 2000;
