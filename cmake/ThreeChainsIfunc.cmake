@@ -1,6 +1,7 @@
 # threechains_add_ifunc(<target> NAME <ifunc> SOURCES <src>... [CODEC bitcode|binary|tiered]
 #                       [TRIPLES <triple>...] [DEPS <soname>...] [FLAGS <clang flag>...]
-#                       [SIGN_KEY <secret key file> | UNSIGNED] [PREOPTIMISED] [PRELINKED])
+#                       [SIGN_KEY <secret key file> | UNSIGNED] [PREOPTIMISED] [PRELINKED]
+#                       [GPU nvptx64 [GPU_ONLY]])
 #
 # Builds an ifunc library into a ThreeChains code container (<target>.tcc in the
 # current binary dir): every source is compiled once per triple (C and C++ by
@@ -26,6 +27,11 @@
 # (docs/design.md, "Pre-linked images"). It cannot hold native TLS or
 # constructors, and gdb and perf do not see it (JitOptions::debugger_support
 # and perf_support see JITLink'd code only).
+# GPU nvptx64 also compiles the C and C++ sources for nvptx64-nvidia-cuda
+# (freestanding, unoptimised bitcode, __NVPTX__ defined): a Receiver with a GPU
+# (ReceiverOptions::gpu) compiles that image for its GPU's own sm_XX and runs
+# <name>_main as a kernel (docs/gpu.md). One source can hold the CPU and the
+# GPU versions (#ifdef __NVPTX__); GPU_ONLY ships the GPU image alone.
 # The target property THREECHAINS_CONTAINER holds the container's path.
 #
 # threechains_use_ifuncs(<target> <MACRO>=<ifunc target>...)
@@ -103,7 +109,8 @@ macro(_threechains_rust_command out triple src obj)
 endmacro()
 
 function(threechains_add_ifunc target)
-  cmake_parse_arguments(ARG "UNSIGNED;PREOPTIMISED;PRELINKED" "NAME;CODEC;SIGN_KEY" "SOURCES;TRIPLES;DEPS;FLAGS" ${ARGN})
+  cmake_parse_arguments(ARG "UNSIGNED;PREOPTIMISED;PRELINKED;GPU_ONLY" "NAME;CODEC;SIGN_KEY"
+                        "SOURCES;TRIPLES;DEPS;FLAGS;GPU" ${ARGN})
   # A key made by a target of this build (threechains_add_key, named in
   # THREECHAINS_SIGN_KEY_TARGET) is a target dependency, not a file one: file
   # dependencies on another directory's custom command outputs do not carry.
@@ -137,6 +144,12 @@ function(threechains_add_ifunc target)
   endif()
   if(NOT ARG_TRIPLES)
     set(ARG_TRIPLES ${THREECHAINS_DEFAULT_TRIPLES})
+  endif()
+  if(ARG_GPU_ONLY)
+    if(NOT ARG_GPU)
+      message(FATAL_ERROR "threechains_add_ifunc(${target}): GPU_ONLY needs GPU nvptx64")
+    endif()
+    set(ARG_TRIPLES)
   endif()
   if(NOT ARG_SOURCES)
     message(FATAL_ERROR "threechains_add_ifunc(${target}): SOURCES is required")
@@ -266,6 +279,53 @@ function(threechains_add_ifunc target)
       list(APPEND images ${objects})
       list(APPEND image_args --image ${triple}=${objects})
     endforeach()
+  endforeach()
+  # GPU images: bitcode for the GPU's triple, compiled by the target for its
+  # own GPU. Freestanding: the GPU has no libc (math comes from libdevice,
+  # __nv_sqrt and friends, or clang's __builtin_ functions).
+  foreach(gpu IN LISTS ARG_GPU)
+    if(NOT gpu STREQUAL "nvptx64")
+      message(FATAL_ERROR "threechains_add_ifunc(${target}): GPU ${gpu} is not supported (nvptx64 is)")
+    endif()
+    set(triple nvptx64-nvidia-cuda)
+    set(objects)
+    foreach(src IN LISTS ARG_SOURCES)
+      get_filename_component(src_abs ${src} ABSOLUTE)
+      get_filename_component(stem ${src} NAME_WE)
+      get_filename_component(src_ext ${src} LAST_EXT)
+      string(TOLOWER "${src_ext}" src_ext)
+      if(NOT src_ext MATCHES "^\\.(c|cc|cpp|cxx)$")
+        message(FATAL_ERROR "threechains_add_ifunc(${target}): GPU code is built from C and C++ "
+                            "sources; ${src} is neither")
+      endif()
+      set(obj ${out_dir}/${stem}.${triple}.bc)
+      add_custom_command(OUTPUT ${obj}
+        COMMAND ${CMAKE_COMMAND} -E make_directory ${out_dir}
+        COMMAND ${THREECHAINS_CLANG} --target=${triple} -ffreestanding -O2 -g0 -emit-llvm
+                -Xclang -disable-llvm-optzns -I${THREECHAINS_IFUNC_INCLUDE_DIR} ${ARG_FLAGS}
+                -MD -MF ${obj}.d -c ${src_abs} -o ${obj}
+        DEPENDS ${src_abs}
+        DEPFILE ${obj}.d
+        COMMENT "ifunc ${ARG_NAME}: ${stem} -> ${triple} bitcode"
+        VERBATIM)
+      list(APPEND objects ${obj})
+    endforeach()
+    list(LENGTH objects n)
+    if(n GREATER 1)
+      if(NOT THREECHAINS_LLVM_LINK)
+        message(FATAL_ERROR "threechains_add_ifunc(${target}): several GPU sources need "
+                            "llvm-link-22 (Debian package llvm-22)")
+      endif()
+      set(linked ${out_dir}/${target}.${triple}.linked.bc)
+      add_custom_command(OUTPUT ${linked}
+        COMMAND ${THREECHAINS_LLVM_LINK} ${objects} -o ${linked}
+        DEPENDS ${objects}
+        COMMENT "ifunc ${ARG_NAME}: linking ${n} GPU images"
+        VERBATIM)
+      set(objects ${linked})
+    endif()
+    list(APPEND images ${objects})
+    list(APPEND image_args --image ${triple}=${objects})
   endforeach()
   set(dep_args)
   foreach(dep IN LISTS ARG_DEPS)

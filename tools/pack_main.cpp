@@ -63,7 +63,9 @@ int main(int argc, char** argv) {
       if (eq == std::string::npos)
         throw threechains::Error(threechains::errc::io, "--image wants TRIPLE=FILE: " + spec);
       std::vector<std::byte> bytes = read_file(spec.substr(eq + 1));
-      const auto kind = codec == "bitcode"  ? threechains::CodecId::bitcode
+      // GPU images (nvptx64-...) are bitcode in every codec's container.
+      const auto kind = codec == "bitcode" || threechains::is_gpu_triple(spec.substr(0, eq))
+                            ? threechains::CodecId::bitcode
                         : codec == "binary" ? threechains::CodecId::binary
                         : is_bitcode(bytes) ? threechains::CodecId::bitcode
                                             : threechains::CodecId::binary;

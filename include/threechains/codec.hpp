@@ -51,7 +51,7 @@ struct ContainerCodec {
   // tiered) into a fat container.
   [[nodiscard]] static std::vector<std::byte> encode(const IfuncLibrary& library) {
     for (const CodeImage& image : library.images) {
-      if (Id != CodecId::tiered && image.kind != Id) {
+      if (Id != CodecId::tiered && image.kind != Id && !is_gpu_triple(image.triple)) {
         throw Error(errc::bad_container, "image for " + image.triple + " is " +
                                              to_string(image.kind) + ", but this codec ships " +
                                              to_string(Id));

@@ -49,6 +49,7 @@ enum class TrapReason : uint32_t {
   unreachable,        // control reached code the compiler marked unreachable
   misaligned_atomic,  // an atomic access that is not naturally aligned
   bad_argument,       // a runtime call (threechains_send_self, ...) given a wild pointer
+  gpu_failed,         // a GPU ifunc's kernel faulted, timed out or could not run (gpu.hpp)
 };
 
 [[nodiscard]] std::string_view to_string(TrapReason reason) noexcept;

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace threechains {
@@ -66,6 +67,10 @@ struct ContainerInfo {
 
 // This process's target triple as LLVM normalises it (e.g. x86_64-unknown-linux-gnu).
 [[nodiscard]] std::string host_triple();
+
+// Whether a triple names a GPU (nvptx64-nvidia-cuda): its image is bitcode a
+// Receiver with a GPU compiles for that GPU (gpu.hpp), never for its CPU.
+[[nodiscard]] bool is_gpu_triple(std::string_view triple) noexcept;
 
 // Whether two triples name the same target once normalised: vendor is ignored and
 // an unknown environment matches any (x86_64-pc-linux-gnu == x86_64-linux-gnu).

@@ -36,6 +36,7 @@ enum class errc {
   import_refused,          // code that imports what the target's ImportPolicy does not allow
   limit_exceeded,          // a request beyond one of the Receiver's configured limits
   code_trapped,            // confined code broke a rule and was stopped (confinement.hpp)
+  gpu_failed,              // GPU code could not run: no GPU, driver, PTX JIT, kernel fault, timeout
 };
 
 [[nodiscard]] inline const std::error_category& threechains_category() noexcept {
@@ -91,6 +92,8 @@ enum class errc {
           return "limit exceeded";
         case errc::code_trapped:
           return "code trapped";
+        case errc::gpu_failed:
+          return "GPU ifunc failed";
       }
       return "unknown threechains error";
     }

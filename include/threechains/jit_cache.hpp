@@ -32,6 +32,11 @@ using IfuncMain = void (*)(void* payload, std::size_t payload_size, void* target
 struct CachedIfunc {
   IfuncMain main = nullptr;
   const confined::Code* confined = nullptr;  // set: it runs confined (confinement.hpp)
+  // Set: a GPU kernel (the Receiver's GPU executor runs it; gpu.hpp), and the
+  // CPU image's <name>_complete, run on the host after it, if it has one.
+  // Both belong to the Receiver's engine, which evicts them together.
+  const void* gpu = nullptr;
+  IfuncMain gpu_complete = nullptr;
 };
 
 // How a load runs the code it is given.
@@ -176,6 +181,15 @@ class JitCache {
   // the ifunc is not loaded, does not define it, or runs confined (its code
   // may be called only through invoke()).
   [[nodiscard]] void* lookup(CodeId id, const std::string& symbol);
+
+  // Makes the ifunc `id` a GPU kernel (CachedIfunc::gpu): the CPU code loaded
+  // as `id`, if any, stays loaded for `complete`. The caller owns `kernel`
+  // and evicts it with evict(id).
+  void adopt_gpu(CodeId id, const void* kernel, IfuncMain complete) {
+    CachedIfunc& entry = entries_[id];
+    entry.gpu = kernel;
+    entry.gpu_complete = complete;
+  }
 
   // Removes an ifunc and frees its code (every tier). Returns false if it was
   // not cached. A tier-1 compile under way for it is dropped.

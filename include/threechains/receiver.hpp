@@ -10,6 +10,7 @@
 
 #include <threechains/detail/spin.hpp>
 #include <threechains/error.hpp>
+#include <threechains/gpu.hpp>
 #include <threechains/jit_cache.hpp>
 #include <threechains/progress.hpp>
 #include <threechains/trust.hpp>
@@ -91,6 +92,12 @@ struct ReceiverOptions {
   // How run(), start()'s thread (and a Node's) spend idle time: spin a
   // little, then sleep until there is work (progress.hpp).
   ProgressOptions progress;
+  // Set: GPU ifuncs run on this GPU (gpu.hpp, docs/gpu.md). Off by default.
+  // A GPU that cannot be opened is reported (on_error, gpu_info()) and each
+  // GPU ifunc is then refused with the reason; CPU ifuncs run as ever. GPU
+  // code runs only from signers trusted with native code: it cannot be
+  // confined (it reaches all of the GPU's memory).
+  std::optional<GpuOptions> gpu;
 };
 
 struct ReceiverStats {
@@ -197,6 +204,21 @@ class Receiver {
   // `bytes`: how much of *args confined code may use (0: none of it).
   void set_target_args(void* args, std::size_t bytes = 0);
   [[nodiscard]] void* target_args() const noexcept;
+
+  // The GPU (ReceiverOptions::gpu): what it is, or why it is not there.
+  [[nodiscard]] GpuInfo gpu_info() const;
+  // Device memory GPU ifuncs see in their region table, in the order
+  // exposed (the GPU analogue of target_args): memory the application
+  // allocated in the device's primary context (cudaMalloc, cuMemAlloc).
+  // After a kernel fault the context is rebuilt and such memory is gone:
+  // expose new memory then. Throw errc::gpu_failed without a GPU, and
+  // errc::invalid_argument while the progress thread runs.
+  void expose_device(const std::string& name, void* device_address, std::size_t bytes);
+  // Allocates device memory owned by this Receiver and exposes it; its device
+  // address. For applications that use no CUDA of their own.
+  [[nodiscard]] void* allocate_device(const std::string& name, std::size_t bytes);
+  void copy_to_device(void* device_address, const void* host, std::size_t bytes);
+  void copy_from_device(void* host, const void* device_address, std::size_t bytes);
   [[nodiscard]] const Worker& worker() const noexcept;
 
  private:

@@ -66,6 +66,7 @@ typedef enum threechains_status {
   THREECHAINS_IMPORT_REFUSED = 21,
   THREECHAINS_LIMIT_EXCEEDED = 22,
   THREECHAINS_CODE_TRAPPED = 23, /* confined code broke a rule and was stopped */
+  THREECHAINS_GPU_FAILED = 24,   /* GPU code could not run (no GPU, PTX JIT, kernel fault) */
   THREECHAINS_WOULD_BLOCK = 100, /* a non-blocking send found the ring full */
   THREECHAINS_UCX_ERROR = 200,   /* UCX failed; the message names its status */
   THREECHAINS_UNKNOWN_ERROR = 255

@@ -49,6 +49,7 @@ class Status(enum.IntEnum):
     IMPORT_REFUSED = 21
     LIMIT_EXCEEDED = 22
     CODE_TRAPPED = 23
+    GPU_FAILED = 24
     WOULD_BLOCK = 100
     UCX_ERROR = 200
     UNKNOWN_ERROR = 255

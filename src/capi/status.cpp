@@ -44,13 +44,13 @@ const char* threechains_status_string(threechains_status status) {
     default:
       break;
   }
-  if (status > THREECHAINS_OK && status <= THREECHAINS_CODE_TRAPPED) {
+  if (status > THREECHAINS_OK && status <= THREECHAINS_GPU_FAILED) {
     // The C++ category's messages, kept for the process (one per value). Made
     // on first use, which allocates: a failure must not reach C.
     try {
       static const auto messages = [] {
-        std::array<std::string, THREECHAINS_CODE_TRAPPED + 1> all;
-        for (int v = 0; v <= THREECHAINS_CODE_TRAPPED; ++v) {
+        std::array<std::string, THREECHAINS_GPU_FAILED + 1> all;
+        for (int v = 0; v <= THREECHAINS_GPU_FAILED; ++v) {
           all[static_cast<std::size_t>(v)] = threechains::threechains_category().message(v);
         }
         return all;

@@ -1,6 +1,8 @@
 // Engine, target side: frames out of the rings (or Active Messages) into the
 // JIT cache, cache misses, credits back to the sources.
 #include "engine/engine.hpp"
+#include "gpu/executor.hpp"
+#include "jit/container_images.hpp"
 
 #include <cstdio>
 
@@ -128,11 +130,16 @@ std::optional<ConfinedTrap> Engine::run_entry(const CachedIfunc& ifunc, CodeId i
   const DispatchContext outer = t.running;
   t.running = {id, origin, peer};
   std::optional<ConfinedTrap> trap;
+  const auto call = [&] {
+    if (ifunc.gpu != nullptr) [[unlikely]]
+      return run_gpu(ifunc, payload, size);
+    return t.cache.invoke(ifunc, payload, size, t.options.target_args);
+  };
   if (runtime_hooks_ == nullptr) {  // a plain Receiver: injected code has no Node to call
-    trap = t.cache.invoke(ifunc, payload, size, t.options.target_args);
+    trap = call();
   } else {
     const RuntimeHooks* previous = exchange_runtime_hooks(runtime_hooks_);
-    trap = t.cache.invoke(ifunc, payload, size, t.options.target_args);
+    trap = call();
     exchange_runtime_hooks(previous);
   }
   t.running = outer;
@@ -147,6 +154,23 @@ std::optional<ConfinedTrap> Engine::run_entry(const CachedIfunc& ifunc, CodeId i
     ++t.counted->traps;
   }
   return trap;
+}
+
+// A GPU ifunc: its kernel on the payload, then its CPU image's
+// <name>_complete on the host. A failure is a trap (TrapReason::gpu_failed)
+// whose error trap_error hands on: reported, and sent to the source.
+std::optional<ConfinedTrap> Engine::run_gpu(const CachedIfunc& ifunc, void* payload,
+                                            std::size_t size) {
+  Target& t = *target_;
+  std::optional<Error> failed =
+      t.gpu->run(*static_cast<const gpu::Kernel*>(ifunc.gpu), static_cast<std::byte*>(payload),
+                 size, ifunc.gpu_complete != nullptr);
+  if (failed) [[unlikely]] {
+    t.gpu_error = std::move(failed);
+    return ConfinedTrap{TrapReason::gpu_failed, 0};
+  }
+  if (ifunc.gpu_complete != nullptr) ifunc.gpu_complete(payload, size, t.options.target_args);
+  return std::nullopt;
 }
 
 IfuncStats& Engine::ifunc_record(CodeId id) {
@@ -192,6 +216,10 @@ IfuncStats& Engine::ifunc_record(CodeId id) {
 // else changes: the Receiver serves on, the code stays loaded.
 Error Engine::trap_error(const CachedIfunc& ifunc, CodeId id, const ConfinedTrap& trap,
                          const std::string& peer) const {
+  if (trap.reason == TrapReason::gpu_failed && target_->gpu_error) {
+    return Error(errc::gpu_failed,
+                 target_->gpu_error->context() + " (code " + std::to_string(id) + " from " + peer + ")");
+  }
   std::string text = "ifunc '" + target_->cache.confined_name(ifunc) + "' (code " +
                      std::to_string(id) + ") from " + peer + " trapped: " +
                      std::string(to_string(trap.reason));
@@ -260,7 +288,8 @@ bool Engine::dispatch(Link& link, std::byte* frame_bytes, std::size_t available)
     const Error error = trap_error(*entry, frame.code_id(), *trap, link.peer_name);
     report(error);
     send_code_refusal(link, frame.code_id(), error);
-    count_trap(link, frame.code_id(), t.cache.confined_name(*entry));
+    count_trap(link, frame.code_id(), entry->gpu != nullptr ? t.names[frame.code_id()]
+                                                             : t.cache.confined_name(*entry));
   }
   ++t.stats.frames_dispatched;
   return true;
@@ -371,7 +400,8 @@ const CachedIfunc* Engine::load(Link& link, CodeId id, CodecId codec,
     }
     // Before anything parses it: whose code is this, and is it intact?
     const Confine confine = check_code_trust(t.options.trust, code);
-    const LoadResult result = t.cache.load(id, codec, code, confine);
+    const LoadResult result = t.options.gpu ? load_with_gpu(id, codec, code, confine)
+                                            : t.cache.load(id, codec, code, confine);
     t.digests.insert_or_assign(id, digest);
     t.names.insert_or_assign(id, result.name);
     ifunc_record(id).name = result.name;
@@ -400,6 +430,65 @@ const CachedIfunc* Engine::load(Link& link, CodeId id, CodecId codec,
     send_code_refusal(link, id, error);
     return nullptr;
   }
+}
+
+// A Receiver with ReceiverOptions::gpu: a container with a GPU image runs its
+// kernel there (and its CPU image, if it has one for this host, is loaded
+// for <name>_complete); any other goes to the JIT cache as ever.
+LoadResult Engine::load_with_gpu(CodeId id, CodecId codec, std::span<const std::byte> code,
+                                 Confine confine) {
+  Target& t = *target_;
+  if (code_identity(code) != id) return t.cache.load(id, codec, code, confine);  // it says why
+  const std::vector<ParsedImage> images = parse_container(code);
+  const ParsedImage* gpu_image = nullptr;
+  bool cpu_images = false;
+  for (const ParsedImage& image : images) {
+    if (!is_gpu_triple(image.triple)) {
+      cpu_images = true;
+    } else if (gpu_image == nullptr) {
+      gpu_image = &image;
+    }
+  }
+  if (gpu_image == nullptr) return t.cache.load(id, codec, code, confine);
+  if (confine == Confine::yes) {
+    throw Error(errc::code_refused,
+                "ifunc '" + gpu_image->name +
+                    "' is GPU code from a signer this target does not fully trust: GPU code "
+                    "cannot be confined (it reaches all of the GPU's memory); trust the signer "
+                    "with Trust::allow_native_code_signer");
+  }
+  if (!t.gpu) {
+    throw Error(errc::gpu_failed, "ifunc '" + gpu_image->name +
+                                      "' is GPU code and this Receiver has no GPU: " +
+                                      t.gpu_unavailable);
+  }
+  const auto started = std::chrono::steady_clock::now();
+  LoadResult result;
+  bool cpu_loaded = false;
+  if (cpu_images) {
+    try {
+      result = t.cache.load(id, codec, code, Confine::no);
+      cpu_loaded = true;
+    } catch (const Error& error) {
+      // CPU images for other hosts only: the kernel runs without a host part.
+      if (!error.is(errc::no_image_for_target)) throw;
+    }
+  }
+  try {
+    const gpu::KernelLoad kernel = t.gpu->load(id, *gpu_image);
+    const auto complete =
+        cpu_loaded ? reinterpret_cast<IfuncMain>(t.cache.lookup(id, gpu_image->name + "_complete"))
+                   : nullptr;
+    t.cache.adopt_gpu(id, kernel.kernel, complete);
+  } catch (...) {
+    if (cpu_loaded) (void)t.cache.evict(id);
+    throw;
+  }
+  result.name = gpu_image->name;
+  result.triple = gpu_image->triple;
+  result.tier = 1;
+  result.compile_time = std::chrono::steady_clock::now() - started;
+  return result;
 }
 
 void Engine::count_load(const LoadResult& result) noexcept {
@@ -450,6 +539,7 @@ void Engine::forget(CodeId id) {
   } catch (const Error& error) {  // LLVM could not free it: forgotten all the same
     report(error);
   }
+  if (t.gpu) t.gpu->unload(id);
   if (const auto it = t.cache_use.find(id); it != t.cache_use.end()) {
     t.cached_code_bytes -= it->second.bytes;
     t.cache_use.erase(it);

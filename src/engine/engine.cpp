@@ -1,6 +1,7 @@
 // Engine: set-up, control messages, link lifetimes. The dispatch path (frames
 // into the JIT cache) is in dispatch.cpp, the send path in send_path.cpp.
 #include "engine/engine.hpp"
+#include "gpu/executor.hpp"
 #include "engine/fault_report.hpp"
 
 #include "engine/admission.hpp"
@@ -75,6 +76,17 @@ Target::Target(const Worker& worker, ReceiverOptions receiver_options,
     options.on_error = [](const Error& e) {
       std::fprintf(stderr, "threechains receiver: %s\n", e.what());
     };
+  }
+  if (options.gpu) {
+    // A GPU that cannot be opened costs its GPU ifuncs, never the Receiver:
+    // they are refused with this reason, CPU ifuncs run as ever.
+    try {
+      gpu = std::make_unique<gpu::Executor>(*options.gpu, options.max_slot_size,
+                                            options.jit.code_cache_directory);
+    } catch (const Error& e) {
+      gpu_unavailable = e.context();
+      options.on_error(Error(errc::gpu_failed, "no GPU for GPU ifuncs: " + gpu_unavailable));
+    }
   }
 }
 

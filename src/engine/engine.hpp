@@ -43,6 +43,10 @@
 #include <unordered_map>
 #include <vector>
 
+namespace threechains::gpu {
+class Executor;
+}
+
 namespace threechains::detail {
 
 // What the engine is running right now (valid inside an ifunc's main).
@@ -69,6 +73,12 @@ struct Target {
   };
 
   ReceiverOptions options;
+  // ReceiverOptions::gpu: the GPU executor (null without one, or if it could
+  // not be opened: gpu_unavailable says why). It owns the kernels that
+  // CachedIfunc::gpu entries of `cache` point to; Engine::forget evicts both.
+  std::unique_ptr<gpu::Executor> gpu;
+  std::string gpu_unavailable;
+  std::optional<Error> gpu_error;  // the last GPU failure, for trap_error
   JitCache cache;
   ReceiverStats stats;
   DispatchContext running;
@@ -194,6 +204,9 @@ class Engine {
   // Runs a cached ifunc as the frame of `origin`; a trap if confined code broke a rule.
   std::optional<ConfinedTrap> run_entry(const CachedIfunc& ifunc, CodeId id, int64_t origin,
                                         const char* peer, void* payload, std::size_t size);
+  std::optional<ConfinedTrap> run_gpu(const CachedIfunc& ifunc, void* payload, std::size_t size);
+  LoadResult load_with_gpu(CodeId id, CodecId codec, std::span<const std::byte> code,
+                           Confine confine);
   [[nodiscard]] Error trap_error(const CachedIfunc& ifunc, CodeId id, const ConfinedTrap& trap,
                                  const std::string& peer) const;
   // Counts a trap of `id`; at ReceiverLimits::max_traps_per_code the code is

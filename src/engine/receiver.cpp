@@ -1,5 +1,6 @@
 // threechains::Receiver: a handle on its Worker's engine in the target role.
 #include "engine/engine.hpp"
+#include "gpu/executor.hpp"
 
 #include <algorithm>
 
@@ -117,6 +118,50 @@ void Receiver::set_target_args(void* args, std::size_t bytes) {
   t.options.target_args = args;
   t.options.target_args_bytes = bytes;
   t.expose_regions();
+}
+
+GpuInfo Receiver::gpu_info() const {
+  const detail::Target& t = engine_->target();
+  if (t.gpu) return t.gpu->info();
+  GpuInfo info;
+  info.why_not = t.options.gpu ? t.gpu_unavailable : "not asked for (ReceiverOptions::gpu)";
+  return info;
+}
+
+namespace {
+gpu::Executor& gpu_of(detail::Engine& engine, const char* what) {
+  engine.check_not_threaded(what);
+  detail::Target& t = engine.target();
+  if (!t.gpu) {
+    throw Error(errc::gpu_failed,
+                std::string(what) + ": this Receiver has no GPU: " +
+                    (t.options.gpu ? t.gpu_unavailable : "not asked for (ReceiverOptions::gpu)"));
+  }
+  return *t.gpu;
+}
+
+gpu::CUdeviceptr device_pointer(const void* address) {
+  return static_cast<gpu::CUdeviceptr>(reinterpret_cast<uintptr_t>(address));
+}
+}  // namespace
+
+void Receiver::expose_device(const std::string& name, void* device_address, std::size_t bytes) {
+  gpu_of(*engine_, "Receiver::expose_device").expose(name, device_pointer(device_address), bytes);
+}
+
+void* Receiver::allocate_device(const std::string& name, std::size_t bytes) {
+  const gpu::CUdeviceptr base = gpu_of(*engine_, "Receiver::allocate_device").allocate(name, bytes);
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(base));
+}
+
+void Receiver::copy_to_device(void* device_address, const void* host, std::size_t bytes) {
+  gpu_of(*engine_, "Receiver::copy_to_device")
+      .copy_to_device(device_pointer(device_address), host, bytes);
+}
+
+void Receiver::copy_from_device(void* host, const void* device_address, std::size_t bytes) {
+  gpu_of(*engine_, "Receiver::copy_from_device")
+      .copy_from_device(host, device_pointer(device_address), bytes);
 }
 
 void* Receiver::target_args() const noexcept {

@@ -37,6 +37,8 @@ std::string_view to_string(TrapReason reason) noexcept {
       return "an atomic access that is not naturally aligned";
     case TrapReason::bad_argument:
       return "a runtime call given a pointer outside its regions";
+    case TrapReason::gpu_failed:
+      return "its GPU kernel failed";
   }
   return "an unknown trap";
 }

@@ -145,6 +145,10 @@ std::vector<ParsedImage> parse_container(std::span<const std::byte> signed_or_no
       throw Error(errc::bad_container, "code container image has no ifunc name");
     if (image.triple.empty())
       throw Error(errc::bad_container, "code container image has no triple");
+    if (is_gpu_triple(image.triple) && image.kind != CodecId::bitcode) {
+      throw Error(errc::bad_container, "code container image for the GPU triple '" + image.triple +
+                                           "' is not bitcode (GPU code travels as bitcode only)");
+    }
     images.push_back(std::move(image));
     // Images are padded to OffloadBinary's 8-byte alignment.
     at += (size + 7) & ~uint64_t{7};
@@ -175,10 +179,20 @@ std::vector<ParsedImage> parse_container(std::span<const std::byte> signed_or_no
 }
 
 CodecId codec_of(const std::vector<ParsedImage>& images) {
+  // GPU images are bitcode whatever the CPU images are: they do not make a
+  // binary container tiered.
+  const ParsedImage* first = nullptr;
   for (const ParsedImage& image : images) {
-    if (image.kind != images.front().kind) return CodecId::tiered;
+    if (is_gpu_triple(image.triple)) continue;
+    if (first == nullptr) first = &image;
+    if (image.kind != first->kind) return CodecId::tiered;
   }
-  return images.front().kind;
+  return first == nullptr ? CodecId::bitcode : first->kind;
+}
+
+bool is_gpu_triple(std::string_view triple) noexcept {
+  const std::string_view arch = arch_of_triple(triple);
+  return arch == "nvptx64" || arch == "nvptx";
 }
 
 std::vector<std::byte> pack_container(const IfuncLibrary& library) {

@@ -951,6 +951,13 @@ LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> c
     if (slot == nullptr) slot = &image;
   }
   if (object == nullptr && ir == nullptr) {
+    const bool gpu_only = std::all_of(images.begin(), images.end(), [](const ParsedImage& image) {
+      return is_gpu_triple(image.triple);
+    });
+    if (gpu_only) {
+      throw Error(errc::gpu_failed, "ifunc '" + images.front().name + "' is GPU code (" + available +
+                                        ") and this Receiver runs none (ReceiverOptions::gpu)");
+    }
     throw Error(errc::no_image_for_target, "ifunc '" + images.front().name + "' has no image for " +
                                                impl_->triple + " (it carries: " + available + ")");
   }
