@@ -13,12 +13,13 @@
 // Without a GPU it says why and exits 0.
 #include "bench_util.hpp"
 #include "gpu/executor.hpp"
+#include "gpu/gpu_service.hpp"
 #include "jit/container_images.hpp"
 
 #include <threechains/threechains.hpp>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -27,6 +28,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,10 +54,13 @@ tc::ParsedImage gpu_image(const std::string& container) {
   throw tc::Error(tc::errc::bad_container, container + " has no GPU image");
 }
 
-double us(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+double us(Clock::duration d) {
+  return std::chrono::duration<double, std::micro>(d).count();
+}
 
 void check(const gpu::Driver& d, gpu::CUresult r, const char* what) {
-  if (r != gpu::CUDA_SUCCESS) throw tc::Error(tc::errc::gpu_failed, std::string(what) + ": " + d.describe(r));
+  if (r != gpu::CUDA_SUCCESS)
+    throw tc::Error(tc::errc::gpu_failed, std::string(what) + ": " + d.describe(r));
 }
 
 // A kernel launched by hand, as a CUDA program would: the baseline.
@@ -116,7 +121,7 @@ int main(int argc, char** argv) {
     constexpr std::size_t kMaxPayload = std::size_t{64} << 20;
     tc::GpuOptions mapped_options;
     mapped_options.mapped_payload_max = kMaxPayload;
-    gpu::Executor ex(mapped_options, kMaxPayload, "");
+    gpu::Executor ex(mapped_options, kMaxPayload);
     const gpu::Driver& d = ex.driver();
     const tc::GpuInfo& info = ex.info();
     fmt::print("GPU: {} ({}, {} SMs), driver {}\n", info.name, info.arch, info.multiprocessors,
@@ -131,9 +136,10 @@ int main(int argc, char** argv) {
     const std::string ptx_text = ptx.text;
     const gpu::KernelLoad ours = ex.load_ptx(1, "gpu_saxpy", std::move(ptx));
     const double jit_us = us(ours.driver_load);
-    fmt::print("\nfirst call of saxpy (no caches):\n  LLVM bitcode->PTX {:9.1f} us\n"
-               "  driver PTX JIT    {:9.1f} us\n  together          {:9.1f} us\n",
-               compile_us, jit_us, compile_us + jit_us);
+    fmt::print(
+        "\nfirst call of saxpy (no caches):\n  LLVM bitcode->PTX {:9.1f} us\n"
+        "  driver PTX JIT    {:9.1f} us\n  together          {:9.1f} us\n",
+        compile_us, jit_us, compile_us + jit_us);
     put("first_llvm_us", compile_us);
     put("first_driver_jit_us", jit_us);
     std::vector<std::byte> cubin_bytes;
@@ -162,9 +168,10 @@ int main(int argc, char** argv) {
       if (auto e = ex.run(*ours.kernel, payload, sizeof(a), false)) throw *e;
     });
     const double moved = 3.0 * static_cast<double>(bytes);  // x read, y read and written
-    fmt::print("\nsaxpy over {} MiB vectors (median of {}):\n  ifunc (LLVM PTX)  {:9.1f} us "
-               "{:7.0f} GB/s\n",
-               field_mib, field_iterations, ours_us, moved / ours_us / 1e3);
+    fmt::print(
+        "\nsaxpy over {} MiB vectors (median of {}):\n  ifunc (LLVM PTX)  {:9.1f} us "
+        "{:7.0f} GB/s\n",
+        field_mib, field_iterations, ours_us, moved / ours_us / 1e3);
     put("saxpy_ifunc_us", ours_us);
     put("saxpy_ifunc_gbs", moved / ours_us / 1e3);
     if (nvcc.function != nullptr) {
@@ -183,14 +190,16 @@ int main(int argc, char** argv) {
       uint64_t size = sizeof(a);
       void* args[] = {&a_device, &size, &table};
       const double nvcc_us = median_us(field_iterations, [&] {
-        check(d, d.cuLaunchKernel(nvcc.function, nvcc.grid, 1, 1, THREECHAINS_GPU_THREADS, 1, 1, 0,
-                                  ex.stream(), args, nullptr),
+        check(d,
+              d.cuLaunchKernel(nvcc.function, nvcc.grid, 1, 1, THREECHAINS_GPU_THREADS, 1, 1, 0,
+                               ex.stream(), args, nullptr),
               "cuLaunchKernel");
         check(d, d.cuStreamSynchronize(ex.stream()), "cuStreamSynchronize");
       });
-      fmt::print("  nvcc -O3 cubin    {:9.1f} us {:7.0f} GB/s\n  ifunc / nvcc bandwidth: {:.3f}x "
-                 "(goal >= 0.95x)\n",
-                 nvcc_us, moved / nvcc_us / 1e3, nvcc_us / ours_us);
+      fmt::print(
+          "  nvcc -O3 cubin    {:9.1f} us {:7.0f} GB/s\n  ifunc / nvcc bandwidth: {:.3f}x "
+          "(goal >= 0.95x)\n",
+          nvcc_us, moved / nvcc_us / 1e3, nvcc_us / ours_us);
       put("saxpy_nvcc_us", nvcc_us);
       put("saxpy_nvcc_gbs", moved / nvcc_us / 1e3);
       put("saxpy_ifunc_over_nvcc_bandwidth", nvcc_us / ours_us);
@@ -200,7 +209,8 @@ int main(int argc, char** argv) {
 
     // 3. A cached kernel's launch-and-complete, 16-byte payload.
     const tc::ParsedImage touch_image = gpu_image(THREECHAINS_GPU_TOUCH);
-    const gpu::KernelLoad touch = ex.load(2, touch_image);
+    const gpu::KernelLoad touch =
+        ex.load_ptx(2, "gpu_touch", gpu::compile_ptx(touch_image, {info.arch, 3, ""}));
     const double run_us = median_us(iterations, [&] {
       if (auto e = ex.run(*touch.kernel, payload, 16, false)) throw *e;
     });
@@ -213,8 +223,9 @@ int main(int argc, char** argv) {
     gpu::CUdeviceptr no_regions = 0;
     void* touch_args[] = {&small, &small_size, &no_regions};
     const auto launch = [&] {
-      check(d, d.cuLaunchKernel(plain.function, touch.kernel->grid, 1, 1, THREECHAINS_GPU_THREADS, 1,
-                                1, 0, ex.stream(), touch_args, nullptr),
+      check(d,
+            d.cuLaunchKernel(plain.function, touch.kernel->grid, 1, 1, THREECHAINS_GPU_THREADS, 1,
+                             1, 0, ex.stream(), touch_args, nullptr),
             "cuLaunchKernel");
     };
     const double sync_us = median_us(iterations, [&] {
@@ -229,34 +240,51 @@ int main(int argc, char** argv) {
       check(d, r, "cuStreamQuery");
     });
     const double plain_us = std::min(sync_us, spin_us);
-    fmt::print("\ncached launch and complete, 16 B payload (median of {}):\n"
-               "  executor (copy in, launch, wait)  {:7.2f} us\n"
-               "  plain cuLaunchKernel + sync       {:7.2f} us\n"
-               "  plain cuLaunchKernel + query spin {:7.2f} us\n  executor / plain: {:.2f}x\n",
-               iterations, run_us, sync_us, spin_us, run_us / plain_us);
+    fmt::print(
+        "\ncached launch and complete, 16 B payload (median of {}):\n"
+        "  executor (copy in, launch, wait)  {:7.2f} us\n"
+        "  plain cuLaunchKernel + sync       {:7.2f} us\n"
+        "  plain cuLaunchKernel + query spin {:7.2f} us\n  executor / plain: {:.2f}x\n",
+        iterations, run_us, sync_us, spin_us, run_us / plain_us);
     put("launch_executor_us", run_us);
     put("launch_plain_sync_us", sync_us);
     put("launch_plain_spin_us", spin_us);
 
-    // 4. Payload bytes/s host to GPU.
-    tc::GpuOptions device_options;
-    device_options.mapped_payload_max = 0;
-    gpu::Executor copying(device_options, kMaxPayload, "");
-    const gpu::KernelLoad touch_copied = copying.load(2, touch_image);
+    // 4. Payload bytes/s host to GPU, as a Receiver's GPU moves them (its
+    // worker process, its shared payload area): mapped, or copied.
+    const auto service_for = [&](std::size_t mapped_max) {
+      tc::GpuOptions service_options;
+      service_options.mapped_payload_max = mapped_max;
+      return std::make_unique<gpu::Service>(service_options, kMaxPayload, "");
+    };
+    const auto mapped_service = service_for(kMaxPayload);
+    const auto copying_service = service_for(0);
+    const gpu::Service::Kernel& touch_mapped = *mapped_service->load(3, touch_image).kernel;
+    const gpu::Service::Kernel& touch_copied = *copying_service->load(3, touch_image).kernel;
+    fmt::print("\nthe Receiver's GPU worker (payload area pinned: {}):\n",
+               mapped_service->info().payload_pinned ? "yes" : "no");
+    const double service_us = median_us(iterations, [&] {
+      if (auto e = mapped_service->run(touch_mapped, payload, 16, false)) throw *e;
+    });
+    fmt::print("  launch and complete, 16 B     {:7.2f} us ({:.2f}x plain)\n", service_us,
+               service_us / plain_us);
+    put("launch_worker_us", service_us);
     void* pinned = nullptr;
     check(d, d.cuMemHostAlloc(&pinned, kMaxPayload, 0), "cuMemHostAlloc");
     gpu::CUdeviceptr target = 0;
     check(d, d.cuMemAlloc(&target, kMaxPayload), "cuMemAlloc");
     std::vector<std::byte> big(kMaxPayload, std::byte{1});
-    fmt::print("\npayload host->GPU (touch kernel reads every word; GB/s):\n"
-               "  {:>9} {:>9} {:>9} {:>12}\n", "bytes", "mapped", "copied", "pinned HtoD");
+    fmt::print(
+        "\npayload host->GPU through the worker (touch kernel reads every word; GB/s):\n"
+        "  {:>9} {:>9} {:>9} {:>12}\n",
+        "bytes", "mapped", "copied", "pinned HtoD");
     for (std::size_t size = 4096; size <= kMaxPayload; size *= 4) {
       const int n = size <= (std::size_t{1} << 20) ? 500 : 20;
       const double mapped = median_us(n, [&] {
-        if (auto e = ex.run(*touch.kernel, big.data(), size, false)) throw *e;
+        if (auto e = mapped_service->run(touch_mapped, big.data(), size, false)) throw *e;
       });
       const double copied = median_us(n, [&] {
-        if (auto e = copying.run(*touch_copied.kernel, big.data(), size, false)) throw *e;
+        if (auto e = copying_service->run(touch_copied, big.data(), size, false)) throw *e;
       });
       const double peak = median_us(n, [&] {
         check(d, d.cuMemcpyHtoDAsync(target, pinned, size, ex.stream()), "cuMemcpyHtoDAsync");
@@ -275,7 +303,8 @@ int main(int argc, char** argv) {
     // 5. Through a Receiver: a GPU ifunc's round trip against a CPU ifunc's.
     const tc::KeyPair key = tc::KeyPair::load(THREECHAINS_DEV_KEY);
     tc::ReceiverOptions options;
-    options.trust = tc::Trust().allow_peer(key.public_key()).allow_native_code_signer(key.public_key());
+    options.trust =
+        tc::Trust().allow_peer(key.public_key()).allow_native_code_signer(key.public_key());
     options.gpu = tc::GpuOptions{};
     uint64_t counter = 0;
     options.target_args = &counter;
@@ -306,13 +335,14 @@ int main(int argc, char** argv) {
     channel.close();
     receiver.stop();
     const double goal = 1.3 * plain_us + cpu_rt;
-    fmt::print("\nthrough a Receiver over shm (send + flush, median of {}):\n"
-               "  first GPU ifunc call      {:9.1f} us (code sent, LLVM, driver JIT, run)\n"
-               "  cached GPU ifunc          {:9.2f} us\n  cached CPU ifunc          {:9.2f} us\n"
-               "  GPU - CPU ifunc           {:9.2f} us against plain launch {:.2f} us: {:.2f}x\n"
-               "  goal: GPU ifunc <= 1.3 x plain launch + CPU round trip = {:.2f} us: {}\n",
-               iterations, first_rt, gpu_rt, cpu_rt, gpu_rt - cpu_rt, plain_us,
-               (gpu_rt - cpu_rt) / plain_us, goal, gpu_rt <= goal ? "met" : "missed");
+    fmt::print(
+        "\nthrough a Receiver over shm (send + flush, median of {}):\n"
+        "  first GPU ifunc call      {:9.1f} us (code sent, LLVM, driver JIT, run)\n"
+        "  cached GPU ifunc          {:9.2f} us\n  cached CPU ifunc          {:9.2f} us\n"
+        "  GPU - CPU ifunc           {:9.2f} us against plain launch {:.2f} us: {:.2f}x\n"
+        "  goal: GPU ifunc <= 1.3 x plain launch + CPU round trip = {:.2f} us: {}\n",
+        iterations, first_rt, gpu_rt, cpu_rt, gpu_rt - cpu_rt, plain_us,
+        (gpu_rt - cpu_rt) / plain_us, goal, gpu_rt <= goal ? "met" : "missed");
     put("receiver_first_gpu_call_us", first_rt);
     put("receiver_gpu_rt_us", gpu_rt);
     put("receiver_cpu_rt_us", cpu_rt);

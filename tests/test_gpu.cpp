@@ -85,13 +85,13 @@ bool gpu_here(std::string& why) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-#define REQUIRE_GPU()                                    \
-  do {                                                   \
-    std::string why_not;                                 \
-    if (!gpu_here(why_not)) {                            \
-      WARN("SKIP: no GPU here: " << why_not);            \
-      return;                                            \
-    }                                                    \
+#define REQUIRE_GPU()                         \
+  do {                                        \
+    std::string why_not;                      \
+    if (!gpu_here(why_not)) {                 \
+      WARN("SKIP: no GPU here: " << why_not); \
+      return;                                 \
+    }                                         \
   } while (false)
 
 std::optional<Error> carry_out(Channel& channel, const Ifunc& ifunc,
@@ -136,7 +136,7 @@ TEST_CASE("GPU ifuncs: the container carries NVPTX bitcode compiled to PTX for t
     CHECK(ptx.entry == "gpu_saxpy_main");
     CHECK_THAT(ptx.text, Catch::Contains(std::string(".target ") + arch));
     CHECK_THAT(ptx.text, Catch::Contains(".entry gpu_saxpy_main"));
-    CHECK_THAT(ptx.text, Catch::Contains("ld.global"));  // it reads x, in global memory
+    CHECK_THAT(ptx.text, Catch::Contains("ld.global"));   // it reads x, in global memory
     CHECK_THAT(ptx.text, Catch::Contains("fma.rn.f32"));  // a * x + y, fused
   }
   // The field sum's shared-memory tree and its one atomic per block.
@@ -262,14 +262,16 @@ struct FaultResult {
   uint64_t kernels;
   uint64_t counter;
   uint64_t trapped;
+  uint64_t region_wrong;  // elements of y the last saxpy (after the restarts) got wrong
   char first_error[256];
 };
 
 }  // namespace
 
-TEST_CASE("GPU ifuncs: a kernel fault and a timeout and PTX the driver rejects are reported "
-          "while the Receiver serves on",
-          "[gpu][ucx]") {
+TEST_CASE(
+    "GPU ifuncs: a kernel fault and a timeout and PTX the driver rejects are reported "
+    "while the Receiver serves on",
+    "[gpu][ucx]") {
   REQUIRE_GPU();
   GpuOptions gpu;
   gpu.kernel_timeout = std::chrono::milliseconds(1000);
@@ -278,11 +280,28 @@ TEST_CASE("GPU ifuncs: a kernel fault and a timeout and PTX the driver rejects a
   ChildTarget<FaultResult> target(
       Transport::shared_memory,
       [](ChildContext& context) {
-        context.receiver.set_target_args(&g_counter, sizeof(g_counter));
-        ChildTarget<FaultResult>::serve_until_closed(context.receiver, 1);
-        const GpuInfo info = context.receiver.gpu_info();
-        FaultResult result{info.context_rebuilds, info.kernels_run, g_counter,
-                           context.receiver.stats().code_trapped, {}};
+        Receiver& receiver = context.receiver;
+        receiver.set_target_args(&g_counter, sizeof(g_counter));
+        // Device memory of this process: it outlives the worker's faults.
+        constexpr std::size_t n = 4096;
+        std::vector<float> x(n);
+        for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i);
+        const std::vector<float> zeros(n, 0.0F);
+        void* dx = receiver.allocate_device("x", n * sizeof(float));
+        void* dy = receiver.allocate_device("y", n * sizeof(float));
+        receiver.copy_to_device(dx, x.data(), n * sizeof(float));
+        receiver.copy_to_device(dy, zeros.data(), n * sizeof(float));
+        ChildTarget<FaultResult>::serve_until_closed(receiver, 1);
+        std::vector<float> y(n);
+        receiver.copy_from_device(y.data(), dy, n * sizeof(float));
+        const GpuInfo info = receiver.gpu_info();
+        FaultResult result{info.context_rebuilds,
+                           info.kernels_run,
+                           g_counter,
+                           receiver.stats().code_trapped,
+                           0,
+                           {}};
+        for (std::size_t i = 0; i < n; ++i) result.region_wrong += y[i] != x[i] ? 1 : 0;
         context.first_error(result.first_error);
         return result;
       },
@@ -302,30 +321,38 @@ TEST_CASE("GPU ifuncs: a kernel fault and a timeout and PTX the driver rejects a
   std::optional<Error> error = carry_out(source.channel, fault, bytes_of(FaultOrder{1, 0}));
   REQUIRE(error.has_value());
   CHECK(error->is(errc::gpu_failed));
-  CHECK_THAT(error->what(), Catch::Contains("gpu_fault") && Catch::Contains("rebuilt"));
+  CHECK_THAT(error->what(), Catch::Contains("gpu_fault") && Catch::Contains("ILLEGAL_ADDRESS") &&
+                                Catch::Contains("started again"));
   honest_work_goes_on();
 
   error = carry_out(source.channel, fault, bytes_of(FaultOrder{2, 0}));
   REQUIRE(error.has_value());
   CHECK(error->is(errc::gpu_failed));
-  CHECK_THAT(error->what(), Catch::Contains("longer than its 1000 ms"));
+  CHECK_THAT(error->what(),
+             Catch::Contains("longer than its 1000 ms") && Catch::Contains("started again"));
   honest_work_goes_on();
 
   const Ifunc bad_ptx = Ifunc::load(TC_GPU_BAD_PTX);
   error = carry_out(source.channel, bad_ptx, {});
   REQUIRE(error.has_value());
   CHECK(error->is(errc::gpu_failed));
-  CHECK_THAT(error->what(), Catch::Contains("could not load its PTX") &&
-                                Catch::Contains("driver's log"));
+  CHECK_THAT(error->what(),
+             Catch::Contains("could not load its PTX") && Catch::Contains("driver's log"));
   honest_work_goes_on();
+
+  // The regions this process exposed reach the third worker too.
+  const Ifunc saxpy = Ifunc::load(TC_GPU_SAXPY);
+  const float one_x = 1.0F;
+  CHECK_FALSE(carry_out(source.channel, saxpy, bytes_of(one_x)).has_value());
 
   source.channel.close();
   const FaultResult result = target.result();
   INFO(result.first_error);
   CHECK(result.rebuilds == 2);
-  CHECK(result.kernels == 4);  // the honest ones
+  CHECK(result.kernels == 5);  // the honest ones
   CHECK(result.counter == expected);
   CHECK(result.trapped == 2);
+  CHECK(result.region_wrong == 0);
 }
 
 namespace {
@@ -365,7 +392,7 @@ TEST_CASE("GPU ifuncs: the host part sends the GPU's answer back (field_sum over
   double expected = 0;
   for (std::size_t i = 0; i < kField; ++i) expected += static_cast<double>(i % 7);
   for (uint32_t sequence = 1; sequence <= 3; ++sequence) {
-    const struct field_sum request{FIELD_SUM_REQUEST, sequence, 0, 0.0, 0};
+    const struct field_sum request { FIELD_SUM_REQUEST, sequence, 0, 0.0, 0 };
     mesh.node().send(1, field_sum, request);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (g_answer.sequence != sequence && std::chrono::steady_clock::now() < deadline)

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   tb::Request request;
   std::string codec = "bitcode";
   std::string output;
+  bool gpu_only = false;
   app.add_option("sources", request.sources,
                  "C/C++ (.c .cc .cpp .cxx), Fortran (.f .f90 ...), Rust (.rs), or prebuilt "
                  ".bc/.ll (bitcode) and .o (binary); TRIPLE=FILE for a prebuilt input of one "
@@ -29,6 +30,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"bitcode", "binary", "both"}));
   app.add_option("-t,--triple", request.triples,
                  "target triple (repeatable; default x86_64-linux-gnu aarch64-linux-gnu)");
+  app.add_option("--gpu", request.gpus,
+                 "also compile the C/C++ sources for this GPU (nvptx64): the target's GPU runs "
+                 "<name>_main as a kernel (docs/gpu.md)")
+      ->check(CLI::IsMember({"nvptx64"}));
+  app.add_flag("--gpu-only", gpu_only, "no CPU images (with --gpu)");
   app.add_option("-O", request.optimisation, "optimisation level of the compile (0..3)")
       ->check(CLI::Range(0, 3));
   app.add_flag("--preoptimised", request.preoptimised,
@@ -52,7 +58,12 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", request.verbose, "print each command");
   CLI11_PARSE(app, argc, argv);
 
-  if (request.triples.empty()) request.triples = {"x86_64-linux-gnu", "aarch64-linux-gnu"};
+  if (gpu_only && request.gpus.empty()) {
+    fmt::print(stderr, "threechains-build: --gpu-only needs --gpu nvptx64\n");
+    return 2;
+  }
+  if (request.triples.empty() && !gpu_only)
+    request.triples = {"x86_64-linux-gnu", "aarch64-linux-gnu"};
   if (output.empty()) output = request.name + ".tcc";
   if (codec == "both") {
     const std::string stem =

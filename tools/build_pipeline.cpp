@@ -243,6 +243,22 @@ class Pipeline {
                                triple, bitcode ? "bc" : "o");
     const std::string level = fmt::format("-O{}", request_.optimisation);
     std::vector<std::string> command;
+    if (is_gpu_triple(triple)) {
+      // GPU code: freestanding C or C++, shipped unoptimised as bitcode (the
+      // target compiles it for its GPU; docs/gpu.md).
+      if (input.language != Language::c_family)
+        throw std::runtime_error(input.path + ": GPU code is built from C and C++ sources only");
+      command = {tool("THREECHAINS_CLANG", {"clang-22", "/usr/lib/llvm-22/bin/clang"}, "clang-22"),
+                 "--target=" + triple, "-ffreestanding", level, "-g0", "-emit-llvm",
+                 "-I" + ifunc_include_dir()};
+      if (request_.optimisation > 0) command.insert(command.end(), {"-Xclang", "-disable-llvm-optzns"});
+      for (const std::string& dir : request_.include_dirs) command.push_back("-I" + dir);
+      for (const std::string& define : request_.defines) command.push_back("-D" + define);
+      command.insert(command.end(), request_.extra_flags.begin(), request_.extra_flags.end());
+      command.insert(command.end(), {"-c", input.path, "-o", out.string()});
+      run(command, request_.verbose);
+      return out;
+    }
     switch (input.language) {
       case Language::c_family: {
         command = {
@@ -342,6 +358,13 @@ std::vector<Built> build(const Request& request) {
     for (const std::string& triple : request.triples) {
       library.images.push_back(
           {triple, output.codec, read_file(pipeline.image(triple, output.codec))});
+      triples += (triples.empty() ? "" : ", ") + triple;
+    }
+    for (const std::string& gpu : request.gpus) {
+      if (gpu != "nvptx64") throw std::runtime_error("GPU '" + gpu + "' is not supported (nvptx64 is)");
+      const std::string triple = "nvptx64-nvidia-cuda";
+      library.images.push_back(
+          {triple, CodecId::bitcode, read_file(pipeline.image(triple, CodecId::bitcode))});
       triples += (triples.empty() ? "" : ", ") + triple;
     }
     std::vector<std::byte> container = output.codec == CodecId::bitcode

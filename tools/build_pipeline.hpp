@@ -19,6 +19,7 @@ struct Request {
   std::string name;
   std::vector<std::string> sources;  // source files, prebuilt .bc/.ll/.o, or TRIPLE=FILE
   std::vector<std::string> triples;
+  std::vector<std::string> gpus;  // GPU architectures (nvptx64): a GPU image in every container
   int optimisation = 2;
   bool preoptimised = false;
   bool prelinked = false;  // binary images linked here into a position-independent image

@@ -11,8 +11,8 @@
 
 #include <threechains/threechains.hpp>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <poll.h>
 #include <sys/wait.h>
@@ -172,8 +172,8 @@ int main(int argc, char** argv) {
                g_answer.sum, g_answer.elements, expected);
     fmt::print("  first call  {:10.1f} us  (code sent, LLVM -> PTX, driver JIT, kernel, answer)\n",
                first_us);
-    fmt::print("  cached call {:10.1f} us  median of {} round trips: {:.0f} GB/s of field\n", median,
-               calls, bytes / median / 1e3);
+    fmt::print("  cached call {:10.1f} us  median of {} round trips: {:.0f} GB/s of field\n",
+               median, calls, bytes / median / 1e3);
     fmt::print("  answers wrong: {}\n", wrong);
     rc = wrong == 0 ? 0 : 1;
     const char done = 'q';

@@ -209,9 +209,10 @@ class Receiver {
   [[nodiscard]] GpuInfo gpu_info() const;
   // Device memory GPU ifuncs see in their region table, in the order
   // exposed (the GPU analogue of target_args): memory the application
-  // allocated in the device's primary context (cudaMalloc, cuMemAlloc).
-  // After a kernel fault the context is rebuilt and such memory is gone:
-  // expose new memory then. Throw errc::gpu_failed without a GPU, and
+  // allocated in the device's primary context (cudaMalloc, cuMemAlloc; the
+  // GPU worker opens it through CUDA IPC, so not cudaMallocAsync pools).
+  // It survives a kernel fault (the worker's context faults, not this
+  // process's). Throw errc::gpu_failed without a GPU, and
   // errc::invalid_argument while the progress thread runs.
   void expose_device(const std::string& name, void* device_address, std::size_t bytes);
   // Allocates device memory owned by this Receiver and exposes it; its device

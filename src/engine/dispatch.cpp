@@ -1,7 +1,7 @@
 // Engine, target side: frames out of the rings (or Active Messages) into the
 // JIT cache, cache misses, credits back to the sources.
 #include "engine/engine.hpp"
-#include "gpu/executor.hpp"
+#include "gpu/gpu_service.hpp"
 #include "jit/container_images.hpp"
 
 #include <cstdio>
@@ -163,7 +163,7 @@ std::optional<ConfinedTrap> Engine::run_gpu(const CachedIfunc& ifunc, void* payl
                                             std::size_t size) {
   Target& t = *target_;
   std::optional<Error> failed =
-      t.gpu->run(*static_cast<const gpu::Kernel*>(ifunc.gpu), static_cast<std::byte*>(payload),
+      t.gpu->run(*static_cast<const gpu::Service::Kernel*>(ifunc.gpu), static_cast<std::byte*>(payload),
                  size, ifunc.gpu_complete != nullptr);
   if (failed) [[unlikely]] {
     t.gpu_error = std::move(failed);
@@ -475,7 +475,7 @@ LoadResult Engine::load_with_gpu(CodeId id, CodecId codec, std::span<const std::
     }
   }
   try {
-    const gpu::KernelLoad kernel = t.gpu->load(id, *gpu_image);
+    const gpu::Service::Loaded kernel = t.gpu->load(id, *gpu_image);
     const auto complete =
         cpu_loaded ? reinterpret_cast<IfuncMain>(t.cache.lookup(id, gpu_image->name + "_complete"))
                    : nullptr;

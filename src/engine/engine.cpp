@@ -1,7 +1,7 @@
 // Engine: set-up, control messages, link lifetimes. The dispatch path (frames
 // into the JIT cache) is in dispatch.cpp, the send path in send_path.cpp.
 #include "engine/engine.hpp"
-#include "gpu/executor.hpp"
+#include "gpu/gpu_service.hpp"
 #include "engine/fault_report.hpp"
 
 #include "engine/admission.hpp"
@@ -81,7 +81,7 @@ Target::Target(const Worker& worker, ReceiverOptions receiver_options,
     // A GPU that cannot be opened costs its GPU ifuncs, never the Receiver:
     // they are refused with this reason, CPU ifuncs run as ever.
     try {
-      gpu = std::make_unique<gpu::Executor>(*options.gpu, options.max_slot_size,
+      gpu = std::make_unique<gpu::Service>(*options.gpu, options.max_slot_size,
                                             options.jit.code_cache_directory);
     } catch (const Error& e) {
       gpu_unavailable = e.context();

@@ -44,7 +44,7 @@
 #include <vector>
 
 namespace threechains::gpu {
-class Executor;
+class Service;
 }
 
 namespace threechains::detail {
@@ -76,7 +76,7 @@ struct Target {
   // ReceiverOptions::gpu: the GPU executor (null without one, or if it could
   // not be opened: gpu_unavailable says why). It owns the kernels that
   // CachedIfunc::gpu entries of `cache` point to; Engine::forget evicts both.
-  std::unique_ptr<gpu::Executor> gpu;
+  std::unique_ptr<gpu::Service> gpu;
   std::string gpu_unavailable;
   std::optional<Error> gpu_error;  // the last GPU failure, for trap_error
   JitCache cache;

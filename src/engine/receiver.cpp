@@ -1,6 +1,6 @@
 // threechains::Receiver: a handle on its Worker's engine in the target role.
 #include "engine/engine.hpp"
-#include "gpu/executor.hpp"
+#include "gpu/gpu_service.hpp"
 
 #include <algorithm>
 
@@ -129,7 +129,7 @@ GpuInfo Receiver::gpu_info() const {
 }
 
 namespace {
-gpu::Executor& gpu_of(detail::Engine& engine, const char* what) {
+gpu::Service& gpu_of(detail::Engine& engine, const char* what) {
   engine.check_not_threaded(what);
   detail::Target& t = engine.target();
   if (!t.gpu) {

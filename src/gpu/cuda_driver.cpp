@@ -5,7 +5,6 @@
 
 #include <dlfcn.h>
 
-
 namespace threechains::gpu {
 namespace {
 
@@ -60,6 +59,8 @@ Loaded load_driver() {
   resolve(library, "cuMemHostAlloc", d.cuMemHostAlloc, missing);
   resolve(library, "cuMemFreeHost", d.cuMemFreeHost, missing);
   resolve(library, "cuMemHostGetDevicePointer_v2", d.cuMemHostGetDevicePointer, missing);
+  resolve(library, "cuMemHostRegister_v2", d.cuMemHostRegister, missing);
+  resolve(library, "cuMemHostUnregister", d.cuMemHostUnregister, missing);
   resolve(library, "cuMemcpyHtoD_v2", d.cuMemcpyHtoD, missing);
   resolve(library, "cuMemcpyDtoH_v2", d.cuMemcpyDtoH, missing);
   resolve(library, "cuMemcpyHtoDAsync_v2", d.cuMemcpyHtoDAsync, missing);
@@ -70,6 +71,10 @@ Loaded load_driver() {
   resolve(library, "cuEventSynchronize", d.cuEventSynchronize, missing);
   resolve(library, "cuEventElapsedTime", d.cuEventElapsedTime, missing);
   resolve(library, "cuEventDestroy_v2", d.cuEventDestroy, missing);
+  resolve(library, "cuMemGetAddressRange_v2", d.cuMemGetAddressRange, missing);
+  resolve(library, "cuIpcGetMemHandle", d.cuIpcGetMemHandle, missing);
+  resolve(library, "cuIpcOpenMemHandle_v2", d.cuIpcOpenMemHandle, missing);
+  resolve(library, "cuIpcCloseMemHandle", d.cuIpcCloseMemHandle, missing);
   resolve(library, "cuGetErrorName", d.cuGetErrorName, missing);
   resolve(library, "cuGetErrorString", d.cuGetErrorString, missing);
   if (!missing.empty()) {

@@ -18,6 +18,11 @@ using CUfunction = struct CUfunc_st*;
 using CUstream = struct CUstream_st*;
 using CUevent = struct CUevent_st*;
 
+// A device allocation as another process opens it (cuIpcGetMemHandle).
+struct CUipcMemHandle {
+  char reserved[64];
+};
+
 inline constexpr CUresult CUDA_SUCCESS = 0;
 inline constexpr CUresult CUDA_ERROR_NOT_READY = 600;
 inline constexpr CUresult CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222;
@@ -34,7 +39,10 @@ inline constexpr int CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6;
 inline constexpr unsigned CU_MEMHOSTALLOC_PORTABLE = 1;
 inline constexpr unsigned CU_MEMHOSTALLOC_DEVICEMAP = 2;
 inline constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
+inline constexpr unsigned CU_MEMHOSTREGISTER_PORTABLE = 1;
+inline constexpr unsigned CU_MEMHOSTREGISTER_DEVICEMAP = 2;
 inline constexpr unsigned CU_EVENT_DEFAULT = 0;
+inline constexpr unsigned CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1;
 
 // The driver's entry points, resolved once per process.
 struct Driver {
@@ -52,8 +60,8 @@ struct Driver {
   CUresult (*cuModuleLoadDataEx)(CUmodule*, const void*, unsigned, int*, void**);
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
   CUresult (*cuModuleUnload)(CUmodule);
-  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             unsigned, unsigned, CUstream, void**, void**);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void**, void**);
   CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, std::size_t);
   CUresult (*cuStreamCreate)(CUstream*, unsigned);
   CUresult (*cuStreamDestroy)(CUstream);
@@ -64,6 +72,8 @@ struct Driver {
   CUresult (*cuMemHostAlloc)(void**, std::size_t, unsigned);
   CUresult (*cuMemFreeHost)(void*);
   CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr*, void*, unsigned);
+  CUresult (*cuMemHostRegister)(void*, std::size_t, unsigned);
+  CUresult (*cuMemHostUnregister)(void*);
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, std::size_t);
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, std::size_t);
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, std::size_t, CUstream);
@@ -74,6 +84,10 @@ struct Driver {
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
   CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuMemGetAddressRange)(CUdeviceptr*, std::size_t*, CUdeviceptr);
+  CUresult (*cuIpcGetMemHandle)(CUipcMemHandle*, CUdeviceptr);
+  CUresult (*cuIpcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned);
+  CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
   CUresult (*cuGetErrorName)(CUresult, const char**);
   CUresult (*cuGetErrorString)(CUresult, const char**);
 

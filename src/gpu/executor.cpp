@@ -6,9 +6,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #if defined(__x86_64__)
@@ -17,12 +14,6 @@
 
 namespace threechains::gpu {
 namespace {
-
-std::string hex_id(CodeId id) {
-  char text[17];
-  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(id));
-  return text;
-}
 
 void cpu_relax() noexcept {
 #if defined(__x86_64__)
@@ -53,17 +44,15 @@ bool poisons_context(CUresult result) {
 
 }  // namespace
 
-Executor::Executor(const GpuOptions& options, std::size_t max_payload, std::string cache_directory)
+Executor::Executor(const GpuOptions& options, std::size_t max_payload)
     : driver_(Driver::get()),
       options_(options),
-      max_payload_(std::max<std::size_t>(max_payload, 16)),
-      cache_directory_(std::move(cache_directory)),
-      libdevice_(options.libdevice.empty() ? find_libdevice() : options.libdevice) {
+      max_payload_(std::max<std::size_t>(max_payload, 16)) {
   int count = 0;
   check(driver_.cuDeviceGetCount(&count), "cuDeviceGetCount");
   if (options.device < 0 || options.device >= count) {
-    throw Error(errc::gpu_failed, "no CUDA device " + std::to_string(options.device) + " (this host has " +
-                                      std::to_string(count) + ")");
+    throw Error(errc::gpu_failed, "no CUDA device " + std::to_string(options.device) +
+                                      " (this host has " + std::to_string(count) + ")");
   }
   check(driver_.cuDeviceGet(&device_, options.device), "cuDeviceGet");
   check(driver_.cuDriverGetVersion(&info_.driver_version), "cuDriverGetVersion");
@@ -89,9 +78,8 @@ Executor::Executor(const GpuOptions& options, std::size_t max_payload, std::stri
 }
 
 Executor::~Executor() {
-  for (auto& [id, kernel] : kernels_) {
-    if (kernel->module != nullptr && kernel->generation == generation_)
-      (void)driver_.cuModuleUnload(kernel->module);
+  if (!poisoned_) {  // a poisoned context frees nothing: it goes with the process
+    for (auto& [id, kernel] : kernels_) (void)driver_.cuModuleUnload(kernel->module);
   }
   release_context();
 }
@@ -123,10 +111,18 @@ void Executor::open_context() {
 
 void Executor::release_context() noexcept {
   if (context_ == nullptr) return;
+  if (poisoned_) {
+    (void)driver_.cuDevicePrimaryCtxRelease(device_);
+    context_ = nullptr;
+    return;
+  }
   (void)driver_.cuCtxSetCurrent(context_);
   for (Region& region : regions_) {
     if (region.owned) (void)driver_.cuMemFree(region.base);
+    if (region.opened != 0) (void)driver_.cuIpcCloseMemHandle(region.opened);
   }
+  if (adopted_ != nullptr) (void)driver_.cuMemHostUnregister(adopted_);
+  adopted_ = nullptr;
   if (region_table_ != 0) (void)driver_.cuMemFree(region_table_);
   if (device_payload_ != 0) (void)driver_.cuMemFree(device_payload_);
   if (pinned_ != nullptr) (void)driver_.cuMemFreeHost(pinned_);
@@ -136,30 +132,6 @@ void Executor::release_context() noexcept {
   stream_ = nullptr;
   (void)driver_.cuDevicePrimaryCtxRelease(device_);
   context_ = nullptr;
-}
-
-void Executor::rebuild_context() noexcept {
-  // Everything of the old context is gone with it: the modules (loaded again
-  // on their next run), and device memory, the exposed regions' too (their
-  // owners must expose new memory).
-  ++generation_;
-  ++info_.context_rebuilds;
-  regions_.clear();
-  // Nothing of the old context is freed one by one: cuMemFree waits for the
-  // device, where a kernel past its deadline still runs. Resetting the
-  // primary context destroys it all, that kernel included.
-  (void)driver_.cuDevicePrimaryCtxRelease(device_);
-  (void)driver_.cuDevicePrimaryCtxReset(device_);
-  context_ = nullptr;
-  stream_ = nullptr;
-  pinned_ = nullptr;
-  pinned_device_ = device_payload_ = region_table_ = 0;
-  try {
-    open_context();
-  } catch (...) {
-    info_.available = false;
-    info_.why_not = "the GPU context could not be rebuilt after a fault";
-  }
 }
 
 void Executor::publish_regions() {
@@ -181,6 +153,36 @@ void Executor::expose(const std::string& name, CUdeviceptr base, std::size_t byt
   check(driver_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
   regions_.push_back({name, base, bytes, false});
   publish_regions();
+}
+
+bool Executor::adopt_payload_buffer(std::byte* host, std::size_t bytes) noexcept {
+  if (driver_.cuCtxSetCurrent(context_) != CUDA_SUCCESS ||
+      driver_.cuMemHostRegister(
+          host, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS)
+    return false;
+  CUdeviceptr device = 0;
+  if (driver_.cuMemHostGetDevicePointer(&device, host, 0) != CUDA_SUCCESS) {
+    (void)driver_.cuMemHostUnregister(host);
+    return false;
+  }
+  adopted_ = host;
+  adopted_bytes_ = bytes;
+  adopted_device_ = device;
+  return true;
+}
+
+void Executor::expose_ipc(const CUipcMemHandle& handle, std::size_t offset, std::size_t bytes) {
+  check(driver_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+  CUdeviceptr opened = 0;
+  check(driver_.cuIpcOpenMemHandle(&opened, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+        "cuIpcOpenMemHandle (a device region of the Receiver's process)");
+  try {
+    expose("region " + std::to_string(regions_.size()), opened + offset, bytes);
+  } catch (...) {
+    (void)driver_.cuIpcCloseMemHandle(opened);
+    throw;
+  }
+  regions_.back().opened = opened;
 }
 
 CUdeviceptr Executor::allocate(const std::string& name, std::size_t bytes) {
@@ -206,10 +208,6 @@ void Executor::copy_to_device(CUdeviceptr to, const void* from, std::size_t byte
 void Executor::copy_from_device(void* to, CUdeviceptr from, std::size_t bytes) {
   check(driver_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
   check(driver_.cuMemcpyDtoH(to, from, bytes), "cuMemcpyDtoH");
-}
-
-std::string Executor::cache_path(CodeId id) const {
-  return cache_directory_ + "/gpu-" + hex_id(id) + "-" + info_.arch + ".ptx";
 }
 
 void Executor::load_module(Kernel& kernel, std::chrono::nanoseconds* driver_time) {
@@ -243,51 +241,13 @@ void Executor::load_module(Kernel& kernel, std::chrono::nanoseconds* driver_time
                                       kernel.ptx.entry + "': " + driver_.describe(r));
   }
   int per_multiprocessor = 0;
-  if (driver_.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, function,
-                                                          THREECHAINS_GPU_THREADS, 0) !=
-          CUDA_SUCCESS ||
+  if (driver_.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_multiprocessor, function, THREECHAINS_GPU_THREADS, 0) != CUDA_SUCCESS ||
       per_multiprocessor < 1)
     per_multiprocessor = 1;
   kernel.module = module;
   kernel.function = function;
   kernel.grid = static_cast<unsigned>(per_multiprocessor * std::max(info_.multiprocessors, 1));
-  kernel.generation = generation_;
-}
-
-KernelLoad Executor::load(CodeId id, const ParsedImage& image) {
-  if (!info_.available) throw Error(errc::gpu_failed, "the GPU is unavailable: " + info_.why_not);
-  KernelLoad result;
-  Ptx ptx;
-  const std::string path = cache_directory_.empty() ? std::string() : cache_path(id);
-  if (!path.empty()) {
-    std::ifstream in(path, std::ios::binary);
-    std::string header;
-    if (in && std::getline(in, header) && header.starts_with("// threechains ptx ")) {
-      std::stringstream text;
-      text << in.rdbuf();
-      ptx.text = text.str();
-      ptx.entry = image.name + "_main";
-      result.from_cache = !ptx.text.empty();
-    }
-  }
-  if (!result.from_cache) {
-    const auto started = std::chrono::steady_clock::now();
-    ptx = compile_ptx(image, {info_.arch, options_.optimisation_level, libdevice_});
-    result.compile = std::chrono::steady_clock::now() - started;
-    if (!path.empty()) {
-      // Written whole, then renamed: a reader never sees half of it.
-      const std::string temporary = path + ".tmp";
-      std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-      out << "// threechains ptx " << hex_id(id) << ' ' << info_.arch << '\n' << ptx.text;
-      out.close();
-      std::error_code ignored;
-      if (out) std::filesystem::rename(temporary, path, ignored);
-    }
-  }
-  KernelLoad loaded = load_ptx(id, image.name, std::move(ptx));
-  loaded.compile = result.compile;
-  loaded.from_cache = result.from_cache;
-  return loaded;
 }
 
 KernelLoad Executor::load_ptx(CodeId id, std::string name, Ptx ptx) {
@@ -305,34 +265,31 @@ KernelLoad Executor::load_ptx(CodeId id, std::string name, Ptx ptx) {
 void Executor::unload(CodeId id) noexcept {
   const auto it = kernels_.find(id);
   if (it == kernels_.end()) return;
-  if (it->second->module != nullptr && it->second->generation == generation_) {
+  if (it->second->module != nullptr && !poisoned_) {
     (void)driver_.cuCtxSetCurrent(context_);
     (void)driver_.cuModuleUnload(it->second->module);
   }
   kernels_.erase(it);
 }
 
-std::optional<Error> Executor::run(const Kernel& constant_kernel, std::byte* payload,
-                                   std::size_t size, bool copy_back) noexcept {
-  // The executor owns every Kernel it hands out; a rebuilt context reloads it.
-  auto& kernel = const_cast<Kernel&>(constant_kernel);
+std::optional<Error> Executor::run(const Kernel& kernel, std::byte* payload, std::size_t size,
+                                   bool copy_back) noexcept {
   const char* step = "cuCtxSetCurrent";
-  CUresult result = CUDA_SUCCESS;
   try {
-    if (!info_.available) throw Error(errc::gpu_failed, "the GPU is unavailable: " + info_.why_not);
+    if (poisoned_) throw Error(errc::gpu_failed, "the GPU context faulted before");
     if (size > max_payload_) {
       throw Error(errc::limit_exceeded, "a payload of " + std::to_string(size) +
                                             " bytes, over the GPU's payload buffer of " +
                                             std::to_string(max_payload_));
     }
-    result = driver_.cuCtxSetCurrent(context_);
-    if (result == CUDA_SUCCESS && kernel.generation != generation_) [[unlikely]]
-      load_module(kernel, nullptr);
+    CUresult result = driver_.cuCtxSetCurrent(context_);
     const bool mapped = size <= options_.mapped_payload_max;
-    CUdeviceptr where = mapped ? pinned_device_ : device_payload_;
+    // A payload in the adopted (pinned, mapped) buffer is used where it is.
+    const bool in_place = payload == adopted_ && size <= adopted_bytes_;
+    CUdeviceptr where = !mapped ? device_payload_ : in_place ? adopted_device_ : pinned_device_;
     if (result == CUDA_SUCCESS && size != 0) {
       if (mapped) {
-        std::memcpy(pinned_, payload, size);
+        if (!in_place) std::memcpy(pinned_, payload, size);
       } else {
         step = "cuMemcpyHtoDAsync (the payload)";
         result = driver_.cuMemcpyHtoDAsync(device_payload_, payload, size, stream_);
@@ -350,37 +307,25 @@ std::optional<Error> Executor::run(const Kernel& constant_kernel, std::byte* pay
       result = driver_.cuMemcpyDtoHAsync(payload, device_payload_, size, stream_);
     }
     if (result == CUDA_SUCCESS) {
-      // Completion: the stream, polled (a blocking wait costs a wake-up),
-      // against the deadline.
+      // Completion: the stream, polled (a blocking wait costs a wake-up). A
+      // kernel that never ends is the Receiver's to stop (it ends this
+      // process: GpuOptions::kernel_timeout).
       step = "the kernel";
-      const auto deadline = std::chrono::steady_clock::now() + options_.kernel_timeout;
       unsigned polls = 0;
       while ((result = driver_.cuStreamQuery(stream_)) == CUDA_ERROR_NOT_READY) {
-        if ((++polls & 63) != 0) {
+        if (++polls < (1u << 16)) {
           cpu_relax();
-          continue;
+        } else {
+          std::this_thread::yield();  // a long kernel: let others run
         }
-        const auto now = std::chrono::steady_clock::now();
-        if (now > deadline) {
-          rebuild_context();
-          return Error(errc::gpu_failed,
-                       "GPU ifunc '" + kernel.name + "' ran longer than its " +
-                           std::to_string(options_.kernel_timeout.count()) +
-                           " ms (GpuOptions::kernel_timeout): the GPU context was rebuilt to "
-                           "stop it, and device memory exposed before is gone");
-        }
-        if (polls > (1u << 16)) std::this_thread::yield();  // a long kernel: let others run
       }
     }
     if (result != CUDA_SUCCESS) [[unlikely]] {
-      std::string why = "GPU ifunc '" + kernel.name + "': " + step + ": " + driver_.describe(result);
-      if (poisons_context(result)) {
-        rebuild_context();
-        why += "; the GPU context was rebuilt (device memory exposed before is gone)";
-      }
-      return Error(errc::gpu_failed, why);
+      poisoned_ = poisons_context(result);
+      return Error(errc::gpu_failed,
+                   "GPU ifunc '" + kernel.name + "': " + step + ": " + driver_.describe(result));
     }
-    if (copy_back && mapped && size != 0) std::memcpy(payload, pinned_, size);
+    if (copy_back && mapped && !in_place && size != 0) std::memcpy(payload, pinned_, size);
     ++info_.kernels_run;
     return std::nullopt;
   } catch (const Error& error) {

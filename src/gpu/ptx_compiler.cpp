@@ -75,8 +75,9 @@ bool check_imports(const llvm::Module& module, const ParsedImage& image) {
 void link_libdevice(llvm::Module& module, const ParsedImage& image, const std::string& path) {
   if (path.empty()) {
     throw Error(errc::dependency_not_found,
-                where(image) + " calls libdevice (__nv_* functions), and this target has no "
-                               "libdevice.10.bc (install CUDA, or name it in GpuOptions::libdevice)");
+                where(image) +
+                    " calls libdevice (__nv_* functions), and this target has no "
+                    "libdevice.10.bc (install CUDA, or name it in GpuOptions::libdevice)");
   }
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer) {
@@ -145,7 +146,8 @@ Ptx compile_ptx(const ParsedImage& image, const PtxOptions& options) {
   ptx.entry = image.name + "_main";
   const llvm::Function* entry = module->getFunction(ptx.entry);
   if (entry == nullptr || entry->isDeclaration()) {
-    throw Error(errc::symbol_not_found, where(image) + ": its image defines no '" + ptx.entry + "'");
+    throw Error(errc::symbol_not_found,
+                where(image) + ": its image defines no '" + ptx.entry + "'");
   }
   if (entry->getCallingConv() != llvm::CallingConv::PTX_Kernel) {
     throw Error(errc::symbol_not_found,
