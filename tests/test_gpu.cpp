@@ -180,6 +180,9 @@ TEST_CASE("GPU ifuncs: a Receiver without a GPU refuses them with the reason and
   REQUIRE(error.has_value());
   CHECK(error->is(errc::gpu_failed));
   CHECK_THAT(error->what(), Catch::Contains("gpu_saxpy") && Catch::Contains("no GPU"));
+  // The real cause, not only the prefix: no driver here (or none that starts).
+  CHECK_THAT(error->what(), Catch::Contains("libcuda.so.1") || Catch::Contains("cuInit") ||
+                                Catch::Contains("CUDA device"));
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   const uint64_t increment = 5;
   CHECK_FALSE(carry_out(source.channel, counter, bytes_of(increment)).has_value());
@@ -187,6 +190,29 @@ TEST_CASE("GPU ifuncs: a Receiver without a GPU refuses them with the reason and
   const CounterResult result = target.result();
   CHECK(result.counter == 5);
   CHECK_THAT(result.first_error, Catch::Contains("no GPU"));
+}
+
+TEST_CASE("GPU ifuncs: GPU code from a signer trusted for confined code only is refused",
+          "[gpu][trust][ucx]") {
+  // Refused before anything of it is compiled or any GPU is asked: this runs
+  // with a GPU or without.
+  ReceiverOptions options = with_gpu();
+  const PublicKey key = test_identity().public_key();
+  options.trust = Trust().allow_peer(key).allow_code_signer(key);
+  auto target = counter_target(Transport::shared_memory, nullptr, options);
+  TestSource source(Transport::shared_memory, target.port());
+  const float a = 2.0F;
+  const std::optional<Error> error =
+      carry_out(source.channel, Ifunc::load(TC_GPU_SAXPY), bytes_of(a));
+  REQUIRE(error.has_value());
+  CHECK(error->is(errc::code_refused));
+  CHECK_THAT(error->what(), Catch::Contains("cannot be confined"));
+  // Confined CPU code from the same signer runs.
+  const uint64_t increment = 3;
+  CHECK_FALSE(
+      carry_out(source.channel, Ifunc::load(TC_COUNTER_BITCODE), bytes_of(increment)).has_value());
+  source.channel.close();
+  CHECK(target.result().counter == 3);
 }
 
 namespace {
@@ -234,7 +260,9 @@ TEMPLATE_TEST_CASE("GPU ifuncs run on the target's GPU over the device memory it
         context.first_error(result.first_error);
         return result;
       },
-      with_gpu());
+      // Over tcp every payload is copied into device memory; over shm the
+      // kernel reads it in pinned host memory (both ways tested).
+      with_gpu({.mapped_payload_max = std::is_same_v<TestType, Tcp> ? 0 : std::size_t{1} << 18}));
   TestSource source(TestType::transport, target.port(), options_for<TestType>());
   const Ifunc saxpy = Ifunc::load(TC_GPU_SAXPY);
   const float a = 2.0F;

@@ -135,11 +135,12 @@ class JitCache {
     const auto it = entries_.find(id);
     return it == entries_.end() ? nullptr : &it->second;
   }
-  // The entry point of unconfined code loaded as `id` (to call directly), or
-  // nullptr if it is not cached or runs confined.
+  // The entry point of unconfined CPU code loaded as `id` (to call
+  // directly), or nullptr if it is not cached, runs confined or on a GPU.
   [[nodiscard]] IfuncMain find(CodeId id) const noexcept {
     const CachedIfunc* ifunc = find_ifunc(id);
-    return ifunc == nullptr || ifunc->confined != nullptr ? nullptr : ifunc->main;
+    return ifunc == nullptr || ifunc->confined != nullptr || ifunc->gpu != nullptr ? nullptr
+                                                                                   : ifunc->main;
   }
   // Runs a cached ifunc on `payload`. nullopt: it returned; a trap: confined
   // code broke a rule and was stopped there (nothing of it runs on).

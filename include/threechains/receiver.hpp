@@ -206,6 +206,7 @@ class Receiver {
   [[nodiscard]] void* target_args() const noexcept;
 
   // The GPU (ReceiverOptions::gpu): what it is, or why it is not there.
+  // Throws errc::invalid_argument while the progress thread runs.
   [[nodiscard]] GpuInfo gpu_info() const;
   // Device memory GPU ifuncs see in their region table, in the order
   // exposed (the GPU analogue of target_args): memory the application

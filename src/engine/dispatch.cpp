@@ -474,13 +474,16 @@ LoadResult Engine::load_with_gpu(CodeId id, CodecId codec, std::span<const std::
       if (!error.is(errc::no_image_for_target)) throw;
     }
   }
+  bool gpu_loaded = false;
   try {
     const gpu::Service::Loaded kernel = t.gpu->load(id, *gpu_image);
+    gpu_loaded = true;
     const auto complete =
         cpu_loaded ? reinterpret_cast<IfuncMain>(t.cache.lookup(id, gpu_image->name + "_complete"))
                    : nullptr;
     t.cache.adopt_gpu(id, kernel.kernel, complete);
   } catch (...) {
+    if (gpu_loaded) t.gpu->unload(id);
     if (cpu_loaded) (void)t.cache.evict(id);
     throw;
   }
@@ -558,7 +561,9 @@ void Engine::install(const Ifunc& ifunc, Confine confine) {
   Target& t = *target_;
   if (t.cache.contains(ifunc.id()) && t.code_store.contains(ifunc.id())) return;
   if (!t.cache.contains(ifunc.id())) {
-    const LoadResult result = t.cache.load(ifunc.id(), ifunc.codec(), ifunc.code(), confine);
+    const LoadResult result = t.options.gpu
+                                  ? load_with_gpu(ifunc.id(), ifunc.codec(), ifunc.code(), confine)
+                                  : t.cache.load(ifunc.id(), ifunc.codec(), ifunc.code(), confine);
     t.digests.insert_or_assign(ifunc.id(), content_digest(ifunc.code()));
     t.names.insert_or_assign(ifunc.id(), ifunc.name());
     ifunc_record(ifunc.id()).name = ifunc.name();

@@ -121,6 +121,7 @@ void Receiver::set_target_args(void* args, std::size_t bytes) {
 }
 
 GpuInfo Receiver::gpu_info() const {
+  engine_->check_not_threaded("Receiver::gpu_info");  // the thread may be restarting the worker
   const detail::Target& t = engine_->target();
   if (t.gpu) return t.gpu->info();
   GpuInfo info;

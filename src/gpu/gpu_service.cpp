@@ -1,6 +1,8 @@
 // A Receiver's GPU: kernels compiled here, run in a worker process.
 #include "gpu/gpu_service.hpp"
 
+#include <llvm/Config/llvm-config.h>
+
 #include <threechains/ifunc.h>
 
 #include <dlfcn.h>
@@ -108,12 +110,11 @@ Service::Service(const GpuOptions& options, std::size_t max_payload, std::string
 }
 
 Service::~Service() {
-  if (pid_ > 0) {
-    // Asked to go; killed if it does not within a second (a kernel still runs).
-    if (post_and_wait(worker::Command::quit, std::chrono::seconds(1)) == Outcome::done) {
-      (void)waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
+  // Asked to go; killed if it does not within a second (a kernel still runs).
+  if (pid_ > 0 && post_and_wait(worker::Command::quit, std::chrono::seconds(1)) == Outcome::done &&
+      pid_ > 0) {
+    (void)waitpid(pid_, nullptr, 0);
+    pid_ = -1;
   }
   stop_worker();
   if (context_ != nullptr) {
@@ -143,17 +144,28 @@ void Service::start_worker() {
   char* argv[] = {const_cast<char*>(worker_program_.c_str()), const_cast<char*>(device.c_str()),
                   const_cast<char*>(max_payload.c_str()),     const_cast<char*>(mapped.c_str()),
                   const_cast<char*>(parent.c_str()),          nullptr};
+  // The worker's lifeline: it holds the read end, this process the write
+  // end; when this process ends, however it ends, the worker reads EOF and
+  // exits. (PR_SET_PDEATHSIG would fire when the thread that started it
+  // ends: a Receiver's progress thread, which restarts workers.)
+  int lifeline[2];
+  if (pipe2(lifeline, O_CLOEXEC) != 0)
+    throw Error(errc::gpu_failed, std::string("the GPU worker's pipe: ") + std::strerror(errno));
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, mapping_fd_, 3);  // dup2 clears close-on-exec
+  posix_spawn_file_actions_adddup2(&actions, lifeline[0], 4);
   pid_t pid = -1;
   const int spawned = posix_spawn(&pid, worker_program_.c_str(), &actions, nullptr, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
+  close(lifeline[0]);
   if (spawned != 0) {
+    close(lifeline[1]);
     throw Error(errc::gpu_failed,
                 "starting the GPU worker " + worker_program_ + ": " + std::strerror(spawned));
   }
   pid_ = pid;
+  lifeline_ = lifeline[1];
   ++generation_;
   // Up once it has a context (hundreds of milliseconds; seconds on a cold GPU).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -180,14 +192,24 @@ void Service::start_worker() {
   info_.driver_version = control_->driver_version;
   info_.multiprocessors = control_->multiprocessors;
   info_.payload_pinned = control_->payload_pinned != 0;
-  for (const Region& region : regions_) send_region(region);
+  try {
+    for (const Region& region : regions_) send_region(region);
+  } catch (...) {
+    stop_worker();
+    throw;
+  }
 }
 
 void Service::stop_worker() noexcept {
-  if (pid_ <= 0) return;
-  kill(pid_, SIGKILL);
-  (void)waitpid(pid_, nullptr, 0);
-  pid_ = -1;
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    (void)waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  if (lifeline_ >= 0) {
+    close(lifeline_);
+    lifeline_ = -1;
+  }
 }
 
 void Service::restart_worker(std::string& why) noexcept {
@@ -224,7 +246,9 @@ Service::Outcome Service::post_and_wait(worker::Command command,
     }
     const auto now = std::chrono::steady_clock::now();
     if (now > deadline) return Outcome::timed_out;
-    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+    // Whether it died: asked only once a command takes over a millisecond
+    // (a system call every few microseconds would slow every short kernel).
+    if (now - start > std::chrono::milliseconds(1) && waitpid(pid_, nullptr, WNOHANG) == pid_) {
       pid_ = -1;
       // It may have finished the command before it went (a fault: it says
       // what happened, then exits).
@@ -240,7 +264,12 @@ Service::Outcome Service::post_and_wait(worker::Command command,
 }
 
 std::string Service::cache_path(CodeId id) const {
-  return cache_directory_ + "/gpu-" + hex_id(id) + "-" + info_.arch + ".ptx";
+  // Everything the PTX depends on besides the code: the GPU, the level, the
+  // compiler, and libdevice (linked into it), by path.
+  const std::string key = info_.arch + "-O" + std::to_string(options_.optimisation_level) +
+                          "-llvm" + LLVM_VERSION_STRING + "-" +
+                          hex_id(std::hash<std::string>{}(libdevice_));
+  return cache_directory_ + "/gpu-" + hex_id(id) + "-" + key + ".ptx";
 }
 
 void Service::load_in_worker(Kernel& kernel, std::chrono::nanoseconds* driver_time) {
@@ -276,15 +305,27 @@ Service::Loaded Service::load(CodeId id, const ParsedImage& image) {
   kernel->id = id;
   kernel->name = image.name;
   const std::string path = cache_directory_.empty() ? std::string() : cache_path(id);
+  const std::string header = "// threechains ptx " + hex_id(id);
   if (!path.empty()) {
     std::ifstream in(path, std::ios::binary);
-    std::string header;
-    if (in && std::getline(in, header) &&
-        header == "// threechains ptx " + hex_id(id) + ' ' + info_.arch) {
+    std::string first;
+    if (in && std::getline(in, first) && first == header) {
       std::stringstream text;
       text << in.rdbuf();
       kernel->ptx = text.str();
       result.from_cache = !kernel->ptx.empty();
+    }
+    if (result.from_cache) {
+      try {
+        load_in_worker(*kernel, &result.driver_load);
+      } catch (const Error& error) {
+        // PTX the driver rejects: a broken entry, or one the key did not
+        // tell apart. Dropped, and compiled again below.
+        if (!error.is(errc::gpu_failed) || pid_ <= 0) throw;
+        std::error_code ignored;
+        std::filesystem::remove(path, ignored);
+        result.from_cache = false;
+      }
     }
   }
   if (!result.from_cache) {
@@ -292,19 +333,25 @@ Service::Loaded Service::load(CodeId id, const ParsedImage& image) {
     kernel->ptx = compile_ptx(image, {info_.arch, options_.optimisation_level, libdevice_}).text;
     result.compile = std::chrono::steady_clock::now() - started;
     if (!path.empty()) {
-      // Written whole, then renamed: a reader never sees half of it.
-      const std::string temporary = path + ".tmp";
+      // Written whole under a name of this process's own, then renamed: a
+      // reader (another rank sharing the directory) never sees half of it.
+      const std::string temporary =
+          path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(++temporaries_);
       std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-      out << "// threechains ptx " << hex_id(id) << ' ' << info_.arch << '\n' << kernel->ptx;
+      out << header << '\n' << kernel->ptx;
       out.close();
       std::error_code ignored;
-      if (out) std::filesystem::rename(temporary, path, ignored);
+      if (out) {
+        std::filesystem::rename(temporary, path, ignored);
+      } else {
+        std::filesystem::remove(temporary, ignored);
+      }
     }
+    load_in_worker(*kernel, &result.driver_load);
   }
-  load_in_worker(*kernel, &result.driver_load);
-  unload(id);
+  // The worker replaced the module of this id, if it had one; so does this map.
   result.kernel = kernel.get();
-  kernels_.emplace(id, std::move(kernel));
+  kernels_.insert_or_assign(id, std::move(kernel));
   return result;
 }
 
@@ -358,8 +405,12 @@ std::optional<Error> Service::run(const Kernel& constant_kernel, std::byte* payl
     const int status =
         outcome == Outcome::done ? control_->status : static_cast<int>(errc::gpu_failed);
     if (outcome != Outcome::done || control_->poisoned != 0) {
-      if (outcome == Outcome::done) (void)waitpid(pid_, nullptr, 0);  // it exits after a fault
-      pid_ = outcome == Outcome::done ? -1 : pid_;
+      // A worker that faulted exits once it said so (reaped here, if
+      // post_and_wait has not); one that hangs is killed.
+      if (outcome == Outcome::done && pid_ > 0) {
+        (void)waitpid(pid_, nullptr, 0);
+        pid_ = -1;
+      }
       restart_worker(why);
     }
     return Error(static_cast<errc>(status), why);

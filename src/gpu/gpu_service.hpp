@@ -104,6 +104,8 @@ class Service {
   std::byte* payload_ = nullptr;
   char* text_ = nullptr;
   pid_t pid_ = -1;
+  int lifeline_ = -1;         // the write end of the worker's lifeline pipe
+  uint64_t temporaries_ = 0;  // PTX cache files written
   uint32_t sequence_ = 0;
   uint64_t generation_ = 0;
   CUdevice device_ = 0;

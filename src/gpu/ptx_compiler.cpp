@@ -136,9 +136,9 @@ Ptx compile_ptx(const ParsedImage& image, const PtxOptions& options) {
     throw Error(errc::bad_container, where(image) + ": " + message_of(parsed.takeError()));
   std::unique_ptr<llvm::Module> module = std::move(*parsed);
   const llvm::Triple triple = module->getTargetTriple();
-  if (!triple.isNVPTX()) {
+  if (triple.getArch() != llvm::Triple::nvptx64) {
     throw Error(errc::bad_container,
-                where(image) + ": its bitcode is for '" + triple.str() + "', not NVPTX");
+                where(image) + ": its bitcode is for '" + triple.str() + "', not NVPTX (nvptx64)");
   }
   if (llvm::verifyModule(*module, &llvm::nulls()))
     throw Error(errc::bad_container, where(image) + ": its bitcode does not verify");
@@ -153,6 +153,16 @@ Ptx compile_ptx(const ParsedImage& image, const PtxOptions& options) {
     throw Error(errc::symbol_not_found,
                 where(image) + ": '" + ptx.entry +
                     "' is not a kernel (declare it THREECHAINS_GPU_KERNEL, <threechains/ifunc.h>)");
+  }
+  // The launch passes (payload pointer, 64-bit size, region table pointer).
+  const llvm::FunctionType* type = entry->getFunctionType();
+  if (!type->getReturnType()->isVoidTy() || type->getNumParams() != 3 ||
+      !type->getParamType(0)->isPointerTy() || !type->getParamType(1)->isIntegerTy(64) ||
+      !type->getParamType(2)->isPointerTy()) {
+    throw Error(errc::symbol_not_found,
+                where(image) + ": '" + ptx.entry +
+                    "' is not void(void *payload, size_t payload_size, const "
+                    "threechains_device_regions *regions)");
   }
   if (check_imports(*module, image)) link_libdevice(*module, image, options.libdevice);
 

@@ -1,22 +1,23 @@
 // threechains-gpu-worker: the process a Receiver's GPU kernels run in
 // (worker_protocol.hpp says why). Started by the Receiver with the shared
-// mapping as descriptor 3; ends when told, when its CUDA context faulted, or
-// with the Receiver (PR_SET_PDEATHSIG).
+// mapping as descriptor 3 and its lifeline pipe as 4; ends when told, when
+// its CUDA context faulted, or with the Receiver (EOF on the lifeline).
 #include "gpu/executor.hpp"
 #include "gpu/worker_protocol.hpp"
 
 #include <linux/futex.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -67,8 +68,6 @@ uint32_t next_command(worker::Control& control, uint32_t seen, std::chrono::nano
 }  // namespace
 
 int main(int argc, char** argv) {
-  // The Receiver's process gone: so is its worker.
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (argc != 5) {
     std::fprintf(stderr,
                  "threechains-gpu-worker is started by a Receiver (ReceiverOptions::gpu)\n");
@@ -81,6 +80,16 @@ int main(int argc, char** argv) {
   const std::size_t max_payload = std::strtoull(argv[2], nullptr, 10);
   options.mapped_payload_max = std::strtoull(argv[3], nullptr, 10);
   constexpr int kMappingFd = 3;
+  constexpr int kLifelineFd = 4;
+  // Nothing else of the Receiver's process: only its two descriptors.
+  close_range(kLifelineFd + 1, ~0U, 0);
+  // The Receiver's process gone (its end of the lifeline closed): so is this one.
+  std::thread([] {
+    char byte = 0;
+    while (read(kLifelineFd, &byte, 1) != 0 && errno == EINTR) {
+    }
+    std::_Exit(0);
+  }).detach();
   const std::size_t bytes = worker::mapping_bytes(max_payload);
   void* mapping = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, kMappingFd, 0);
   if (mapping == MAP_FAILED) return 2;
@@ -145,6 +154,9 @@ int main(int argc, char** argv) {
       } catch (const Error& error) {
         control.status = status_of(error);
         say(control, error.context());
+      } catch (const std::exception& error) {
+        control.status = static_cast<int>(errc::gpu_failed);
+        say(control, error.what());
       }
       control.poisoned = executor.poisoned() ? 1 : 0;
       control.completed.store(seen, std::memory_order_release);
