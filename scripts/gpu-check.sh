@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.."
 case "${1:-run}" in
   pack)
     exec ../shared/tools/device-bundle build/src build/keys build/tests/threechains-tests \
+      build/tests/bindings/c_gpu \
       build/tests/*.tcc build/examples/threechains-gpu-field build/examples/*.tcc \
       build/benchmarks/threechains-bench-gpu build/benchmarks/*.tcc ;;
   unpack)
@@ -52,6 +53,9 @@ while IFS= read -r name; do
   fi
   printf '%-100s %s (%d ms)\n' "$name" "$verdict" $((($(date +%s%N) - start) / 1000000))
 done <"$out/gpu-tests.txt"
+
+step "the C API's GPU calls"
+timeout 60 "$build/tests/bindings/c_gpu" || status=1
 
 step "example: threechains-gpu-field"
 for transport in shm tcp; do

@@ -167,6 +167,10 @@ typedef struct threechains_receiver_options {
   /* appended later (read only if size covers it): how many bytes of
    * *target_args confined code may use; 0: none (it gets the pointer only) */
   size_t target_args_bytes;
+  /* appended later: nonzero runs GPU ifuncs on CUDA device gpu_device
+   * (docs/gpu.md); a GPU that cannot be opened is reported, not fatal */
+  int gpu;
+  int gpu_device;
 } threechains_receiver_options;
 
 typedef struct threechains_receiver_stats {
@@ -238,6 +242,18 @@ THREECHAINS_C_API threechains_status threechains_receiver_ifunc_stats(
     size_t entry_size, size_t* count);
 /* Sources connected now (0 while the progress thread serves). */
 THREECHAINS_C_API size_t threechains_receiver_peers(const threechains_receiver* receiver);
+/* GPU ifuncs' device memory (options.gpu): allocated by the receiver and
+ * exposed to them (*device_address: its address on the GPU), or memory of
+ * the application's (cudaMalloc) exposed; and copies to and from it.
+ * THREECHAINS_GPU_FAILED where the receiver has no GPU (the message says why). */
+THREECHAINS_C_API threechains_status threechains_receiver_allocate_device(
+    threechains_receiver* receiver, const char* name, size_t bytes, void** device_address);
+THREECHAINS_C_API threechains_status threechains_receiver_expose_device(
+    threechains_receiver* receiver, const char* name, void* device_address, size_t bytes);
+THREECHAINS_C_API threechains_status threechains_receiver_copy_to_device(
+    threechains_receiver* receiver, void* device_address, const void* host, size_t bytes);
+THREECHAINS_C_API threechains_status threechains_receiver_copy_from_device(
+    threechains_receiver* receiver, void* host, const void* device_address, size_t bytes);
 
 /* ---- source and channels ----------------------------------------------- */
 

@@ -285,18 +285,40 @@ class Receiver(_Handle):
     _destroy = lib.threechains_receiver_destroy
 
     def __init__(self, worker, trust=None, port=0, target_args=None, identity=None,
-                 on_error=None, unrestricted_imports=False):
+                 on_error=None, unrestricted_imports=False, gpu=None):
         options = _capi.ReceiverOptions()
         lib.threechains_receiver_options_init(ctypes.byref(options))
         self._keep = []  # what C holds pointers to, alive as long as the receiver
         _receiver_options(options, port, trust, identity, target_args, on_error,
                           unrestricted_imports, self._keep)
+        if gpu is not None:  # a CUDA device ordinal: GPU ifuncs run there (docs/gpu.md)
+            options.gpu, options.gpu_device = 1, int(gpu)
         super().__init__(_make(lib.threechains_receiver_create, worker.handle,
                                ctypes.byref(options)))
 
     @property
     def port(self):
         return lib.threechains_receiver_port(self.handle)
+
+    def allocate_device(self, name, nbytes):
+        """Device memory GPU ifuncs see (Receiver(gpu=...)); its address on the GPU."""
+        address = ctypes.c_void_p()
+        _check(lib.threechains_receiver_allocate_device(self.handle, name.encode(), nbytes,
+                                                        ctypes.byref(address)))
+        return address.value
+
+    def expose_device(self, name, address, nbytes):
+        """Device memory of this process's own (cudaMalloc'd) that GPU ifuncs see."""
+        _check(lib.threechains_receiver_expose_device(self.handle, name.encode(), address, nbytes))
+
+    def copy_to_device(self, address, data):
+        buffer = bytes(data)
+        _check(lib.threechains_receiver_copy_to_device(self.handle, address, buffer, len(buffer)))
+
+    def copy_from_device(self, address, nbytes):
+        buffer = ctypes.create_string_buffer(nbytes)
+        _check(lib.threechains_receiver_copy_from_device(self.handle, buffer, address, nbytes))
+        return buffer.raw
 
     def poll(self):
         """Progresses once and runs what has arrived; returns the frames run."""

@@ -43,7 +43,8 @@ class ReceiverOptions(ctypes.Structure):
                 ("identity", c_void_p), ("target_args", c_void_p),
                 ("max_slots", ctypes.c_uint32), ("max_slot_size", c_size_t),
                 ("unrestricted_imports", ctypes.c_int), ("on_error", ERROR_FN),
-                ("on_error_user", c_void_p), ("target_args_bytes", c_size_t)]
+                ("on_error_user", c_void_p), ("target_args_bytes", c_size_t),
+                ("gpu", ctypes.c_int), ("gpu_device", ctypes.c_int)]
 
 
 class ReceiverStats(ctypes.Structure):
@@ -119,6 +120,12 @@ for _name, _restype, _args in [
         ("threechains_receiver_ifunc_stats", _status,
          (c_void_p, ctypes.POINTER(IfuncStats), c_size_t, c_size_t, ctypes.POINTER(c_size_t))),
         ("threechains_receiver_peers", c_size_t, (c_void_p,)),
+        ("threechains_receiver_allocate_device", _status,
+         (c_void_p, c_char_p, c_size_t, ctypes.POINTER(c_void_p))),
+        ("threechains_receiver_expose_device", _status, (c_void_p, c_char_p, c_void_p, c_size_t)),
+        ("threechains_receiver_copy_to_device", _status, (c_void_p, c_void_p, c_void_p, c_size_t)),
+        ("threechains_receiver_copy_from_device", _status,
+         (c_void_p, c_void_p, c_void_p, c_size_t)),
         ("threechains_channel_options_init", None, (ctypes.POINTER(ChannelOptions),)),
         ("threechains_source_create", _status, (c_void_p, _P)),
         ("threechains_source_destroy", None, (c_void_p,)),

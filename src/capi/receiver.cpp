@@ -31,6 +31,11 @@ ReceiverOptions receiver_options(const threechains_receiver_options& given) {
   options.target_args = given.target_args;
   if (given.size >= offsetof(threechains_receiver_options, target_args_bytes) + sizeof(size_t))
     options.target_args_bytes = given.target_args_bytes;
+  if (given.size >= offsetof(threechains_receiver_options, gpu_device) + sizeof(int) &&
+      given.gpu != 0) {
+    options.gpu = GpuOptions{};
+    options.gpu->device = given.gpu_device;
+  }
   options.max_slots = given.max_slots;
   options.max_slot_size = given.max_slot_size;
   if (given.unrestricted_imports != 0) options.jit.imports = ImportPolicy::unrestricted();
@@ -175,6 +180,43 @@ threechains_status threechains_receiver_ifunc_stats(const threechains_receiver* 
 
 std::size_t threechains_receiver_peers(const threechains_receiver* receiver) {
   return receiver != nullptr && !receiver->threaded ? receiver->receiver.peers() : 0;
+}
+
+threechains_status threechains_receiver_allocate_device(threechains_receiver* receiver,
+                                                       const char* name, size_t bytes,
+                                                       void** device_address) {
+  if (!all_given(receiver, name, device_address))
+    return fail(THREECHAINS_INVALID_ARGUMENT, "receiver, name or device_address is NULL");
+  return guarded("threechains_receiver_allocate_device", [&] {
+    *device_address = receiver->receiver.allocate_device(name, bytes);
+  });
+}
+
+threechains_status threechains_receiver_expose_device(threechains_receiver* receiver,
+                                                     const char* name, void* device_address,
+                                                     size_t bytes) {
+  if (!all_given(receiver, name, device_address))
+    return fail(THREECHAINS_INVALID_ARGUMENT, "receiver, name or device_address is NULL");
+  return guarded("threechains_receiver_expose_device",
+                 [&] { receiver->receiver.expose_device(name, device_address, bytes); });
+}
+
+threechains_status threechains_receiver_copy_to_device(threechains_receiver* receiver,
+                                                      void* device_address, const void* host,
+                                                      size_t bytes) {
+  if (!all_given(receiver, device_address, host))
+    return fail(THREECHAINS_INVALID_ARGUMENT, "receiver, device_address or host is NULL");
+  return guarded("threechains_receiver_copy_to_device",
+                 [&] { receiver->receiver.copy_to_device(device_address, host, bytes); });
+}
+
+threechains_status threechains_receiver_copy_from_device(threechains_receiver* receiver,
+                                                        void* host, const void* device_address,
+                                                        size_t bytes) {
+  if (!all_given(receiver, host, device_address))
+    return fail(THREECHAINS_INVALID_ARGUMENT, "receiver, host or device_address is NULL");
+  return guarded("threechains_receiver_copy_from_device",
+                 [&] { receiver->receiver.copy_from_device(host, device_address, bytes); });
 }
 
 }  // extern "C"
