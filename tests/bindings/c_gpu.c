@@ -19,7 +19,8 @@ int main(void) {
   options.on_error = NULL;
   CHECK(threechains_receiver_create(worker, &options, &receiver));
   void* device = NULL;
-  const threechains_status status = threechains_receiver_allocate_device(receiver, "field", 64, &device);
+  const threechains_status status =
+      threechains_receiver_allocate_device(receiver, "field", 64, &device);
   int rc = 0;
   if (status == THREECHAINS_OK) {
     char in[64];
@@ -36,7 +37,7 @@ int main(void) {
     printf("no GPU: %s (%s)\n", threechains_status_string(status), why);
   }
   unsigned ran = 0;
-  CHECK(threechains_receiver_poll(receiver, &ran));  /* it serves on */
+  CHECK(threechains_receiver_poll(receiver, &ran)); /* it serves on */
   threechains_receiver_destroy(receiver);
   threechains_worker_destroy(worker);
   threechains_context_destroy(context);
