@@ -282,7 +282,10 @@ function(threechains_add_ifunc target)
   endforeach()
   # GPU images: bitcode for the GPU's triple, compiled by the target for its
   # own GPU. Freestanding: the GPU has no libc (math comes from libdevice,
-  # __nv_sqrt and friends, or clang's __builtin_ functions).
+  # __nv_sqrt and friends, or clang's __builtin_ functions). The PTX ISA
+  # named here only decides which builtins the source may use (barrier.sync
+  # needs 6.0): clang otherwise takes it from a CUDA installation it finds,
+  # or none, and the target compiles for its own GPU's ISA whatever it says.
   foreach(gpu IN LISTS ARG_GPU)
     if(NOT gpu STREQUAL "nvptx64")
       message(FATAL_ERROR "threechains_add_ifunc(${target}): GPU ${gpu} is not supported (nvptx64 is)")
@@ -302,7 +305,8 @@ function(threechains_add_ifunc target)
       add_custom_command(OUTPUT ${obj}
         COMMAND ${CMAKE_COMMAND} -E make_directory ${out_dir}
         COMMAND ${THREECHAINS_CLANG} --target=${triple} -ffreestanding -O2 -g0 -emit-llvm
-                -Xclang -disable-llvm-optzns -I${THREECHAINS_IFUNC_INCLUDE_DIR} ${ARG_FLAGS}
+                -Xclang -disable-llvm-optzns -Xclang -target-feature -Xclang +ptx78
+                -I${THREECHAINS_IFUNC_INCLUDE_DIR} ${ARG_FLAGS}
                 -MD -MF ${obj}.d -c ${src_abs} -o ${obj}
         DEPENDS ${src_abs}
         DEPFILE ${obj}.d

@@ -250,6 +250,9 @@ class Pipeline {
         throw std::runtime_error(input.path + ": GPU code is built from C and C++ sources only");
       command = {tool("THREECHAINS_CLANG", {"clang-22", "/usr/lib/llvm-22/bin/clang"}, "clang-22"),
                  "--target=" + triple, "-ffreestanding", level, "-g0", "-emit-llvm",
+                 // The builtins of PTX 7.8 (sm_90's; not whatever CUDA is
+                 // installed here): the target compiles for its own GPU.
+                 "-Xclang", "-target-feature", "-Xclang", "+ptx78",
                  "-I" + ifunc_include_dir()};
       if (request_.optimisation > 0) command.insert(command.end(), {"-Xclang", "-disable-llvm-optzns"});
       for (const std::string& dir : request_.include_dirs) command.push_back("-I" + dir);
