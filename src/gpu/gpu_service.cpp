@@ -110,8 +110,10 @@ Service::Service(const GpuOptions& options, std::size_t max_payload, std::string
 }
 
 Service::~Service() {
-  // Asked to go; killed if it does not within a second (a kernel still runs).
-  if (pid_ > 0 && post_and_wait(worker::Command::quit, std::chrono::seconds(1)) == Outcome::done &&
+  // Asked to go; killed if it does not within 200 ms (a kernel still runs):
+  // a destructor does not wait long.
+  if (pid_ > 0 &&
+      post_and_wait(worker::Command::quit, std::chrono::milliseconds(200)) == Outcome::done &&
       pid_ > 0) {
     (void)waitpid(pid_, nullptr, 0);
     pid_ = -1;
