@@ -156,8 +156,14 @@ int main(int argc, char** argv) {
 
     // 2. saxpy over the field.
     const std::size_t bytes = field_mib << 20;
-    const gpu::CUdeviceptr x = ex.allocate("x", bytes);
-    const gpu::CUdeviceptr y = ex.allocate("y", bytes);
+    // The benchmark's own memory (the executor's context is current here),
+    // exposed to the kernel as a Receiver's application would.
+    gpu::CUdeviceptr x = 0;
+    gpu::CUdeviceptr y = 0;
+    check(d, d.cuMemAlloc(&x, bytes), "cuMemAlloc (x)");
+    check(d, d.cuMemAlloc(&y, bytes), "cuMemAlloc (y)");
+    ex.expose("x", x, bytes);
+    ex.expose("y", y, bytes);
     check(d, d.cuMemsetD8(x, 0, bytes), "cuMemsetD8");
     check(d, d.cuMemsetD8(y, 0, bytes), "cuMemsetD8");
     float a = 2.0F;
@@ -299,6 +305,8 @@ int main(int argc, char** argv) {
     (void)d.cuMemFreeHost(pinned);
     (void)d.cuMemFree(target);
     (void)d.cuMemFree(small);
+    (void)d.cuMemFree(x);
+    (void)d.cuMemFree(y);
 
     // 5. Through a Receiver: a GPU ifunc's round trip against a CPU ifunc's.
     const tc::KeyPair key = tc::KeyPair::load(THREECHAINS_DEV_KEY);

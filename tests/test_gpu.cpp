@@ -7,6 +7,7 @@
 #include "jit/container_images.hpp"
 #include "support/counter_target.hpp"
 #include "support/mesh.hpp"
+#include "support/temp_dir.hpp"
 #include "support/two_process.hpp"
 
 #include "../examples/gpu/field_sum.h"
@@ -283,6 +284,7 @@ namespace {
 struct FaultOrder {
   uint32_t what;
   uint32_t done;
+  uint64_t address = 0;
 };
 
 struct FaultResult {
@@ -381,6 +383,80 @@ TEST_CASE(
   CHECK(result.counter == expected);
   CHECK(result.trapped == 2);
   CHECK(result.region_wrong == 0);
+}
+
+namespace {
+struct CanaryResult {
+  uint64_t canary_changed;  // bytes of the canary that are not what the target wrote
+  uint64_t counter;
+  char first_error[256];
+};
+}  // namespace
+
+// The attacker: a signed GPU ifunc told the device address of memory the
+// target application allocated and did not expose, and told to overwrite it.
+// Kernels run in the GPU worker's own context, where that address means
+// nothing of the application's: the store faults (or lands in the worker's
+// own memory); the canary stays, and the Receiver serves on. (Kernels run in
+// the Receiver's own process, as the first version ran them, would have
+// zeroed it.)
+TEST_CASE("GPU ifuncs: a kernel reaches no device memory of the target's that it was not given",
+          "[gpu][ucx][trust]") {
+  REQUIRE_GPU();
+  const TempDir dir("tc-gpu-canary");
+  const std::string address_file = (dir.path() / "canary").string();
+  constexpr std::size_t kCanary = 4096;
+  ChildTarget<CanaryResult> target(
+      Transport::shared_memory,
+      [&address_file](ChildContext& context) {
+        Receiver& receiver = context.receiver;
+        receiver.set_target_args(&g_counter, sizeof(g_counter));
+        // An exposed region (it also makes this thread's context current),
+        // and the canary: allocated here, never exposed.
+        (void)receiver.allocate_device("exposed", 64);
+        const gpu::Driver& driver = gpu::Driver::get();
+        gpu::CUdeviceptr canary = 0;
+        if (driver.cuMemAlloc(&canary, kCanary) != gpu::CUDA_SUCCESS)
+          throw std::runtime_error("cuMemAlloc of the canary");
+        std::vector<unsigned char> pattern(kCanary);
+        for (std::size_t i = 0; i < kCanary; ++i)
+          pattern[i] = static_cast<unsigned char>(i * 13 + 7);
+        void* canary_address = reinterpret_cast<void*>(static_cast<uintptr_t>(canary));
+        receiver.copy_to_device(canary_address, pattern.data(), kCanary);
+        std::ofstream(address_file) << canary;
+        context.ack();
+        ChildTarget<CanaryResult>::serve_until_closed(receiver, 1);
+        std::vector<unsigned char> now(kCanary);
+        receiver.copy_from_device(now.data(), canary_address, kCanary);
+        CanaryResult result{0, g_counter, {}};
+        for (std::size_t i = 0; i < kCanary; ++i)
+          result.canary_changed += now[i] != pattern[i] ? 1 : 0;
+        context.first_error(result.first_error);
+        return result;
+      },
+      with_gpu());
+  REQUIRE(target.wait_for_ack(std::chrono::seconds(60)));
+  uint64_t canary = 0;
+  std::ifstream(address_file) >> canary;
+  REQUIRE(canary != 0);
+  TestSource source(Transport::shared_memory, target.port());
+  const Ifunc fault = Ifunc::load(TC_GPU_FAULT);
+  const std::optional<Error> attack =
+      carry_out(source.channel, fault, bytes_of(FaultOrder{3, 0, canary}));
+  if (attack) {  // the usual outcome: nothing is mapped there in the worker
+    CHECK(attack->is(errc::gpu_failed));
+    CHECK_THAT(attack->what(), Catch::Contains("started again"));
+  }
+  // Honest work after it: GPU and CPU.
+  CHECK_FALSE(carry_out(source.channel, fault, bytes_of(FaultOrder{0, 0})).has_value());
+  const uint64_t one = 1;
+  CHECK_FALSE(
+      carry_out(source.channel, Ifunc::load(TC_COUNTER_BITCODE), bytes_of(one)).has_value());
+  source.channel.close();
+  const CanaryResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.canary_changed == 0);
+  CHECK(result.counter == 1);
 }
 
 namespace {

@@ -118,7 +118,6 @@ void Executor::release_context() noexcept {
   }
   (void)driver_.cuCtxSetCurrent(context_);
   for (Region& region : regions_) {
-    if (region.owned) (void)driver_.cuMemFree(region.base);
     if (region.opened != 0) (void)driver_.cuIpcCloseMemHandle(region.opened);
   }
   if (adopted_ != nullptr) (void)driver_.cuMemHostUnregister(adopted_);
@@ -151,7 +150,7 @@ void Executor::expose(const std::string& name, CUdeviceptr base, std::size_t byt
                                           " device regions");
   }
   check(driver_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
-  regions_.push_back({name, base, bytes, false});
+  regions_.push_back({name, base, bytes});
   publish_regions();
 }
 
@@ -183,31 +182,6 @@ void Executor::expose_ipc(const CUipcMemHandle& handle, std::size_t offset, std:
     throw;
   }
   regions_.back().opened = opened;
-}
-
-CUdeviceptr Executor::allocate(const std::string& name, std::size_t bytes) {
-  check(driver_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
-  CUdeviceptr base = 0;
-  check(driver_.cuMemAlloc(&base, std::max<std::size_t>(bytes, 1)),
-        ("cuMemAlloc of " + std::to_string(bytes) + " bytes for '" + name + "'").c_str());
-  try {
-    expose(name, base, bytes);
-  } catch (...) {
-    (void)driver_.cuMemFree(base);
-    throw;
-  }
-  regions_.back().owned = true;
-  return base;
-}
-
-void Executor::copy_to_device(CUdeviceptr to, const void* from, std::size_t bytes) {
-  check(driver_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
-  check(driver_.cuMemcpyHtoD(to, from, bytes), "cuMemcpyHtoD");
-}
-
-void Executor::copy_from_device(void* to, CUdeviceptr from, std::size_t bytes) {
-  check(driver_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
-  check(driver_.cuMemcpyDtoH(to, from, bytes), "cuMemcpyDtoH");
 }
 
 void Executor::load_module(Kernel& kernel, std::chrono::nanoseconds* driver_time) {

@@ -78,10 +78,6 @@ class Executor {
   void expose(const std::string& name, CUdeviceptr base, std::size_t bytes);
   // Memory of another process (cuIpcGetMemHandle), `offset` into that allocation.
   void expose_ipc(const CUipcMemHandle& handle, std::size_t offset, std::size_t bytes);
-  // Allocates `bytes` of device memory, owned by the executor, and exposes it.
-  [[nodiscard]] CUdeviceptr allocate(const std::string& name, std::size_t bytes);
-  void copy_to_device(CUdeviceptr to, const void* from, std::size_t bytes);
-  void copy_from_device(void* to, CUdeviceptr from, std::size_t bytes);
 
   [[nodiscard]] const Driver& driver() const noexcept { return driver_; }
   [[nodiscard]] CUstream stream() const noexcept { return stream_; }
@@ -91,7 +87,6 @@ class Executor {
     std::string name;
     CUdeviceptr base = 0;
     std::size_t bytes = 0;
-    bool owned = false;      // cuMemAlloc'd here
     CUdeviceptr opened = 0;  // cuIpcOpenMemHandle'd here (base is within it)
   };
   void open_context();  // retains the primary context, makes the stream and buffers
