@@ -8,6 +8,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -259,6 +261,61 @@ TEST_CASE("a packed rkey whose framing does not fit its bytes is refused before 
   std::vector<std::byte> every_domain = packed;
   std::fill(every_domain.begin(), every_domain.begin() + 8, std::byte{0xff});
   refused(every_domain, "run past its end");
+}
+
+// The range check behind every direct pointer (memory.hpp): a range counts
+// only inside a shared, writable mapping made after the snapshot, read with
+// PROCMAP_QUERY where the kernel has it and from the text of /proc/self/maps
+// where not; a forked child asks about its own mappings, not its parent's.
+TEST_CASE("a direct range must lie in one shared mapping made after the snapshot", "[trust][ucx]") {
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const auto mapped = [&](int protection, int flags) {
+    void* at = mmap(nullptr, 3 * page, protection, flags | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(at != MAP_FAILED);
+    return static_cast<std::byte*>(at);
+  };
+  const auto listed = [&](const std::vector<detail::SharedMapping>& list, const std::byte* at) {
+    return std::any_of(list.begin(), list.end(), [&](const detail::SharedMapping& m) {
+      return m.low == reinterpret_cast<uintptr_t>(at) &&
+             m.high == reinterpret_cast<uintptr_t>(at) + 3 * page;
+    });
+  };
+  std::byte* const older = mapped(PROT_READ | PROT_WRITE, MAP_SHARED);
+  const std::vector<detail::SharedMapping> before = detail::shared_mappings();
+  CHECK(listed(before, older));
+  CHECK(listed(detail::shared_mappings_from_text(), older));
+
+  std::byte* const fresh = mapped(PROT_READ | PROT_WRITE, MAP_SHARED);
+  std::byte* const private_one = mapped(PROT_READ | PROT_WRITE, MAP_PRIVATE);
+  std::byte* const read_only = mapped(PROT_READ, MAP_SHARED);
+  const std::vector<std::byte> heap(64);
+  CHECK(detail::in_new_shared_mapping(before, fresh, 3 * page));
+  CHECK(detail::in_new_shared_mapping(before, fresh + page, page));
+  CHECK_FALSE(detail::in_new_shared_mapping(before, fresh, 3 * page + 1));  // runs past it
+  CHECK_FALSE(detail::in_new_shared_mapping(before, fresh + page, 0));      // names nothing
+  CHECK_FALSE(detail::in_new_shared_mapping(before, fresh, SIZE_MAX));      // wraps
+  CHECK_FALSE(detail::in_new_shared_mapping(before, older, page));          // there before
+  CHECK_FALSE(detail::in_new_shared_mapping(before, private_one, page));    // not shared
+  CHECK_FALSE(detail::in_new_shared_mapping(before, read_only, page));      // not writable
+  CHECK_FALSE(detail::in_new_shared_mapping(before, heap.data(), heap.size()));
+  CHECK(listed(detail::shared_mappings(), fresh));
+  CHECK(listed(detail::shared_mappings_from_text(), fresh));
+  CHECK_FALSE(listed(detail::shared_mappings(), read_only));
+
+  // A child: what it maps is new to it; the parent's snapshot is not its own.
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const std::vector<detail::SharedMapping> mine = detail::shared_mappings();
+    void* own = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    const bool sees_own = own != MAP_FAILED && detail::in_new_shared_mapping(mine, own, page);
+    const bool inherited_is_old = !detail::in_new_shared_mapping(mine, fresh, page);
+    _exit(sees_own && inherited_is_old ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  for (std::byte* at : {older, fresh, private_one, read_only}) munmap(at, 3 * page);
 }
 
 // A trusted peer that asks for credits by put (both contexts do RMA) with a

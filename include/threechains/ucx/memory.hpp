@@ -88,6 +88,9 @@ struct SharedMapping {
   uintptr_t high;
 };
 [[nodiscard]] std::vector<SharedMapping> shared_mappings();
+// The same list read from the text of /proc/self/maps: what shared_mappings()
+// falls back to on kernels before 6.11 (no PROCMAP_QUERY); tests compare both.
+[[nodiscard]] std::vector<SharedMapping> shared_mappings_from_text();
 [[nodiscard]] bool in_new_shared_mapping(std::span<const SharedMapping> before, const void* start,
                                          std::size_t size);
 }  // namespace detail
