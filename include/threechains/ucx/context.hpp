@@ -97,6 +97,15 @@ class Context {
     // (uct/tcp: a PUT request writes wherever its header says, rkey unseen),
     // so a peer's unmodified UCX never picks it as a lane to us.
     if (!options.remote_memory_access) modify("PUT_ENABLE", "n");  // uct tcp's own name for it
+    // A worker's async context (its connection set-up, run by UCX's async
+    // thread and by ucp_ep_create/progress) is guarded by a spinlock unless
+    // this is set (ucp_worker.c: UCS_ASYNC_MODE_THREAD_MUTEX). With a lock
+    // that sleeps, a progress thread that meets the async thread mid-wire-up
+    // gives its core back instead of spinning it away: on 2 cores a serial
+    // tcp connect fell from ~7 to ~1.4 ms (docs/performance.md). The hot path
+    // (eager AMs, direct rings) never takes this lock. A value the user set
+    // in the environment wins.
+    if (std::getenv("UCX_USE_MT_MUTEX") == nullptr) modify("USE_MT_MUTEX", "y");
     if (options.reuse_address) {
       // UCX 1.13 reads its connection managers' settings from the environment
       // when a worker opens them (ucp_config_modify does not reach them).
