@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstring>
+#include <utility>
 
 namespace threechains {
 namespace {
@@ -24,7 +25,11 @@ constexpr int kCreditSpins = 128;
 // (a wake-up after a sleep is placed beside its waker), and a waiter that
 // only spins keeps it off until the next tick (~4 ms here: every cached
 // round trip after a 20 ms pause took that long; threechains-bench-idle
-// --gap-ms 20, docs/performance.md). Longer than any hot round trip.
+// --gap-ms 20, docs/performance.md). Longer than any hot round trip: a
+// waiter that yields sooner hands its core to any CPU hog beside it for a
+// whole time slice (tcp with one hog: 5 us gave 1.2-2.0x UCX AM's latency,
+// 50 us 0.7-1.4x). After ringing a sleeping target's doorbell we know it is
+// waking, and yield at once (OutboundRing::woke_target).
 constexpr std::chrono::microseconds kYieldAfter{50};
 
 inline void cpu_relax() noexcept {
@@ -353,7 +358,7 @@ void Channel::wait_for_credit() {
     const auto now = std::chrono::steady_clock::now();
     if (deadline == std::chrono::steady_clock::time_point{}) {
       deadline = now + link_->out->timeout;
-      yield_from = now + kYieldAfter;
+      yield_from = std::exchange(ring_->woke_target, false) ? now : now + kYieldAfter;
     } else if (now > yield_from) {
       sched_yield();  // the target may be waiting for this core (kYieldAfter)
     }
@@ -374,7 +379,7 @@ void Channel::flush(std::chrono::milliseconds limit) {
   const uint64_t last = ring_->next_sequence - 1;
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + limit;
-  bool yielding = false;
+  bool yielding = std::exchange(ring_->woke_target, false);
   while (ring_->consumed() < last) {
     for (int spin = 0; spin < 32 && ring_->consumed() < last; ++spin) {
     }
