@@ -99,6 +99,30 @@ TEMPLATE_TEST_CASE("an idle Receiver sleeps with its peers connected, and the ne
   CHECK(report.idle_cpu < 0.2);
 }
 
+// The spin budget runs from the last work: a sleep that times out goes back
+// to sleep, not to another `spin` of polling. With spin 30 ms and sleeps
+// that time out every 10 ms, restarting the budget on each wake-up would
+// keep the target busy ~3/4 of the time.
+TEMPLATE_TEST_CASE("a Receiver whose sleeps time out does not spin its budget again each time",
+                   "[idle][thread][ucx]", Shm, Tcp) {
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  ReceiverOptions options;
+  options.progress.spin = 30ms;
+  options.progress.max_sleep = 10ms;
+  ChildTarget<IdleReport> target(TestType::transport, serve_and_measure, options);
+  TestSource source(TestType::transport, target.port(), ChannelOptions{.timeout = 5s});
+  (void)send(source.channel, counter, uint64_t{1});
+  source.channel.flush();
+  target.command_and_wait('i');  // 400 ms, the first 30 of them spent spinning
+  source.channel.close();
+  target.command('q');
+  const IdleReport report = target.result();
+  CHECK(report.counter.counter == 1);
+  CHECK(report.sleeps >= 10);
+  INFO("idle CPU of the target: " << report.idle_cpu << " of a core");
+  CHECK(report.idle_cpu < 0.3);
+}
+
 TEMPLATE_TEST_CASE("no frame is lost to a target falling asleep as it is stored",
                    "[idle][thread][ucx]", Shm, Tcp) {
   // spin = 0: the target sleeps after a few empty polls, so a frame is

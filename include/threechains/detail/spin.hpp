@@ -33,7 +33,11 @@ void serve_until(Poll&& poll, Sleep&& sleep, StopCondition&& stop, const Progres
     // The clock is read once every 64 empty polls: it costs more than a poll.
     if (options.sleep_when_idle && idle % 64 == 0 && Clock::now() - idle_since >= options.spin) {
       sleep(options.max_sleep);
-      idle = 0;
+      // The spin budget runs from the last work, not from the last wake-up:
+      // a sleep that timed out, or was woken by an event that brought no
+      // frame, sleeps again after a few polls instead of spinning `spin`
+      // once more (with spin = 4 ms that doubled a sparse target's CPU).
+      idle = 1;
     }
   }
 }
