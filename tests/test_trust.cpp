@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iterator>
 #include <fstream>
@@ -261,6 +262,89 @@ TEST_CASE("a packed rkey whose framing does not fit its bytes is refused before 
   std::vector<std::byte> every_domain = packed;
   std::fill(every_domain.begin(), every_domain.begin() + 8, std::byte{0xff});
   refused(every_domain, "run past its end");
+}
+
+// What a source does with a target's ring rkey, in one process: two workers
+// on shared memory, one maps a region, the other unpacks its rkey. The range
+// it names must come back as a fresh view of that region; a range the offset
+// arithmetic puts in a mapping that was already there (here one we made;
+// in life our heap, our own ring, another peer's ring) must not.
+TEST_CASE("an rkey's direct range is a fresh view of the segment it names, never a mapping we had",
+          "[trust][ucx]") {
+  const Context owner_context({.transport = Transport::shared_memory});
+  const Context user_context({.transport = Transport::shared_memory});
+  const Worker owner(owner_context);
+  const Worker user(user_context);
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const MemoryRegion region(owner_context, 4 * page);
+  const std::vector<std::byte> checked = detail::checked_packed_rkey(region.pack_rkey());
+  ucp_address_t* owner_address = nullptr;
+  std::size_t owner_address_size = 0;
+  REQUIRE(ucp_worker_get_address(owner.handle(), &owner_address, &owner_address_size) == UCS_OK);
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  params.address = owner_address;
+  ucp_ep_h endpoint = nullptr;
+  REQUIRE(ucp_ep_create(user.handle(), &params, &endpoint) == UCS_OK);
+  ucp_worker_release_address(owner.handle(), owner_address);
+  const auto base = reinterpret_cast<uint64_t>(region.data());
+  // A shared, writable mapping that is there before any unpack (below, the
+  // offset UCX adds is aimed at it).
+  void* had = mmap(nullptr, 4 * page, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(had != MAP_FAILED);
+  std::memset(had, 0x11, 4 * page);
+  const auto unpacked = [&](uint64_t address, std::size_t size) {
+    ucp_rkey_h rkey = nullptr;
+    const detail::DirectRange range = detail::unpack_rkey(endpoint, checked, address, size, &rkey);
+    return std::pair{range, rkey};
+  };
+
+  // The region itself, and a part of it: a view the unpack attached, of the
+  // same memory (a store through it shows in the region).
+  auto [whole, whole_rkey] = unpacked(base, region.size());
+  REQUIRE(whole.pointer != nullptr);
+  CHECK_FALSE(whole.outside);
+  CHECK(whole.pointer != region.data());
+  static_cast<std::byte*>(whole.pointer)[page + 7] = std::byte{0x5a};
+  CHECK(region.data()[page + 7] == std::byte{0x5a});
+  const auto attached_at = reinterpret_cast<uintptr_t>(whole.pointer);
+  ucp_rkey_destroy(whole_rkey);
+  auto [part, part_rkey] = unpacked(base + page, page);
+  CHECK(part.pointer != nullptr);
+  ucp_rkey_destroy(part_rkey);
+  // Past its end: refused.
+  auto [beyond, beyond_rkey] = unpacked(base + 3 * page, 2 * page);
+  CHECK(beyond.pointer == nullptr);
+  CHECK(beyond.outside);
+  ucp_rkey_destroy(beyond_rkey);
+
+  // The mapping we had, aimed at through the offset UCX adds (the segment is
+  // attached where it was last time).
+  const uint64_t aimed = base + (reinterpret_cast<uintptr_t>(had) - attached_at);
+  auto [stolen, stolen_rkey] = unpacked(aimed, page);
+  CHECK(stolen.pointer == nullptr);
+  CHECK(stolen.outside);
+  ucp_rkey_destroy(stolen_rkey);
+  // Whether the aim was true: unpacked again, the segment lands where it did.
+  void* again = nullptr;
+  ucp_rkey_h probe = nullptr;
+  REQUIRE(ucp_ep_rkey_unpack(endpoint, checked.data(), &probe) == UCS_OK);
+  REQUIRE(ucp_rkey_ptr(probe, base, &again) == UCS_OK);
+  ucp_rkey_destroy(probe);
+  INFO("the segment was attached at " << attached_at << ", then at "
+                                      << reinterpret_cast<uintptr_t>(again));
+  CHECK(reinterpret_cast<uintptr_t>(again) == attached_at);
+  CHECK(static_cast<unsigned char*>(had)[0] == 0x11);
+  munmap(had, 4 * page);
+
+  ucp_request_param_t close{};
+  close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  close.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  void* closing = ucp_ep_close_nbx(endpoint, &close);
+  if (UCS_PTR_IS_PTR(closing)) {
+    while (ucp_request_check_status(closing) == UCS_INPROGRESS) (void)user.progress();
+    ucp_request_free(closing);
+  }
 }
 
 // The range check behind every direct pointer (memory.hpp): a range counts

@@ -16,8 +16,8 @@
 // checks no bounds (uct_mm_rkey_ptr), so a peer that names an address outside
 // the segment it registered points us at our own heap, or at another peer's
 // ring. The range must lie in the one shared mapping that unpacking this
-// rkey attached (a mapping of this process that was not there before: UCX
-// 1.13 attaches a segment afresh on every unpack, shmat or mmap).
+// rkey attached (UCX 1.13 attaches a segment afresh on every unpack, shmat
+// or mmap, and detaches it with the rkey): unpack_rkey says how we know.
 #include <threechains/ucx/memory.hpp>
 
 #include <fcntl.h>
@@ -61,9 +61,9 @@ namespace {
 
 // Linux 6.11's PROCMAP_QUERY (include/uapi/linux/fs.h; Debian 12's headers
 // predate it): one VMA by address, or the next one with the asked-for
-// permissions, without formatting the whole of /proc/self/maps as text. With
-// a thousand peers connected that text is thousands of lines, read twice per
-// connect: 19 % of a shm connect's CPU before this.
+// permissions, without formatting the whole of /proc/self/maps as text
+// (with a thousand peers connected that text is thousands of lines: reading
+// it twice per connect was 19 % of a shm connect's CPU).
 struct ProcmapQuery {
   uint64_t size;
   uint64_t query_flags;
@@ -86,6 +86,24 @@ constexpr unsigned long kProcmapQuery = 0xC0686611;  // _IOWR('f', 17, struct pr
 constexpr uint64_t kReadable = 0x01, kWritable = 0x02, kShared = 0x08, kCoveringOrNext = 0x10;
 constexpr uint64_t kSharedWritable = kReadable | kWritable | kShared;
 
+// A mapping as the kernel names it: where, and which bytes of which file.
+struct Vma {
+  uintptr_t low;
+  uintptr_t high;
+  uint64_t offset;  // in the file, of `low`
+  uint64_t inode;
+  uint32_t dev_major;
+  uint32_t dev_minor;
+  bool operator==(const Vma&) const = default;
+  // Where `address` (in this mapping) lies in the file it maps.
+  [[nodiscard]] uint64_t file_offset(uintptr_t address) const noexcept {
+    return address - low + offset;
+  }
+  [[nodiscard]] bool same_file(const Vma& other) const noexcept {
+    return inode == other.inode && dev_major == other.dev_major && dev_minor == other.dev_minor;
+  }
+};
+
 // This process's /proc/self/maps, open for queries. A descriptor inherited
 // across fork() still names the parent's mappings, so it is reopened when
 // the process is not the one that opened it.
@@ -94,14 +112,15 @@ class MapsQuery {
   // The VMA that holds `address` (or, with `or_next`, the first one above
   // it) among the readable, writable, shared ones; nullopt when none.
   // Throws when the kernel has no PROCMAP_QUERY (unsupported()).
-  [[nodiscard]] std::optional<SharedMapping> find(uintptr_t address, bool or_next) {
+  [[nodiscard]] std::optional<Vma> find(uintptr_t address, bool or_next) {
     refresh();
     ProcmapQuery query{};
     query.size = sizeof(query);
     query.query_flags = kSharedWritable | (or_next ? kCoveringOrNext : 0);
     query.query_addr = address;
     if (::ioctl(fd_, kProcmapQuery, &query) == 0)
-      return SharedMapping{query.vma_start, query.vma_end};
+      return Vma{query.vma_start, query.vma_end,   query.vma_offset,
+                 query.inode,     query.dev_major, query.dev_minor};
     if (errno == ENOENT) return std::nullopt;
     throw Error(errc::io, std::string("PROCMAP_QUERY on /proc/self/maps: ") + std::strerror(errno));
   }
@@ -183,9 +202,9 @@ std::vector<SharedMapping> shared_mappings() {
   if (!procmap_query_supported()) return shared_mappings_from_text();
   std::vector<SharedMapping> mappings;
   for (uintptr_t at = 0;;) {
-    const std::optional<SharedMapping> next = maps_query().find(at, /*or_next=*/true);
+    const std::optional<Vma> next = maps_query().find(at, /*or_next=*/true);
     if (!next) return mappings;
-    mappings.push_back(*next);
+    mappings.push_back({next->low, next->high});
     at = next->high;
   }
 }
@@ -196,7 +215,8 @@ bool in_new_shared_mapping(std::span<const SharedMapping> before, const void* st
   if (size == 0 || first + size < first) return false;
   std::optional<SharedMapping> holder;
   if (procmap_query_supported()) {
-    holder = maps_query().find(first, /*or_next=*/false);
+    if (const std::optional<Vma> vma = maps_query().find(first, /*or_next=*/false))
+      holder = SharedMapping{vma->low, vma->high};
   } else {
     for (const SharedMapping& now : shared_mappings_from_text())
       if (first >= now.low && first < now.high) holder = now;
@@ -208,6 +228,49 @@ bool in_new_shared_mapping(std::span<const SharedMapping> before, const void* st
     return m.low == holder->low && m.high == holder->high;
   });
   return first + size <= holder->high && !existed;
+}
+
+DirectRange unpack_rkey(ucp_ep_h endpoint, std::span<const std::byte> checked, uint64_t address,
+                        std::size_t size, ucp_rkey_h* rkey) {
+  const auto unpack = [&] {
+    check(ucp_ep_rkey_unpack(endpoint, checked.data(), rkey), "ucp_ep_rkey_unpack");
+  };
+  if (!procmap_query_supported()) {
+    // Kernels before 6.11: the shared mappings before and after the unpack.
+    const std::vector<SharedMapping> before = shared_mappings();
+    unpack();
+    void* pointer = nullptr;
+    if (ucp_rkey_ptr(*rkey, address, &pointer) != UCS_OK) return {};  // no direct access here
+    if (in_new_shared_mapping(before, pointer, size)) return {pointer, false};
+    return {nullptr, true};
+  }
+  // With PROCMAP_QUERY, nothing is listed: find the mapping that holds the
+  // range, let the rkey go, and look again. UCX 1.13 detaches a segment when
+  // its rkey goes (and attaches it afresh on each unpack), so a mapping that
+  // is still there was not this unpack's: it is our heap, our own ring, or
+  // another peer's. Then unpack again and check that the range lies at the
+  // same place of the same file. Each step costs a lookup by address, not
+  // a walk over every mapping of the process (which grows with the peers).
+  unpack();
+  void* first = nullptr;
+  if (ucp_rkey_ptr(*rkey, address, &first) != UCS_OK) return {};  // no direct access here
+  const auto start = reinterpret_cast<uintptr_t>(first);
+  if (size == 0 || start + size < start) return {nullptr, true};
+  const std::optional<Vma> held = maps_query().find(start, /*or_next=*/false);
+  if (!held || start + size > held->high) return {nullptr, true};
+  ucp_rkey_destroy(*rkey);
+  *rkey = nullptr;
+  const bool attached_by_unpack = maps_query().find(start, /*or_next=*/false) != held;
+  unpack();
+  void* pointer = nullptr;
+  if (!attached_by_unpack || ucp_rkey_ptr(*rkey, address, &pointer) != UCS_OK)
+    return {nullptr, true};
+  const auto at = reinterpret_cast<uintptr_t>(pointer);
+  const std::optional<Vma> now = maps_query().find(at, /*or_next=*/false);
+  if (!now || at + size < at || at + size > now->high || !now->same_file(*held) ||
+      now->file_offset(at) != held->file_offset(start))
+    return {nullptr, true};
+  return {pointer, false};
 }
 
 }  // namespace threechains::detail

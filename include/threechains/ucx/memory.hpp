@@ -93,6 +93,18 @@ struct SharedMapping {
 [[nodiscard]] std::vector<SharedMapping> shared_mappings_from_text();
 [[nodiscard]] bool in_new_shared_mapping(std::span<const SharedMapping> before, const void* start,
                                          std::size_t size);
+// Where a checked rkey's memory is, once unpacked into *rkey (which the
+// caller owns, and destroys, whatever this returns or throws): `pointer` to
+// [address, address + size) when UCX maps it here and the range lies in the
+// segment the rkey names; `outside` when UCX maps it here but the range does
+// not (RemoteBuffer::outside_its_segment); neither when every access must go
+// through UCX (tcp, RDMA).
+struct DirectRange {
+  void* pointer = nullptr;
+  bool outside = false;
+};
+[[nodiscard]] DirectRange unpack_rkey(ucp_ep_h endpoint, std::span<const std::byte> checked,
+                                      uint64_t address, std::size_t size, ucp_rkey_h* rkey);
 }  // namespace detail
 
 class RemoteBuffer {
@@ -102,16 +114,10 @@ class RemoteBuffer {
                std::span<const std::byte> packed_rkey)
       : state_(std::make_shared<State>(std::move(endpoint), address, size)) {
     const std::vector<std::byte> checked = detail::checked_packed_rkey(packed_rkey);
-    const std::vector<detail::SharedMapping> before = detail::shared_mappings();
-    check(ucp_ep_rkey_unpack(state_->endpoint.handle(), checked.data(), &state_->rkey),
-          "ucp_ep_rkey_unpack");
-    void* pointer = nullptr;
-    if (ucp_rkey_ptr(state_->rkey, address, &pointer) == UCS_OK) {
-      if (detail::in_new_shared_mapping(before, pointer, size))
-        state_->direct = pointer;
-      else
-        state_->mapped_elsewhere = true;
-    }
+    const detail::DirectRange range =
+        detail::unpack_rkey(state_->endpoint.handle(), checked, address, size, &state_->rkey);
+    state_->direct = range.pointer;
+    state_->mapped_elsewhere = range.outside;
   }
 
   [[nodiscard]] ucp_rkey_h rkey() const noexcept { return state_->rkey; }
