@@ -642,9 +642,14 @@ void Engine::retire(std::shared_ptr<Link> link) noexcept {  // by value: it may 
   refresh_inbound();
   // A failed endpoint is force-closed (start_close decides): nothing waits on a
   // dead peer; nor on a refused one, which gets nothing more from us (a flushing
-  // close could wait as long as a peer that never progresses likes).
-  closing_.push_back(
-      {link, link->refused ? link->endpoint.start_force_close() : link->endpoint.start_close()});
+  // close could wait as long as a peer that never progresses likes); nor on
+  // one we connected that never answered (a connect that timed out): its HELLO
+  // may still sit in UCX's wire-up queue, which only a forced close empties
+  // (UCX 1.13 aborts in ucp_worker_destroy on a request left there).
+  const bool unanswered = link->out && (link->out->state == Outbound::State::connecting ||
+                                        link->out->state == Outbound::State::refused);
+  closing_.push_back({link, link->refused || unanswered ? link->endpoint.start_force_close()
+                                                        : link->endpoint.start_close()});
 }
 
 void Engine::reap_closing() noexcept {
