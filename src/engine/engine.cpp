@@ -637,6 +637,7 @@ void Engine::close_inbound(Link& link, bool lost) noexcept {
 void Engine::retire(std::shared_ptr<Link> link) noexcept {  // by value: it may be the table's own
   if (link->removed) return;
   link->removed = true;
+  const bool was_receiving = link->receiving();
   if (link->receiving()) close_inbound(*link, !link->in.bye);
   links_.erase(link->endpoint.handle());
   refresh_inbound();
@@ -645,9 +646,11 @@ void Engine::retire(std::shared_ptr<Link> link) noexcept {  // by value: it may 
   // close could wait as long as a peer that never progresses likes); nor on
   // one we connected that never answered (a connect that timed out): its HELLO
   // may still sit in UCX's wire-up queue, which only a forced close empties
-  // (UCX 1.13 aborts in ucp_worker_destroy on a request left there).
-  const bool unanswered = link->out && (link->out->state == Outbound::State::connecting ||
-                                        link->out->state == Outbound::State::refused);
+  // (UCX 1.13 aborts in ucp_worker_destroy on a request left there). Not when
+  // the link also served the peer's channel to us: what we queued for that
+  // (a WELCOME, a credit) must still go.
+  const bool unanswered =
+      link->out && link->out->state == Outbound::State::connecting && !was_receiving;
   closing_.push_back({link, link->refused || unanswered ? link->endpoint.start_force_close()
                                                         : link->endpoint.start_close()});
 }

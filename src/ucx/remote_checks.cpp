@@ -24,11 +24,15 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -156,12 +160,34 @@ MapsQuery& maps_query() {
   return query;
 }
 
+std::atomic<bool> text_for_testing{false};
+
 bool procmap_query_supported() {
   static const bool supported = maps_query().supported();
-  return supported;
+  return supported && !text_for_testing.load(std::memory_order_relaxed);
+}
+
+// One unpack_rkey at a time in this process. Its verdict rests on what
+// happens to our mappings between its lookups; another thread's unpack
+// (a second Source, a Receiver checking a credit rkey) attaches and
+// detaches segments too, and could re-attach, between our lookups, the very
+// file our range was aimed at. A child forked while another thread holds
+// the lock gets it unlocked (pthread_atfork).
+std::mutex& unpack_mutex() {
+  static std::mutex mutex;
+  static const bool registered = [] {
+    (void)pthread_atfork([] { mutex.lock(); }, [] { mutex.unlock(); }, [] { mutex.unlock(); });
+    return true;
+  }();
+  (void)registered;
+  return mutex;
 }
 
 }  // namespace
+
+void check_rkeys_from_text_for_testing(bool on) noexcept {
+  text_for_testing.store(on, std::memory_order_relaxed);
+}
 
 // Older kernels: the text of /proc/self/maps, read in large pieces and
 // parsed by hand (no streams, no scanf: this runs on every connect).
@@ -235,6 +261,7 @@ DirectRange unpack_rkey(ucp_ep_h endpoint, std::span<const std::byte> checked, u
   const auto unpack = [&] {
     check(ucp_ep_rkey_unpack(endpoint, checked.data(), rkey), "ucp_ep_rkey_unpack");
   };
+  const std::lock_guard one_at_a_time(unpack_mutex());
   if (!procmap_query_supported()) {
     // Kernels before 6.11: the shared mappings before and after the unpack.
     const std::vector<SharedMapping> before = shared_mappings();
@@ -260,7 +287,12 @@ DirectRange unpack_rkey(ucp_ep_h endpoint, std::span<const std::byte> checked, u
   if (!held || start + size > held->high) return {nullptr, true};
   ucp_rkey_destroy(*rkey);
   *rkey = nullptr;
-  const bool attached_by_unpack = maps_query().find(start, /*or_next=*/false) != held;
+  // Still the same bytes of the same file there: not the unpack's (compared
+  // by file and offset, not by bounds, which a split or merge of that
+  // mapping would change meanwhile).
+  const std::optional<Vma> after = maps_query().find(start, /*or_next=*/false);
+  const bool attached_by_unpack =
+      !after || !after->same_file(*held) || after->file_offset(start) != held->file_offset(start);
   unpack();
   void* pointer = nullptr;
   if (!attached_by_unpack || ucp_rkey_ptr(*rkey, address, &pointer) != UCS_OK)

@@ -45,9 +45,9 @@ struct OutboundRing {
   uint64_t* sleep_word = nullptr;  // read only
   uint64_t* bye_word = nullptr;    // in the same line: set when we say goodbye
   uint64_t rung = 0;
-  // The last frame rang the doorbell: the target was asleep, and the wake-up
-  // may have put it on this core. A flush or credit wait yields at once then,
-  // not only after kYieldAfter (src/engine/send_path.cpp).
+  // The last frame sent rang the doorbell: the target was asleep, and the
+  // wake-up may have put it on this core. A flush or credit wait that follows
+  // yields at once then, not only after kYieldAfter (src/engine/send_path.cpp).
   bool woke_target = false;
   // This process could not register for the target's asymmetric fence
   // (membarrier): the commit store is fenced before the sleep word is read.
@@ -90,12 +90,14 @@ inline void wake_if_asleep(OutboundRing& ring, Link& link) noexcept {
   else
     std::atomic_signal_fence(std::memory_order_seq_cst);
   const uint64_t asleep = std::atomic_ref<uint64_t>(*ring.sleep_word).load(std::memory_order_relaxed);
+  bool woke = false;
   if (asleep != 0 && asleep != ring.rung) [[unlikely]] {
     if (ring_doorbell(link)) {
       ring.rung = asleep;
-      ring.woke_target = true;
+      woke = true;
     }
   }
+  ring.woke_target = woke;  // only the last frame's doorbell counts
 }
 [[noreturn]] void throw_frame_too_large(const Link& link, const Ifunc& ifunc,
                                         std::size_t payload_size, std::size_t written);

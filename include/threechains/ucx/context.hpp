@@ -103,8 +103,9 @@ class Context {
     // that sleeps, a progress thread that meets the async thread mid-wire-up
     // gives its core back instead of spinning it away: on 2 cores a serial
     // tcp connect fell from ~7 to ~1.4 ms (docs/performance.md). The hot path
-    // (eager AMs, direct rings) never takes this lock. A value the user set
-    // in the environment wins.
+    // (eager AMs, direct rings) never takes this lock; going to sleep
+    // (ucp_worker_arm) does, once per sleep. A value the user set in the
+    // environment wins.
     if (std::getenv("UCX_USE_MT_MUTEX") == nullptr) modify("USE_MT_MUTEX", "y");
     if (options.reuse_address) {
       // UCX 1.13 reads its connection managers' settings from the environment

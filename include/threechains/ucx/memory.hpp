@@ -105,6 +105,8 @@ struct DirectRange {
 };
 [[nodiscard]] DirectRange unpack_rkey(ucp_ep_h endpoint, std::span<const std::byte> checked,
                                       uint64_t address, std::size_t size, ucp_rkey_h* rkey);
+// Tests: check as on a kernel without PROCMAP_QUERY (the before/after list).
+void check_rkeys_from_text_for_testing(bool on) noexcept;
 }  // namespace detail
 
 class RemoteBuffer {
