@@ -13,17 +13,11 @@
 # CORES_CHECK_STEPS names the steps to run (default: all of them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-case "${1:-run}" in
-  pack)
-    exec ../shared/tools/device-bundle build/src build/keys build/tests/attack/threechains-attack-target \
+. scripts/device-bundle.sh
+device_bundle "${1:-run}" build/src build/keys build/tests/attack/threechains-attack-target \
       build/benchmarks/threechains-bench build/benchmarks/threechains-bench-idle \
       build/benchmarks/threechains-bench-connect build/benchmarks/*.tcc build/benchmarks/*.so \
-      build/benchmarks/*.o build/examples/threechains-chase build/examples/*.tcc ;;
-  unpack)
-    xz -dc .device/bundle.tar.xz | tar -C / -xf - || exit 1
-    shift ;;
-esac
-[ -f /tmp/device-deps/env.sh ] && . /tmp/device-deps/env.sh
+      build/benchmarks/*.o build/examples/threechains-chase build/examples/*.tcc
 build=$(cd "${CORES_CHECK_BUILD:-build}" && pwd -P) || exit 1
 out=${CORES_CHECK_OUT:-$build/cores-check}
 mkdir -p "$out"

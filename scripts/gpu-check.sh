@@ -12,17 +12,11 @@
 # Figures and logs go to $GPU_CHECK_OUT (default build/gpu-check).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-case "${1:-run}" in
-  pack)
-    exec ../shared/tools/device-bundle build/src build/keys build/tests/threechains-tests \
+. scripts/device-bundle.sh
+device_bundle "${1:-run}" build/src build/keys build/tests/threechains-tests \
       build/tests/bindings/c_gpu \
       build/tests/*.tcc build/examples/threechains-gpu-field build/examples/*.tcc \
-      build/benchmarks/threechains-bench-gpu build/benchmarks/*.tcc ;;
-  unpack)
-    xz -dc .device/bundle.tar.xz | tar -C / -xf - || exit 1
-    shift ;;
-esac
-[ -f /tmp/device-deps/env.sh ] && . /tmp/device-deps/env.sh
+      build/benchmarks/threechains-bench-gpu build/benchmarks/*.tcc
 # The build: build/ here; on the GPU machine where the bundle put it (the
 # absolute path it had where it was packed), GPU_CHECK_BUILD.
 build=$(cd "${GPU_CHECK_BUILD:-build}" && pwd -P) || exit 1

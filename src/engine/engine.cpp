@@ -638,7 +638,7 @@ void Engine::retire(std::shared_ptr<Link> link) noexcept {  // by value: it may 
   if (link->removed) return;
   link->removed = true;
   const bool was_receiving = link->receiving();
-  if (link->receiving()) close_inbound(*link, !link->in.bye);
+  if (was_receiving) close_inbound(*link, !link->in.bye);
   links_.erase(link->endpoint.handle());
   refresh_inbound();
   // A failed endpoint is force-closed (start_close decides): nothing waits on a

@@ -87,7 +87,7 @@ struct ProcmapQuery {
 };
 static_assert(sizeof(ProcmapQuery) == 104);
 constexpr unsigned long kProcmapQuery = 0xC0686611;  // _IOWR('f', 17, struct procmap_query)
-constexpr uint64_t kReadable = 0x01, kWritable = 0x02, kShared = 0x08, kCoveringOrNext = 0x10;
+constexpr uint64_t kReadable = 0x01, kWritable = 0x02, kShared = 0x08;
 constexpr uint64_t kSharedWritable = kReadable | kWritable | kShared;
 
 // A mapping as the kernel names it: where, and which bytes of which file.
@@ -113,14 +113,13 @@ struct Vma {
 // the process is not the one that opened it.
 class MapsQuery {
  public:
-  // The VMA that holds `address` (or, with `or_next`, the first one above
-  // it) among the readable, writable, shared ones; nullopt when none.
-  // Throws when the kernel has no PROCMAP_QUERY (unsupported()).
-  [[nodiscard]] std::optional<Vma> find(uintptr_t address, bool or_next) {
+  // The readable, writable, shared VMA that holds `address`; nullopt when
+  // none. Throws when the kernel has no PROCMAP_QUERY (supported()).
+  [[nodiscard]] std::optional<Vma> find(uintptr_t address) {
     refresh();
     ProcmapQuery query{};
     query.size = sizeof(query);
-    query.query_flags = kSharedWritable | (or_next ? kCoveringOrNext : 0);
+    query.query_flags = kSharedWritable;
     query.query_addr = address;
     if (::ioctl(fd_, kProcmapQuery, &query) == 0)
       return Vma{query.vma_start, query.vma_end,   query.vma_offset,
@@ -134,7 +133,7 @@ class MapsQuery {
     if (fd_ < 0) return false;
     ProcmapQuery query{};
     query.size = sizeof(query);
-    query.query_flags = kCoveringOrNext;
+    query.query_addr = reinterpret_cast<uintptr_t>(&query);  // a stack address: always mapped
     return ::ioctl(fd_, kProcmapQuery, &query) == 0 || errno == ENOENT;
   }
   ~MapsQuery() {
@@ -153,8 +152,8 @@ class MapsQuery {
   pid_t owner_ = 0;
 };
 
-// One per thread: no lock on the connect path, and a descriptor per thread
-// that checks rkeys (the source's and the Receiver's progress threads).
+// One per thread that checks rkeys (a Source's, a Receiver's progress thread):
+// each keeps its own descriptor, reopened after a fork.
 MapsQuery& maps_query() {
   thread_local MapsQuery query;
   return query;
@@ -189,9 +188,10 @@ void check_rkeys_from_text_for_testing(bool on) noexcept {
   text_for_testing.store(on, std::memory_order_relaxed);
 }
 
-// Older kernels: the text of /proc/self/maps, read in large pieces and
-// parsed by hand (no streams, no scanf: this runs on every connect).
-std::vector<SharedMapping> shared_mappings_from_text() {
+// Kernels before 6.11 (and unpack_rkey with the test hook): the text of
+// /proc/self/maps, read in large pieces and parsed by hand (no streams, no
+// scanf: this runs on every connect there).
+std::vector<SharedMapping> shared_mappings() {
   std::vector<SharedMapping> mappings;
   const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return mappings;
@@ -224,29 +224,13 @@ std::vector<SharedMapping> shared_mappings_from_text() {
   return mappings;
 }
 
-std::vector<SharedMapping> shared_mappings() {
-  if (!procmap_query_supported()) return shared_mappings_from_text();
-  std::vector<SharedMapping> mappings;
-  for (uintptr_t at = 0;;) {
-    const std::optional<Vma> next = maps_query().find(at, /*or_next=*/true);
-    if (!next) return mappings;
-    mappings.push_back({next->low, next->high});
-    at = next->high;
-  }
-}
-
 bool in_new_shared_mapping(std::span<const SharedMapping> before, const void* start,
                            std::size_t size) {
   const auto first = reinterpret_cast<uintptr_t>(start);
   if (size == 0 || first + size < first) return false;
   std::optional<SharedMapping> holder;
-  if (procmap_query_supported()) {
-    if (const std::optional<Vma> vma = maps_query().find(first, /*or_next=*/false))
-      holder = SharedMapping{vma->low, vma->high};
-  } else {
-    for (const SharedMapping& now : shared_mappings_from_text())
-      if (first >= now.low && first < now.high) holder = now;
-  }
+  for (const SharedMapping& now : shared_mappings())
+    if (first >= now.low && first < now.high) holder = now;
   if (!holder) return false;
   // The mapping that holds the start must hold the end, and must be the one
   // this unpack attached: not there before it.
@@ -254,6 +238,13 @@ bool in_new_shared_mapping(std::span<const SharedMapping> before, const void* st
     return m.low == holder->low && m.high == holder->high;
   });
   return first + size <= holder->high && !existed;
+}
+
+std::optional<SharedMapping> shared_mapping_at(const void* address) {
+  if (!procmap_query_supported()) return std::nullopt;
+  const std::optional<Vma> vma = maps_query().find(reinterpret_cast<uintptr_t>(address));
+  if (!vma) return std::nullopt;
+  return SharedMapping{vma->low, vma->high};
 }
 
 DirectRange unpack_rkey(ucp_ep_h endpoint, std::span<const std::byte> checked, uint64_t address,
@@ -283,14 +274,14 @@ DirectRange unpack_rkey(ucp_ep_h endpoint, std::span<const std::byte> checked, u
   if (ucp_rkey_ptr(*rkey, address, &first) != UCS_OK) return {};  // no direct access here
   const auto start = reinterpret_cast<uintptr_t>(first);
   if (size == 0 || start + size < start) return {nullptr, true};
-  const std::optional<Vma> held = maps_query().find(start, /*or_next=*/false);
+  const std::optional<Vma> held = maps_query().find(start);
   if (!held || start + size > held->high) return {nullptr, true};
   ucp_rkey_destroy(*rkey);
   *rkey = nullptr;
   // Still the same bytes of the same file there: not the unpack's (compared
   // by file and offset, not by bounds, which a split or merge of that
   // mapping would change meanwhile).
-  const std::optional<Vma> after = maps_query().find(start, /*or_next=*/false);
+  const std::optional<Vma> after = maps_query().find(start);
   const bool attached_by_unpack =
       !after || !after->same_file(*held) || after->file_offset(start) != held->file_offset(start);
   unpack();
@@ -298,7 +289,7 @@ DirectRange unpack_rkey(ucp_ep_h endpoint, std::span<const std::byte> checked, u
   if (!attached_by_unpack || ucp_rkey_ptr(*rkey, address, &pointer) != UCS_OK)
     return {nullptr, true};
   const auto at = reinterpret_cast<uintptr_t>(pointer);
-  const std::optional<Vma> now = maps_query().find(at, /*or_next=*/false);
+  const std::optional<Vma> now = maps_query().find(at);
   if (!now || at + size < at || at + size > now->high || !now->same_file(*held) ||
       now->file_offset(at) != held->file_offset(start))
     return {nullptr, true};

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -79,20 +80,21 @@ inline constexpr std::size_t kRkeyPadding = 512;
 // A copy of a peer's packed rkey that UCX can unpack without reading past
 // it; throws errc::protocol if its framing does not fit its bytes.
 [[nodiscard]] std::vector<std::byte> checked_packed_rkey(std::span<const std::byte> packed);
-// This process's shared, writable mappings ([low, high)), and whether
-// [start, start + size) lies in one that is not among `before`: the segment
-// an rkey unpack just attached. (UCX's shared-memory rkey_ptr checks no
-// bounds; this is how we know the range is the peer's own memory.)
+// This process's shared, writable mappings ([low, high)), read from the text
+// of /proc/self/maps, and whether [start, start + size) lies in one that is
+// not among `before`: the segment an rkey unpack just attached. How
+// unpack_rkey checks on kernels without PROCMAP_QUERY (before 6.11).
 struct SharedMapping {
   uintptr_t low;
   uintptr_t high;
 };
 [[nodiscard]] std::vector<SharedMapping> shared_mappings();
-// The same list read from the text of /proc/self/maps: what shared_mappings()
-// falls back to on kernels before 6.11 (no PROCMAP_QUERY); tests compare both.
-[[nodiscard]] std::vector<SharedMapping> shared_mappings_from_text();
 [[nodiscard]] bool in_new_shared_mapping(std::span<const SharedMapping> before, const void* start,
                                          std::size_t size);
+// The shared, writable mapping that holds `address`, looked up by address
+// (PROCMAP_QUERY, as unpack_rkey does); nullopt when none, or when the
+// kernel has no PROCMAP_QUERY.
+[[nodiscard]] std::optional<SharedMapping> shared_mapping_at(const void* address);
 // Where a checked rkey's memory is, once unpacked into *rkey (which the
 // caller owns, and destroys, whatever this returns or throws): `pointer` to
 // [address, address + size) when UCX maps it here and the range lies in the
