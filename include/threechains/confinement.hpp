@@ -21,14 +21,22 @@
 namespace threechains {
 
 struct ConfinementOptions {
-  // Time one invocation may run before it traps (counted at loop back-edges
-  // and function entries; checked against the clock every 16384 counts).
+  // Time one invocation may run before it traps. Fuel counts the
+  // instructions between loop headers and function entries and the bytes
+  // checked imports work through; the clock is read each time a chunk of
+  // fuel (at most an eighth of this budget's worth) is spent, so an
+  // invocation ends within 1.25x the budget whatever it does
+  // (docs/security.md, "What one frame can cost").
   std::chrono::microseconds time_budget{10'000};
   // The data stack confined code's local variables live on (one per
   // Receiver; return addresses stay on the thread's own stack).
   std::size_t stack_bytes = std::size_t{1} << 20;
   // How deep confined code may take the thread's own stack (its calls).
   std::size_t native_stack_bytes = std::size_t{256} << 10;
+  // The globals of one confined ifunc, together (zero-initialised ones
+  // included: linking commits them). Larger is refused before compiling,
+  // with the figure (errc::limit_exceeded).
+  std::size_t max_global_bytes = std::size_t{64} << 20;
 };
 
 // A region of the target process that confined code may use, by name.

@@ -144,14 +144,22 @@ class JitCache {
   }
   // Runs a cached ifunc on `payload`. nullopt: it returned; a trap: confined
   // code broke a rule and was stopped there (nothing of it runs on).
+  // `caller` says whom confined code runs for (a Receiver passes each peer
+  // key's own number): its data stack and writable globals are never
+  // carried from one caller to the next (wiped, and set back to how the
+  // code was loaded), so what one peer's invocation left there no other
+  // peer's reads.
   std::optional<ConfinedTrap> invoke(const CachedIfunc& ifunc, void* payload, std::size_t size,
-                                     void* target_args) noexcept {
+                                     void* target_args, uint64_t caller = 0) noexcept {
     if (ifunc.confined == nullptr) [[likely]] {
       ifunc.main(payload, size, target_args);
       return std::nullopt;
     }
-    return invoke_confined(ifunc, payload, size, target_args);
+    return invoke_confined(ifunc, payload, size, target_args, caller);
   }
+  // Memory confined code loaded as `id` holds beyond its container: its
+  // globals and the copy of their initial values (0 if not confined).
+  [[nodiscard]] std::size_t committed_bytes(CodeId id) const noexcept;
   // The name of a cached confined ifunc, for reports ("" if not confined).
   [[nodiscard]] std::string confined_name(const CachedIfunc& ifunc) const;
   // Regions of this process that confined code may use (replaces the last set).
@@ -231,7 +239,8 @@ class JitCache {
   void note_call(CodeId id);
   void sync_promotion_counts() noexcept;
   std::optional<ConfinedTrap> invoke_confined(const CachedIfunc& ifunc, void* payload,
-                                              std::size_t size, void* target_args) noexcept;
+                                              std::size_t size, void* target_args,
+                                              uint64_t caller) noexcept;
 
   std::unordered_map<CodeId, CachedIfunc> entries_;
   std::size_t awaiting_calls_ = 0;  // tier-0 ifuncs whose compile waits for calls

@@ -7,6 +7,8 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -101,13 +103,15 @@ void require(State* s, uintptr_t address, uint64_t bytes, bool write,
   if (write && region->writable == 0) trap(s, TrapReason::read_only, address);
 }
 
+std::size_t paid_strnlen(State* s, const char* text, std::size_t limit) noexcept;
+
 // The length of the NUL-terminated string at `address`, which must end
 // inside the region it starts in.
 std::size_t require_string(State* s, const char* text, TrapReason reason) noexcept {
   const auto address = reinterpret_cast<uintptr_t>(text);
   const std::optional<Region> region = region_of(*s, address);
   if (!region) trap(s, reason, address);
-  const std::size_t length = strnlen(text, region->end - address);
+  const std::size_t length = paid_strnlen(s, text, region->end - address);
   if (length == region->end - address) trap(s, reason, address);
   return length;
 }
@@ -159,6 +163,12 @@ int64_t now_ns() noexcept {
   return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
 }
 
+// The clock is first read when the first chunk of fuel is spent, not at
+// the start of each invocation: a cached call that ends within one chunk
+// (nearly all of them) reads no clock. What ran before that first look is
+// at most one chunk, which Runner::Runner sizes to an eighth of the budget
+// at kWorstUnitNs a unit: an invocation ends within the budget and two
+// chunks (1.25x the budget) whatever it does.
 extern "C" void confined_tick(State* s) {
   const int64_t now = now_ns();
   if (s->started_ns < 0) {
@@ -166,50 +176,97 @@ extern "C" void confined_tick(State* s) {
   } else if (now - s->started_ns > s->budget_ns) {
     trap(s, TrapReason::out_of_time, 0);
   }
-  s->fuel = kFuelChunk;
+  s->fuel = s->chunk;
+}
+
+// Charges a checked import for `bytes` of work (a unit per 64 bytes).
+void spend(State* s, std::size_t bytes) noexcept {
+  s->fuel -= static_cast<int64_t>(bytes >> 6) + 1;
+  if (s->fuel < 0) confined_tick(s);
+}
+
+// strnlen in pieces, paid for as it goes.
+std::size_t paid_strnlen(State* s, const char* text, std::size_t limit) noexcept {
+  std::size_t length = 0;
+  while (length < limit) {
+    const std::size_t piece = std::min(limit - length, kImportPiece);
+    spend(s, piece);
+    const std::size_t found = strnlen(text + length, piece);
+    length += found;
+    if (found < piece) break;
+  }
+  return length;
 }
 
 // --- checked imports: the pointers confined code passes are its own ---
 
-extern "C" void* import_memcpy(void* to, const void* from, std::size_t n) {
-  State* s = running();
-  require(s, reinterpret_cast<uintptr_t>(to), n, true);
-  require(s, reinterpret_cast<uintptr_t>(from), n, false);
-  return std::memmove(to, from, n);  // overlap is the caller's bug, not a way out
-}
+// Each does its work in pieces of kImportPiece bytes, paying fuel for each:
+// the clock is looked at between pieces, so no call outlasts the budget by
+// more than one piece (microseconds), however long its arguments.
 extern "C" void* import_memmove(void* to, const void* from, std::size_t n) {
   State* s = running();
   require(s, reinterpret_cast<uintptr_t>(to), n, true);
   require(s, reinterpret_cast<uintptr_t>(from), n, false);
-  return std::memmove(to, from, n);
+  auto* out = static_cast<std::byte*>(to);
+  const auto* in = static_cast<const std::byte*>(from);
+  // Pieces in the order that never reads a byte already overwritten.
+  const bool backwards = out > in && out < in + n;
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t piece = std::min(n - done, kImportPiece);
+    spend(s, piece);
+    const std::size_t at = backwards ? n - done - piece : done;
+    std::memmove(out + at, in + at, piece);
+    done += piece;
+  }
+  return to;
+}
+extern "C" void* import_memcpy(void* to, const void* from, std::size_t n) {
+  return import_memmove(to, from, n);  // overlap is the caller's bug, not a way out
 }
 extern "C" void* import_memset(void* to, int value, std::size_t n) {
-  require(running(), reinterpret_cast<uintptr_t>(to), n, true);
-  return std::memset(to, value, n);
+  State* s = running();
+  require(s, reinterpret_cast<uintptr_t>(to), n, true);
+  auto* out = static_cast<std::byte*>(to);
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t piece = std::min(n - done, kImportPiece);
+    spend(s, piece);
+    std::memset(out + done, value, piece);
+    done += piece;
+  }
+  return to;
 }
 extern "C" int import_memcmp(const void* a, const void* b, std::size_t n) {
   State* s = running();
   require(s, reinterpret_cast<uintptr_t>(a), n, false);
   require(s, reinterpret_cast<uintptr_t>(b), n, false);
-  return std::memcmp(a, b, n);
+  const auto* left = static_cast<const unsigned char*>(a);
+  const auto* right = static_cast<const unsigned char*>(b);
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t piece = std::min(n - done, kImportPiece);
+    spend(s, piece);
+    if (const int order = std::memcmp(left + done, right + done, piece); order != 0) return order;
+    done += piece;
+  }
+  return 0;
 }
 extern "C" int import_bcmp(const void* a, const void* b, std::size_t n) {
   return import_memcmp(a, b, n);  // what the optimiser makes of memcmp(...) == 0
 }
 extern "C" int import_strncmp(const char* a, const char* b, std::size_t n) {
   State* s = running();
+  // n bytes, or up to a NUL inside the region: the bytes strncmp may read.
   const auto bounded = [&](const char* text) {
     const auto address = reinterpret_cast<uintptr_t>(text);
     const std::optional<Region> region = region_of(*s, address);
     if (!region) trap(s, TrapReason::out_of_bounds, address);
-    // n bytes, or up to a NUL inside the region
     const std::size_t room = region->end - address;
-    if (n <= room) return;
-    if (strnlen(text, room) == room) trap(s, TrapReason::out_of_bounds, address);
+    const std::size_t length = paid_strnlen(s, text, std::min(n, room));
+    if (length == room && n > room) trap(s, TrapReason::out_of_bounds, address);
+    return length;
   };
-  bounded(a);
-  bounded(b);
-  return std::strncmp(a, b, n);
+  (void)bounded(a);
+  (void)bounded(b);
+  return std::strncmp(a, b, n);  // within what was measured and paid for above
 }
 extern "C" std::size_t import_strlen(const char* text) {
   return require_string(running(), text, TrapReason::out_of_bounds);
@@ -381,16 +438,61 @@ std::vector<Symbol> runtime_symbols(State* state) {
 }
 
 Runner::Runner(const ConfinementOptions& options)
-    : state_(std::make_unique<State>()),
-      stack_(std::make_unique_for_overwrite<std::byte[]>(options.stack_bytes)),
-      options_(options) {
+    : state_(std::make_unique<State>()), options_(options) {
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  stack_mapped_ = std::max((options.stack_bytes + page - 1) / page * page, page);
+  void* mapped = mmap(nullptr, stack_mapped_, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mapped == MAP_FAILED)
+    throw Error(errc::jit_failed, "cannot map a data stack of " + std::to_string(stack_mapped_) +
+                                      " bytes for confined code");
+  stack_ = static_cast<std::byte*>(mapped);
   State& s = *state_;
-  s.stack_begin = reinterpret_cast<uintptr_t>(stack_.get());
+  s.stack_begin = reinterpret_cast<uintptr_t>(stack_);
   s.stack_size = options.stack_bytes & ~uintptr_t{63};
   s.budget_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(options.time_budget).count();
+  // A chunk of fuel is at most an eighth of the budget at kWorstUnitNs a unit.
+  s.chunk = std::clamp<int64_t>(s.budget_ns / 8 / kWorstUnitNs, kMinFuelChunk, kFuelChunk);
 }
 
-Runner::~Runner() = default;
+Runner::~Runner() {
+  if (stack_ != nullptr) munmap(stack_, stack_mapped_);
+}
+
+void Runner::wipe_stack() noexcept {
+  // MADV_DONTNEED on private anonymous memory: the pages read as zero next
+  // time. About a microsecond, and only pages that were touched come back.
+  if (madvise(stack_, stack_mapped_, MADV_DONTNEED) != 0)
+    std::memset(stack_, 0, stack_mapped_);
+}
+
+void Code::remember_initial_globals() {
+  initial.clear();
+  for (const Region& global : globals) {
+    std::vector<std::byte> bytes;
+    if (global.writable != 0) {
+      const auto* begin = reinterpret_cast<const std::byte*>(global.begin);
+      const auto* end = reinterpret_cast<const std::byte*>(global.end);
+      if (std::any_of(begin, end, [](std::byte b) { return b != std::byte{0}; }))
+        bytes.assign(begin, end);
+    }
+    initial.push_back(std::move(bytes));
+  }
+}
+
+void Runner::restore_globals(const Code& code) noexcept {
+  for (std::size_t k = 0; k < code.globals.size() && k < code.initial.size(); ++k) {
+    const Region& global = code.globals[k];
+    if (global.writable == 0) continue;
+    auto* begin = reinterpret_cast<std::byte*>(global.begin);
+    const std::vector<std::byte>& initial = code.initial[k];
+    if (initial.empty()) {
+      std::memset(begin, 0, global.end - global.begin);
+    } else {
+      std::memcpy(begin, initial.data(), initial.size());
+    }
+  }
+}
 
 void Runner::clear_sites(const Code& code) noexcept {
   std::fill(code.sites, code.sites + 2 * code.site_count, uint64_t{0});
@@ -422,8 +524,19 @@ void Runner::expose(const std::vector<ExposedRegion>& regions) {
 }
 
 std::optional<ConfinedTrap> Runner::run(IfuncMain entry, const Code& code, void* payload,
-                                        std::size_t size, void* target_args) noexcept {
+                                        std::size_t size, void* target_args,
+                                        uint64_t caller) noexcept {
   State& s = *state_;
+  // Nothing one caller's invocations left in locals or globals reaches the
+  // next caller's: two compares while the caller stays the same.
+  if (caller != caller_) [[unlikely]] {
+    wipe_stack();
+    caller_ = caller;
+  }
+  if (caller != code.caller) [[unlikely]] {
+    restore_globals(code);
+    code.caller = caller;
+  }
   s.payload_begin = reinterpret_cast<uintptr_t>(payload);
   s.payload_size = size;
   s.stack_pointer = s.stack_begin + s.stack_size;
@@ -432,7 +545,7 @@ std::optional<ConfinedTrap> Runner::run(IfuncMain entry, const Code& code, void*
   const auto here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   const uintptr_t floor = thread_stack_bottom() + (uintptr_t{64} << 10);
   s.native_limit = std::max(here - std::min<uintptr_t>(here, options_.native_stack_bytes), floor);
-  s.fuel = kFuelChunk;
+  s.fuel = s.chunk;
   s.started_ns = -1;
   s.globals = code.globals.data();
   s.global_count = code.globals.size();

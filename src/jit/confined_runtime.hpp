@@ -61,8 +61,17 @@ inline constexpr uint64_t kStackPointer = 32;
 inline constexpr uint64_t kNativeLimit = 40;
 inline constexpr uint64_t kFuel = 48;
 
-// Fuel counts between two looks at the clock.
+// Fuel counts between two looks at the clock, at most. A unit is one
+// instruction on the longest path between two fuel points (confinement.cpp)
+// or 64 bytes of a checked import's work; kWorstUnitNs is what we take one
+// to cost at worst (a load that misses every cache and the TLB), so that a
+// chunk is kept under an eighth of the time budget (Runner::Runner).
 inline constexpr int64_t kFuelChunk = int64_t{1} << 14;
+inline constexpr int64_t kMinFuelChunk = 64;
+inline constexpr int64_t kWorstUnitNs = 100;
+// A checked import does its work in pieces of this many bytes, spending
+// fuel (and looking at the clock when it runs out) between them.
+inline constexpr std::size_t kImportPiece = std::size_t{64} << 10;
 
 struct State {
   // --- read by confined code (offsets above) ---
@@ -80,6 +89,7 @@ struct State {
   std::size_t exposed_count = 0;
   int64_t started_ns = -1;  // at the first fuel tick of this invocation
   int64_t budget_ns = 0;
+  int64_t chunk = kFuelChunk;  // fuel given at each look at the clock
   TrapReason trap = TrapReason::out_of_bounds;
   uintptr_t trap_address = 0;
   std::jmp_buf jump;
@@ -94,6 +104,13 @@ struct Code {
   // regions change, so none names a region no longer exposed.
   uint64_t* sites = nullptr;
   uint64_t site_count = 0;
+  // Its writable globals as they were loaded (empty where they were all
+  // zero), to set them back when another caller runs it (Runner::run).
+  std::vector<std::vector<std::byte>> initial;
+  mutable uint64_t caller = 0;  // whom it last ran for
+
+  // Takes `initial` from the globals as they are now (right after linking).
+  void remember_initial_globals();
 };
 
 // One per JitCache: the state confined code reads, its data stack, the
@@ -107,19 +124,29 @@ class Runner {
   Runner& operator=(const Runner&) = delete;
 
   [[nodiscard]] State* state() noexcept { return state_.get(); }
+  [[nodiscard]] const ConfinementOptions& options() const noexcept { return options_; }
   // Replaces the exposed regions. The caller clears every loaded code's
   // site caches (clear_sites) before confined code runs again.
   void expose(const std::vector<ExposedRegion>& regions);
   static void clear_sites(const Code& code) noexcept;
 
   // Runs `entry` confined to `code`'s globals, `payload` and the exposed
-  // regions. nullopt if it returned; the trap if it broke a rule.
+  // regions, for `caller` (JitCache::invoke). nullopt if it returned; the
+  // trap if it broke a rule.
   [[nodiscard]] std::optional<ConfinedTrap> run(IfuncMain entry, const Code& code, void* payload,
-                                                std::size_t size, void* target_args) noexcept;
+                                                std::size_t size, void* target_args,
+                                                uint64_t caller) noexcept;
 
  private:
+  // Gives back the data stack's pages (they read as zero when next used).
+  void wipe_stack() noexcept;
+  // Sets `code`'s writable globals back to how they were loaded.
+  static void restore_globals(const Code& code) noexcept;
+
   std::unique_ptr<State> state_;
-  std::unique_ptr<std::byte[]> stack_;
+  std::byte* stack_ = nullptr;  // mapped: pages can be given back
+  std::size_t stack_mapped_ = 0;
+  uint64_t caller_ = 0;  // whom the data stack last held locals of
   std::vector<Region> exposed_;
   ConfinementOptions options_;
 };

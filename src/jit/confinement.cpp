@@ -109,6 +109,7 @@ class Confiner {
       strip_claims(*f);
       instrument(*f);
     }
+    lower_large_bulk();
     emit_globals_table();
     emit_sites();
     hide_symbols();
@@ -137,6 +138,8 @@ class Confiner {
       if (value.getName().starts_with(confined::kReservedPrefix))
         refuse(ifunc_, "a symbol named '" + value.getName().str() + "' (reserved)");
       if (scalable(value.getValueType())) refuse(ifunc_, "a scalable vector type");
+      if (const std::string why = too_wide(value.getValueType()); !why.empty())
+        refuse(ifunc_, why + " ('" + value.getName().str() + "')");
     }
     const std::string entry = ifunc_ + "_main";
     for (Function& f : m_) {
@@ -166,11 +169,18 @@ class Confiner {
       for (BasicBlock& block : f) {
         for (Instruction& i : block) {
           if (scalable(i.getType())) refuse(ifunc_, "a scalable vector type" + where);
-          for (const Use& operand : i.operands())
+          if (const std::string why = too_wide_value(i.getType()); !why.empty())
+            refuse(ifunc_, why + where);
+          for (const Use& operand : i.operands()) {
             if (scalable(operand->getType())) refuse(ifunc_, "a scalable vector type" + where);
+            if (const std::string why = too_wide_value(operand->getType()); !why.empty())
+              refuse(ifunc_, why + where);
+          }
           if (auto* alloca = dyn_cast<AllocaInst>(&i)) {
             if (scalable(alloca->getAllocatedType()))
               refuse(ifunc_, "a scalable vector type" + where);
+            if (const std::string why = too_wide(alloca->getAllocatedType()); !why.empty())
+              refuse(ifunc_, why + where);
             if (alloca->isStaticAlloca()) {
               const std::optional<TypeSize> size = alloca->getAllocationSize(m_.getDataLayout());
               if (!size || size->getFixedValue() > kMaxFrame)
@@ -251,6 +261,45 @@ class Confiner {
     if (id != Intrinsic::returnaddress && id != Intrinsic::frameaddress) return true;
     const auto* depth = dyn_cast<ConstantInt>(call.getArgOperand(0));
     return depth != nullptr && depth->isZero();
+  }
+
+  // A first line against types the code generator lowers slowly or not at
+  // all: integers millions of bits wide end the process in LLVM (`LLVM
+  // ERROR: unsupported library call` for a saturating conversion, a crash
+  // for ctpop) or compile for minutes (a multiplication), and so do vectors
+  // of millions of lanes. No honest kernel needs them; C's widest integer is
+  // __int128. Empty if `t` (and everything in it) is fine.
+  static constexpr unsigned kMaxIntegerBits = 128;
+  static constexpr unsigned kMaxVectorLanes = 256;
+  static constexpr uint64_t kMaxVectorBits = 16384;
+  static std::string too_wide(Type* t) {
+    if (t == nullptr) return {};
+    if (auto* integer = dyn_cast<IntegerType>(t); integer != nullptr &&
+                                                  integer->getBitWidth() > kMaxIntegerBits)
+      return "an integer type of " + std::to_string(integer->getBitWidth()) +
+             " bits (at most " + std::to_string(kMaxIntegerBits) + ")";
+    if (auto* vector = dyn_cast<FixedVectorType>(t)) {
+      const uint64_t lanes = vector->getNumElements();
+      const uint64_t bits = lanes * vector->getScalarSizeInBits();
+      if (lanes > kMaxVectorLanes || bits > kMaxVectorBits)
+        return "a vector of " + std::to_string(lanes) + " lanes (" + std::to_string(bits) +
+               " bits; at most " + std::to_string(kMaxVectorLanes) + " lanes and " +
+               std::to_string(kMaxVectorBits) + " bits)";
+    }
+    for (Type* inner : t->subtypes())
+      if (std::string why = too_wide(inner); !why.empty()) return why;
+    return {};
+  }
+  // The same for a value an instruction computes or uses: in addition, no
+  // aggregate (array or struct) over 4 KiB travels as one value (selection
+  // lowers a load of [1000000 x i32] lane by lane, for as long as it takes).
+  std::string too_wide_value(Type* t) const {
+    if (std::string why = too_wide(t); !why.empty()) return why;
+    if ((t->isArrayTy() || t->isStructTy()) && t->isSized() && !scalable(t) &&
+        dl_.getTypeAllocSize(t).getFixedValue() > kMaxByValue)
+      return "an aggregate value of " + std::to_string(dl_.getTypeAllocSize(t).getFixedValue()) +
+             " bytes (at most " + std::to_string(kMaxByValue) + " as one value)";
+    return {};
   }
 
   static bool scalable(Type* t) {
@@ -768,11 +817,78 @@ class Confiner {
     }
   }
 
-  // Spends one unit of fuel before `at`; the runtime looks at the clock
+  // What a fuel point (the entry, a loop header) pays: the most
+  // instructions any path from it runs before the next fuel point. Every
+  // cycle passes a loop header (the target of a back edge), so such a path
+  // follows forward edges only and runs each block at most once: the
+  // longest path in that acyclic graph bounds it. A call counts as one; its
+  // callee pays at its own entry, and imports charge by the work they do.
+  // So one unit of fuel is at most one instruction's time, whatever the
+  // code does between two looks at the clock (docs/security.md, "Time").
+  static std::map<const BasicBlock*, uint64_t> costs_between_fuel_points(
+      Function& f, const std::set<BasicBlock*>& loop_heads) {
+    const auto forward = [&](const BasicBlock* from, const BasicBlock* to) {
+      return !loop_heads.contains(const_cast<BasicBlock*>(to)) && to != &f.getEntryBlock() &&
+             from != to;
+    };
+    // Those edges form an acyclic graph (every cycle has a back edge, whose
+    // target is cut): a topological order (Kahn's), then the longest path
+    // from each block, successors first. Linear in blocks and edges.
+    std::map<const BasicBlock*, uint64_t> indegree;
+    for (const BasicBlock& block : f) {
+      indegree.try_emplace(&block, 0);
+      if (const Instruction* terminator = block.getTerminator()) {
+        for (unsigned k = 0; k < terminator->getNumSuccessors(); ++k)
+          if (forward(&block, terminator->getSuccessor(k))) ++indegree[terminator->getSuccessor(k)];
+      }
+    }
+    std::vector<const BasicBlock*> order;
+    for (const auto& [block, count] : indegree)
+      if (count == 0) order.push_back(block);
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      const Instruction* terminator = order[k]->getTerminator();
+      if (terminator == nullptr) continue;
+      for (unsigned n = 0; n < terminator->getNumSuccessors(); ++n) {
+        const BasicBlock* to = terminator->getSuccessor(n);
+        if (forward(order[k], to) && --indegree[to] == 0) order.push_back(to);
+      }
+    }
+    std::map<const BasicBlock*, uint64_t> longest;  // from a block to the next fuel point
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      uint64_t after = 0;
+      if (const Instruction* terminator = (*it)->getTerminator()) {
+        for (unsigned n = 0; n < terminator->getNumSuccessors(); ++n) {
+          const BasicBlock* to = terminator->getSuccessor(n);
+          if (forward(*it, to)) after = std::max(after, longest[to]);
+        }
+      }
+      longest[*it] = block_cost(**it) + after;
+    }
+    std::map<const BasicBlock*, uint64_t> costs;
+    costs[&f.getEntryBlock()] = std::max<uint64_t>(longest[&f.getEntryBlock()], 1);
+    for (BasicBlock* head : loop_heads) costs[head] = std::max<uint64_t>(longest[head], 1);
+    return costs;
+  }
+
+  // A block's instructions, and a call of an import (libm, the runtime) at
+  // kImportCallCost: pow's slow path takes about a microsecond.
+  static constexpr uint64_t kImportCallCost = 32;
+  static uint64_t block_cost(const BasicBlock& block) {
+    uint64_t cost = block.size();
+    for (const Instruction& i : block) {
+      const auto* call = dyn_cast<CallBase>(&i);
+      const Function* callee = call == nullptr ? nullptr : call->getCalledFunction();
+      if (callee != nullptr && callee->isDeclaration() && !callee->isIntrinsic())
+        cost += kImportCallCost - 1;
+    }
+    return cost;
+  }
+
+  // Spends `cost` units of fuel before `at`; the runtime looks at the clock
   // when a chunk is used up (and traps past the budget).
-  void spend_fuel(Instruction* at) {
+  void spend_fuel(Instruction* at, uint64_t cost) {
     IRBuilder<> b(at);
-    Value* left = b.CreateSub(field(b, confined::kFuel, "fuel"), b.getInt64(1));
+    Value* left = b.CreateSub(field(b, confined::kFuel, "fuel"), b.getInt64(cost));
     store_field(b, confined::kFuel, left);
     Instruction* then =
         SplitBlockAndInsertIfThen(b.CreateICmpSLT(left, b.getInt64(0)), at->getIterator(), false,
@@ -812,6 +928,9 @@ class Confiner {
     FindFunctionBackedges(f, backedges);
     std::set<BasicBlock*> loop_heads;
     for (const auto& edge : backedges) loop_heads.insert(const_cast<BasicBlock*>(edge.second));
+    // What each fuel point costs, counted on the code as sent (before the
+    // checks this pass adds, which are at most a constant factor more).
+    const std::map<const BasicBlock*, uint64_t> fuel_cost = costs_between_fuel_points(f, loop_heads);
 
     for (BasicBlock& block : f) {
       for (Instruction& i : block) {
@@ -868,7 +987,7 @@ class Confiner {
       trap_if(b.CreateICmpULT(sp, field(b, confined::kNativeLimit, "native_limit")),
               TrapReason::stack_exhausted, sp, jump);
     }
-    spend_fuel(jump);
+    spend_fuel(jump, fuel_cost.at(old_entry));
     IRBuilder<> b(jump);
     Bounds bounds{field(b, confined::kPayloadBegin, "payload_begin"),
                   field(b, confined::kPayloadSize, "payload_size"),
@@ -962,7 +1081,7 @@ class Confiner {
       }
     }
 
-    for (BasicBlock* head : loop_heads) spend_fuel(&*head->getFirstInsertionPt());
+    for (BasicBlock* head : loop_heads) spend_fuel(&*head->getFirstInsertionPt(), fuel_cost.at(head));
     // A memcpy costs fuel by its length (a unit per 64 bytes), so a loop of
     // large copies runs out as a loop of small steps would.
     for (const auto& [call, bytes] : bulk_) {
@@ -974,6 +1093,14 @@ class Confiner {
           SplitBlockAndInsertIfThen(b.CreateICmpSLT(left, b.getInt64(0)), call->getIterator(),
                                     false, MDBuilder(ctx_).createUnlikelyBranchWeights());
       IRBuilder<>(then).CreateCall(tick_, {state_});
+    }
+    // A large copy or fill runs in the runtime's checked import, which does
+    // it in pieces and looks at the clock between them: a memcpy of a
+    // 256 MiB global would otherwise run to its end past any budget.
+    for (const auto& [call, bytes] : bulk_) {
+      const auto* constant = dyn_cast<ConstantInt>(call->getOperand(2));
+      if (constant != nullptr && constant->getZExtValue() <= kLargestUnpieced) continue;
+      large_bulk_.push_back(call);
     }
     bulk_.clear();
     for (const Access& access : accesses) check_access(access, bounds);
@@ -1083,6 +1210,32 @@ class Confiner {
                        ConstantInt::get(i64_, site_count_), confined::kSiteCountSymbol);
   }
 
+  // Memory intrinsics whose length may exceed kLargestUnpieced become calls
+  // of the checked imports (the same bounds, checked again; done in pieces
+  // with the clock looked at between them).
+  void lower_large_bulk() {
+    if (large_bulk_.empty()) return;
+    const FunctionCallee move = m_.getOrInsertFunction(std::string(confined::kImportPrefix) + "memmove",
+                                                       ptr_, ptr_, ptr_, i64_);
+    const FunctionCallee fill = m_.getOrInsertFunction(std::string(confined::kImportPrefix) + "memset",
+                                                       ptr_, ptr_, Type::getInt32Ty(ctx_), i64_);
+    for (Instruction* call : large_bulk_) {
+      auto* intrinsic = cast<IntrinsicInst>(call);
+      IRBuilder<> b(intrinsic);
+      Value* length = b.CreateZExtOrTrunc(intrinsic->getArgOperand(2), i64_);
+      const Intrinsic::ID id = intrinsic->getIntrinsicID();
+      if (id == Intrinsic::memset || id == Intrinsic::memset_inline) {
+        b.CreateCall(fill, {intrinsic->getArgOperand(0),
+                            b.CreateZExt(intrinsic->getArgOperand(1), Type::getInt32Ty(ctx_)),
+                            length});
+      } else {
+        b.CreateCall(move, {intrinsic->getArgOperand(0), intrinsic->getArgOperand(1), length});
+      }
+      intrinsic->eraseFromParent();
+    }
+    large_bulk_.clear();
+  }
+
   // Only the entry point and the tables stay visible. Everything else is
   // internal and renamed, so no name of the ifunc's can stand in for a
   // symbol the code generator calls by name (memcpy, __udivti3, ...).
@@ -1114,6 +1267,9 @@ class Confiner {
   FunctionCallee tick_;
   std::vector<Function*> address_taken_;
   std::vector<std::pair<Instruction*, Value*>> bulk_;  // memory intrinsics and their lengths
+  std::vector<Instruction*> large_bulk_;  // those whose length may pass kLargestUnpieced
+  // The longest copy or fill done in one piece (time: microseconds).
+  static constexpr uint64_t kLargestUnpieced = uint64_t{64} << 10;
   std::map<std::pair<FunctionType*, CallingConv::ID>, Function*> callee_checks_;
   GlobalVariable* sites_placeholder_ = nullptr;
   uint64_t site_count_ = 0;
@@ -1122,8 +1278,23 @@ class Confiner {
 
 }  // namespace
 
-void screen_for_confinement(llvm::Module& module, const std::string& ifunc) {
+void screen_for_confinement(llvm::Module& module, const std::string& ifunc,
+                            std::size_t max_global_bytes) {
   Confiner(module, ifunc).screen_before_optimiser();
+  // What linking will commit for its globals, zero-initialised ones too.
+  const DataLayout& layout = module.getDataLayout();
+  uint64_t bytes = 0;
+  for (const GlobalVariable& global : module.globals()) {
+    if (global.isDeclaration() || !global.getValueType()->isSized()) continue;
+    const uint64_t size = layout.getTypeAllocSize(global.getValueType()).getFixedValue();
+    bytes = size > ~bytes ? ~uint64_t{0} : bytes + size;
+  }
+  if (bytes > max_global_bytes) {
+    throw Error(errc::limit_exceeded,
+                "ifunc '" + ifunc + "' defines " + std::to_string(bytes) +
+                    " bytes of globals, over the " + std::to_string(max_global_bytes) +
+                    " a confined ifunc may have here (ConfinementOptions::max_global_bytes)");
+  }
 }
 
 void confine_module(llvm::Module& module, const std::string& ifunc) {

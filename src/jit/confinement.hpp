@@ -2,6 +2,7 @@
 // not fully trust, after the host optimiser and before code generation.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace llvm {
@@ -14,9 +15,12 @@ namespace threechains {
 // the optimiser or the code generator (scalable vectors, other calling
 // conventions, naked functions, aliases, large by-value arguments, intrinsics
 // outside the allowlist, an entry point that is not void(void*, size_t,
-// void*)), and drops string attributes (CPU features, instrumentation), so
-// the host's CPU applies. Throws errc::import_refused.
-void screen_for_confinement(llvm::Module& module, const std::string& ifunc);
+// void*), integers over 128 bits, huge vectors and aggregates as values),
+// and drops string attributes (CPU features, instrumentation), so the
+// host's CPU applies. Throws errc::import_refused; errc::limit_exceeded for
+// globals of more than `max_global_bytes` together (linking commits them).
+void screen_for_confinement(llvm::Module& module, const std::string& ifunc,
+                            std::size_t max_global_bytes);
 
 // Rewrites `module` so that, once compiled, it touches only what the runtime
 // (jit/confined_runtime.hpp) lets one invocation touch, calls only its own

@@ -709,7 +709,8 @@ struct JitCache::Impl {
                                                message_of(module.takeError()));
         }
         check_bitcode(**module, image.name, policy);
-        if (confine == Confine::yes) screen_for_confinement(**module, image.name);
+        if (confine == Confine::yes)
+          screen_for_confinement(**module, image.name, runner.options().max_global_bytes);
         (void)optimiser->run(**module);
         // After the optimiser: no pass after this one sees the code before
         // its checks, so none can reason them away.
@@ -797,6 +798,7 @@ struct JitCache::Impl {
     code.site_count = *count->toPtr<const uint64_t*>();
     // A cached object from an earlier run may hold what that run found.
     confined::Runner::clear_sites(code);
+    code.remember_initial_globals();
     return code;
   }
 
@@ -1038,9 +1040,18 @@ void* JitCache::lookup(CodeId id, const std::string& symbol) {
 }
 
 std::optional<ConfinedTrap> JitCache::invoke_confined(const CachedIfunc& ifunc, void* payload,
-                                                     std::size_t size,
-                                                     void* target_args) noexcept {
-  return impl_->runner.run(ifunc.main, *ifunc.confined, payload, size, target_args);
+                                                     std::size_t size, void* target_args,
+                                                     uint64_t caller) noexcept {
+  return impl_->runner.run(ifunc.main, *ifunc.confined, payload, size, target_args, caller);
+}
+
+std::size_t JitCache::committed_bytes(CodeId id) const noexcept {
+  const auto it = impl_->confined_codes.find(id);
+  if (it == impl_->confined_codes.end()) return 0;
+  std::size_t bytes = 0;
+  for (const confined::Region& global : it->second.globals) bytes += global.end - global.begin;
+  for (const std::vector<std::byte>& initial : it->second.initial) bytes += initial.size();
+  return bytes;
 }
 
 std::string JitCache::confined_name(const CachedIfunc& ifunc) const {
