@@ -34,6 +34,12 @@ struct NodeOptions {
   ReceiverOptions receiver;
   ChannelOptions channel;        // ring geometry and delivery of the channels to other ranks
   uint32_t sends_per_poll = 64;  // queued sends carried out per poll, at most
+  // The queue of sends made by injected code (threechains_send_self/_named)
+  // holds at most this many, and this many payload bytes; a send past
+  // either returns -1 to the ifunc (NodeStats::failed_sends counts it), so
+  // one frame whose code sends in a loop cannot grow the target without bound.
+  std::size_t max_queued_sends = 65536;
+  std::size_t max_queued_bytes = std::size_t{64} << 20;
   // Empty polls before run() yields the CPU. Ranks of a mesh wait on each
   // other; on a machine with fewer cores than ranks, a short spin keeps the
   // rank that has work from waiting for a time slice.

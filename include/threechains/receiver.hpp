@@ -55,10 +55,26 @@ struct ReceiverLimits {
   std::size_t max_ring_bytes = std::size_t{256} << 20;  // all peers together
   std::size_t max_code_bytes = std::size_t{16} << 20;   // one container as it travels
   std::size_t max_cached_ifuncs = 1024;
-  std::size_t max_cached_code_bytes = std::size_t{256} << 20;  // their containers
-  // Confined code that traps this many times is evicted, and the same code
-  // (by content) is refused from then on, from every peer. 0: never.
+  // Their containers, and what confined code commits besides (its globals,
+  // zero-initialised ones too, and their initial values): past it, the
+  // least recently used go.
+  std::size_t max_cached_code_bytes = std::size_t{256} << 20;
+  // The same, counted per peer key for the code it loaded: past it, a
+  // load is refused with the figure (errc::limit_exceeded).
+  std::size_t max_code_bytes_per_key = std::size_t{128} << 20;
+  // Confined code that traps this many times for one peer key is refused to
+  // that key from then on (by content, on every connection of the key; other
+  // keys keep it). 0: never.
   uint32_t max_traps_per_code = 8;
+  // A key whose confined code (any code: fresh nonces make new code) traps
+  // this often within key_trap_window is refused as a key for key_refusal:
+  // its connections close with the reason, new ones are refused. From half
+  // as many, it is throttled: a new load at most every key_load_interval.
+  // 0: never.
+  uint32_t max_traps_per_key = 64;
+  std::chrono::milliseconds key_trap_window{60'000};
+  std::chrono::milliseconds key_refusal{600'000};
+  std::chrono::milliseconds key_load_interval{1'000};
   // A peer that has not proven its key by then is let go (an endpoint that
   // never says HELLO too: send your own Active Messages on a Channel's).
   std::chrono::milliseconds handshake_timeout{2000};

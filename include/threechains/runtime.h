@@ -24,11 +24,15 @@ int64_t threechains_ranks(void);
 int64_t threechains_origin(void);
 
 /* Sends the running ifunc itself, with `payload`, to `rank` (which may be this
- * rank). Returns 0, or -1 if `rank` is out of range or no ifunc is running. */
+ * rank). Returns 0, or -1 if `rank` is out of range, no ifunc is running, or
+ * the Node's send queue is full (NodeOptions::max_queued_sends and
+ * max_queued_bytes): the ifunc decides what to do then (give up, or return
+ * and let a later frame try again). */
 int threechains_send_self(int64_t rank, const void *payload, size_t payload_size);
 
 /* Sends the ifunc named `name` that this process holds (it ran here, or was
- * installed) to `rank`. Returns 0, or -1 if there is no such ifunc or rank. */
+ * installed) to `rank`. Returns 0, or -1 if there is no such ifunc or rank,
+ * or the send queue is full. */
 int threechains_send_named(int64_t rank, const char *name, const void *payload, size_t payload_size);
 
 /* An object the target process exposed under `name` (Node::expose), or NULL. */

@@ -114,7 +114,8 @@ void Engine::promote_tiers() {
 }
 
 std::optional<ConfinedTrap> Engine::run_entry(const CachedIfunc& ifunc, CodeId id, int64_t origin,
-                                              const char* peer, void* payload, std::size_t size) {
+                                              const char* peer, void* payload, std::size_t size,
+                                              uint64_t caller) {
   Target& t = *target_;
   t.cache.count_call(id);
   if (id != t.counted_id || t.counted == nullptr) [[unlikely]]
@@ -128,12 +129,12 @@ std::optional<ConfinedTrap> Engine::run_entry(const CachedIfunc& ifunc, CodeId i
   const auto started =
       timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const DispatchContext outer = t.running;
-  t.running = {id, origin, peer};
+  t.running = {id, origin, peer, caller};
   std::optional<ConfinedTrap> trap;
   const auto call = [&] {
     if (ifunc.gpu != nullptr) [[unlikely]]
       return run_gpu(ifunc, payload, size);
-    return t.cache.invoke(ifunc, payload, size, t.options.target_args);
+    return t.cache.invoke(ifunc, payload, size, t.options.target_args, caller);
   };
   if (runtime_hooks_ == nullptr) {  // a plain Receiver: injected code has no Node to call
     trap = call();
@@ -215,7 +216,7 @@ IfuncStats& Engine::ifunc_record(CodeId id) {
 // names it; the source hears it (its next flush or wait throws it); nothing
 // else changes: the Receiver serves on, the code stays loaded.
 Error Engine::trap_error(const CachedIfunc& ifunc, CodeId id, const ConfinedTrap& trap,
-                         const std::string& peer) const {
+                         const std::string& peer, Audience audience) const {
   if (trap.reason == TrapReason::gpu_failed && target_->gpu_error) {
     return Error(errc::gpu_failed,
                  target_->gpu_error->context() + " (code " + std::to_string(id) + " from " + peer + ")");
@@ -223,7 +224,7 @@ Error Engine::trap_error(const CachedIfunc& ifunc, CodeId id, const ConfinedTrap
   std::string text = "ifunc '" + target_->cache.confined_name(ifunc) + "' (code " +
                      std::to_string(id) + ") from " + peer + " trapped: " +
                      std::string(to_string(trap.reason));
-  if (trap.address != 0) {
+  if (trap.address != 0 && audience == Audience::log) {
     char address[32];
     std::snprintf(address, sizeof(address), " (address 0x%llx)",
                   static_cast<unsigned long long>(trap.address));
@@ -234,20 +235,75 @@ Error Engine::trap_error(const CachedIfunc& ifunc, CodeId id, const ConfinedTrap
 
 void Engine::count_trap(Link& link, CodeId id, const std::string& name) {
   Target& t = *target_;
-  const uint32_t limit = t.options.limits.max_traps_per_code;
-  const uint32_t count = ++link.traps[id];
+  const ReceiverLimits& limits = t.options.limits;
+  KeyRecord& key = *link.key;
+  const auto now = KeyRecord::Clock::now();
+  // The key's traps within the window, all code together.
+  key.recent.push_back(now);
+  while (!key.recent.empty() && now - key.recent.front() > limits.key_trap_window)
+    key.recent.pop_front();
+  if (limits.max_traps_per_key != 0 && key.recent.size() >= limits.max_traps_per_key) {
+    key.refused_until = now + limits.key_refusal;
+    const std::string why = *key_refused(key);
+    report(Error(errc::peer_refused, link.peer_name + ": " + why));
+    // Every connection of the key goes at the next control round.
+    for (const auto& [ep, other] : links_) {
+      if (other->key.get() == &key && other->misbehaved.empty()) other->misbehaved = why;
+    }
+    control_pending_ = true;
+    key.recent.clear();
+  }
+  const auto digest = t.digests.find(id);
+  if (digest == t.digests.end()) return;
+  const uint32_t limit = limits.max_traps_per_code;
+  if (key.traps.size() >= KeyRecord::kMaxCounted && !key.traps.contains(digest->second))
+    key.traps.erase(key.traps.begin());  // bounded: the count of some other code starts over
+  const uint32_t count = ++key.traps[digest->second];
   if (limit == 0 || count < limit) return;
-  constexpr std::size_t kMaxBanned = 1024;  // a peer's list stays bounded
-  if (const auto digest = t.digests.find(id);
-      digest != t.digests.end() && link.banned.size() < kMaxBanned)
-    link.banned.insert(digest->second);
-  link.traps.erase(id);
-  link.in.forget_shown(id);  // its next frame of it must bring the code, which is refused
+  if (key.banned.size() < KeyRecord::kMaxBanned) key.banned.insert(digest->second);
+  key.traps.erase(digest->second);
+  // On every connection of the key, its next frame of it must bring the
+  // code, which is refused.
+  for (const auto& [ep, other] : links_) {
+    if (other->key.get() == &key) other->in.forget_shown(id);
+  }
   report(Error(errc::code_refused, "ifunc '" + name + "' (code " + std::to_string(id) +
                                        ") trapped " + std::to_string(count) + " times for " +
-                                       link.peer_name +
-                                       ": refused to that peer from now on "
+                                       key.name + " (last from " + link.peer_name +
+                                       "): refused to that key from now on, on every connection "
                                        "(ReceiverLimits::max_traps_per_code)"));
+}
+
+std::optional<std::string> Engine::key_refused(const KeyRecord& key) const {
+  const auto now = KeyRecord::Clock::now();
+  if (key.refused_until <= now) return std::nullopt;
+  const auto left =
+      std::chrono::duration_cast<std::chrono::seconds>(key.refused_until - now).count() + 1;
+  return key.name + " is refused for " + std::to_string(left) + " s more: its confined code trapped " +
+         std::to_string(target_->options.limits.max_traps_per_key) + " times within " +
+         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                            target_->options.limits.key_trap_window)
+                            .count()) +
+         " s (ReceiverLimits::max_traps_per_key, key_refusal)";
+}
+
+std::optional<std::string> Engine::key_throttled(KeyRecord& key) const {
+  const ReceiverLimits& limits = target_->options.limits;
+  const auto now = KeyRecord::Clock::now();
+  while (!key.recent.empty() && now - key.recent.front() > limits.key_trap_window)
+    key.recent.pop_front();
+  if (limits.max_traps_per_key == 0 || key.recent.size() * 2 < limits.max_traps_per_key) {
+    key.last_new_load = now;
+    return std::nullopt;
+  }
+  if (now - key.last_new_load < limits.key_load_interval) {
+    return key.name + " is throttled: its confined code trapped " +
+           std::to_string(key.recent.size()) + " times lately, so it may load new code once every " +
+           std::to_string(limits.key_load_interval.count()) +
+           " ms (ReceiverLimits::max_traps_per_key, key_load_interval)";
+  }
+  key.last_new_load = now;
+  return std::nullopt;
 }
 
 // Validates and runs the frame at `frame_bytes` (`available` bytes may hold
@@ -284,10 +340,11 @@ bool Engine::dispatch(Link& link, std::byte* frame_bytes, std::size_t available)
   in.stalled_on = 0;
   if (const std::optional<ConfinedTrap> trap =
           run_entry(*entry, frame.code_id(), link.rank, link.peer_name.c_str(),
-                    frame_bytes + sizeof(FrameHeader), frame.header().payload_size)) [[unlikely]] {
-    const Error error = trap_error(*entry, frame.code_id(), *trap, link.peer_name);
-    report(error);
-    send_code_refusal(link, frame.code_id(), error);
+                    frame_bytes + sizeof(FrameHeader), frame.header().payload_size,
+                    link.key->serial)) [[unlikely]] {
+    report(trap_error(*entry, frame.code_id(), *trap, link.peer_name));
+    send_code_refusal(link, frame.code_id(),
+                      trap_error(*entry, frame.code_id(), *trap, link.peer_name, Audience::source));
     count_trap(link, frame.code_id(), entry->gpu != nullptr ? t.names[frame.code_id()]
                                                              : t.cache.confined_name(*entry));
   }
@@ -374,11 +431,14 @@ const CachedIfunc* Engine::load(Link& link, CodeId id, CodecId codec,
                       std::to_string(t.options.limits.max_code_bytes) +
                       " this Receiver accepts (ReceiverLimits::max_code_bytes)");
     }
+    if (const std::optional<std::string> why = key_refused(*link.key))
+      throw Error(errc::code_refused, *why);
     const ContentDigest digest = content_digest(code);
-    if (link.banned.contains(digest)) {
+    if (link.key->banned.contains(digest)) {
       throw Error(errc::code_refused,
                   "this code trapped " + std::to_string(t.options.limits.max_traps_per_code) +
-                      " times here and is refused (ReceiverLimits::max_traps_per_code)");
+                      " times here for " + link.key->name +
+                      " and is refused to it (ReceiverLimits::max_traps_per_code)");
     }
     if (const auto known = t.digests.find(id); known != t.digests.end()) {
       // Loaded already, for another peer (or for this one before): the same
@@ -400,13 +460,35 @@ const CachedIfunc* Engine::load(Link& link, CodeId id, CodecId codec,
     }
     // Before anything parses it: whose code is this, and is it intact?
     const Confine confine = check_code_trust(t.options.trust, code);
+    if (confine == Confine::yes) {
+      if (const std::optional<std::string> why = key_throttled(*link.key))
+        throw Error(errc::code_refused, *why);
+    }
     const LoadResult result = t.options.gpu ? load_with_gpu(id, codec, code, confine)
                                             : t.cache.load(id, codec, code, confine);
     t.digests.insert_or_assign(id, digest);
     t.names.insert_or_assign(id, result.name);
     ifunc_record(id).name = result.name;
     link.in.shown.insert(id);
-    note_loaded(id, code.size());
+    // Charged to the key that loaded it: its container, and what it holds.
+    const std::size_t bytes = code.size() + t.cache.committed_bytes(id);
+    note_loaded(id, bytes);
+    Target::CacheUse& use = t.cache_use[id];
+    if (use.charged != link.key) {
+      if (use.charged) use.charged->code_bytes -= use.bytes;
+      use.charged = link.key;
+      link.key->code_bytes += use.bytes;
+    }
+    if (link.key->code_bytes > t.options.limits.max_code_bytes_per_key) {
+      const std::size_t held = link.key->code_bytes - bytes;
+      forget(id);
+      throw Error(errc::limit_exceeded,
+                  "its code would hold " + std::to_string(bytes) + " bytes here (container and " +
+                      "globals), and " + link.key->name + " holds " + std::to_string(held) +
+                      " already: over the " +
+                      std::to_string(t.options.limits.max_code_bytes_per_key) +
+                      " a key may (ReceiverLimits::max_code_bytes_per_key)");
+    }
     trim_cache(id);  // after a load that worked: bad code never costs good code its place
     if (keep_code_) {
       // Kept for injected code that sends it onward; parsed again only if it does.
@@ -545,6 +627,7 @@ void Engine::forget(CodeId id) {
   if (t.gpu) t.gpu->unload(id);
   if (const auto it = t.cache_use.find(id); it != t.cache_use.end()) {
     t.cached_code_bytes -= it->second.bytes;
+    if (it->second.charged) it->second.charged->code_bytes -= it->second.bytes;
     t.cache_use.erase(it);
   }
   t.code_store.erase(id);

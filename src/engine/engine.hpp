@@ -54,6 +54,7 @@ struct DispatchContext {
   CodeId code_id = 0;
   int64_t origin_rank = -1;  // rank of the source that sent the frame, -1 if not in a mesh
   const char* peer = nullptr;  // who sent it (a Link's peer_name), for fault reports
+  uint64_t caller = 0;  // whose key it runs for (KeyRecord::serial; 0: this process)
 };
 
 // The Receiver role of an engine.
@@ -94,6 +95,7 @@ struct Target {
   struct CacheUse {
     std::size_t bytes = 0;
     uint64_t last_use = 0;
+    std::shared_ptr<KeyRecord> charged;  // the key that loaded it, charged `bytes`
   };
   std::unordered_map<CodeId, CacheUse> cache_use;
   // What each ifunc loaded from the network is, by content: a peer naming an
@@ -101,6 +103,7 @@ struct Target {
   // is the same code (Inbound::shown).
   std::unordered_map<CodeId, ContentDigest> digests;
   std::unordered_map<CodeId, std::string> names;  // of what is loaded, for fault reports
+  KeyBook keys;  // what each peer key's confined code did, across its connections
   // Receiver::ifunc_stats(); the record of the ifunc that ran last is kept at
   // hand, so a run of one ifunc costs one compare to find it (node-based map:
   // the pointer stays valid until its entry is erased, which resets it).
@@ -203,15 +206,25 @@ class Engine {
   // Runs `entry` as the dispatch of `id` from `origin` (the runtime sees it).
   // Runs a cached ifunc as the frame of `origin`; a trap if confined code broke a rule.
   std::optional<ConfinedTrap> run_entry(const CachedIfunc& ifunc, CodeId id, int64_t origin,
-                                        const char* peer, void* payload, std::size_t size);
+                                        const char* peer, void* payload, std::size_t size,
+                                        uint64_t caller);
   std::optional<ConfinedTrap> run_gpu(const CachedIfunc& ifunc, void* payload, std::size_t size);
   LoadResult load_with_gpu(CodeId id, CodecId codec, std::span<const std::byte> code,
                            Confine confine);
+  // What a trap says. `Audience::source` (what travels back over the
+  // network) names the reason only: the faulting address can be another
+  // peer's data that the code loaded and then used as a pointer.
+  enum class Audience { log, source };
   [[nodiscard]] Error trap_error(const CachedIfunc& ifunc, CodeId id, const ConfinedTrap& trap,
-                                 const std::string& peer) const;
-  // Counts a trap of `id`; at ReceiverLimits::max_traps_per_code the code is
-  // evicted and its content refused from then on.
+                                 const std::string& peer, Audience audience = Audience::log) const;
+  // Counts a trap of `id` against the link's key; at
+  // ReceiverLimits::max_traps_per_code its content is refused to that key,
+  // at max_traps_per_key the key itself (every connection of it closes).
   void count_trap(Link& link, CodeId id, const std::string& name);
+  // Why `key` is refused now, or nullopt.
+  [[nodiscard]] std::optional<std::string> key_refused(const KeyRecord& key) const;
+  // Why a new load for `key` must wait (it is throttled), or nullopt.
+  [[nodiscard]] std::optional<std::string> key_throttled(KeyRecord& key) const;
   // The per-ifunc record of `id`, made if there is none; it becomes the one
   // counted (what the one before had pending is added to it first).
   IfuncStats& ifunc_record(CodeId id);

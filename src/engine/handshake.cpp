@@ -158,6 +158,12 @@ void Engine::grant_ring(Link& link, const Hello& hello, std::span<const std::byt
   Target& t = *target_;
   Inbound& in = link.in;
   const ReceiverLimits& limits = t.options.limits;
+  // Its key's record: what it did before follows it onto this connection.
+  link.key = t.keys.record_for(hello);
+  if (const std::optional<std::string> why = key_refused(*link.key)) {
+    refuse_peer(link, *why);
+    return;
+  }
   uint32_t slots = std::min(hello.slots, t.options.max_slots);
   const std::size_t slot_size =
       std::min<std::size_t>(hello.slot_size, t.options.max_slot_size) & ~(kSlotAlignment - 1);

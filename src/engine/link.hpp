@@ -18,6 +18,7 @@
 #pragma once
 
 #include "engine/admission.hpp"
+#include "engine/key_record.hpp"
 #include "engine/protocol.hpp"
 
 #include <threechains/channel.hpp>
@@ -197,12 +198,11 @@ struct Link {
   // sent more frames than its ring holds; its ring's state went inconsistent),
   // acted on by the next control round.
   std::string misbehaved;
-  // Its confined code that trapped: how often, and what trapped too often to
-  // be loaded for it again (ReceiverLimits::max_traps_per_code), by content.
-  // A peer's traps ban code for that peer only: replaying another's code
-  // with bad payloads takes nothing from anyone else.
-  std::unordered_map<CodeId, uint32_t> traps;
-  std::set<std::array<std::byte, 32>> banned;
+  // The record of the key it proved (shared by that key's connections,
+  // kept by the Target's KeyBook): what its confined code did, what is
+  // refused to it. A key's traps ban code for that key only: replaying
+  // another's code with bad payloads takes nothing from anyone else.
+  std::shared_ptr<KeyRecord> key;
   std::optional<Outbound> out;
   Inbound in;
   bool removed = false;  // no longer in the engine's table (peer gone or both sides done)

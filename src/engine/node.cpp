@@ -68,6 +68,21 @@ struct NodeCore {
       return refuse("a send from ifunc '" + ifunc.name() + "' to rank " + std::to_string(to) +
                     ", outside [0, " + std::to_string(ranks) + ")");
     }
+    if (pending.size() >= options.max_queued_sends ||
+        size > options.max_queued_bytes - std::min(queued_bytes, options.max_queued_bytes)) {
+      // Reported once per full spell, not once per refused send: an ifunc
+      // that sends in a loop would otherwise flood the log too.
+      ++stats.failed_sends;
+      if (!queue_full_reported) {
+        queue_full_reported = true;
+        engine->report(Error(errc::limit_exceeded,
+                             "a send from ifunc '" + ifunc.name() + "' refused: the send queue " +
+                                 "holds " + std::to_string(pending.size()) + " sends of " +
+                                 std::to_string(queued_bytes) + " bytes (NodeOptions::" +
+                                 "max_queued_sends, max_queued_bytes)"));
+      }
+      return -1;
+    }
     std::vector<std::byte> buffer;
     if (!spare.empty()) {
       buffer = std::move(spare.back());
@@ -75,7 +90,8 @@ struct NodeCore {
     }
     buffer.resize(size);
     if (size != 0) std::memcpy(buffer.data(), payload, size);
-    pending.push_back({to, ifunc, std::move(buffer), confine});
+    pending.push_back({to, ifunc, std::move(buffer), confine, engine->target().running.caller});
+    queued_bytes += size;
     stats.max_queued = std::max(stats.max_queued, pending.size());
     return 0;
   }
@@ -128,7 +144,7 @@ struct NodeCore {
         if (entry != nullptr) {
           if (const std::optional<ConfinedTrap> trap = engine->run_entry(
                   *entry, next.ifunc.id(), rank, "this rank", next.payload.data(),
-                  next.payload.size()))
+                  next.payload.size(), next.caller))
             engine->report(engine->trap_error(*entry, next.ifunc.id(), *trap, "this rank"));
           ++stats.local_dispatches;
         } else {
@@ -152,7 +168,11 @@ struct NodeCore {
           engine->report(error);
         }
       }
-      spare.push_back(std::move(next.payload));
+      queued_bytes -= next.payload.size();
+      queue_full_reported = false;
+      // Kept for the next sends, a few and no larger than a slot needs.
+      if (spare.size() < 64 && next.payload.capacity() <= (std::size_t{1} << 20))
+        spare.push_back(std::move(next.payload));
       pending.pop_front();
       ++done;
     }
@@ -164,6 +184,7 @@ struct NodeCore {
     Ifunc ifunc;  // a handle: shares the kept code
     std::vector<std::byte> payload;
     Confine confine;  // how its code runs here, should it have to be loaded again
+    uint64_t caller;  // whose key the sending invocation ran for: a local send runs for it too
   };
 
   // Destroyed bottom up: queued sends, then channels (goodbyes), then the
@@ -178,6 +199,8 @@ struct NodeCore {
   Receiver receiver;  // the target role of `engine`, stopped when the Node goes
   std::vector<std::optional<Channel>> channels;
   std::deque<Pending> pending;  // references to queued entries stay valid across push_back
+  std::size_t queued_bytes = 0;  // payload bytes in `pending`
+  bool queue_full_reported = false;  // since the queue last had room
   std::vector<std::vector<std::byte>> spare;  // payload buffers to reuse
 };
 
