@@ -226,38 +226,7 @@ TEMPLATE_TEST_CASE("confined targets refuse what cannot be confined, and serve o
   CHECK(result.canary_intact == 1);
 }
 
-TEMPLATE_TEST_CASE("confined code that keeps trapping is refused to that peer from then on",
-                   "[confinement][trust][ucx]", Shm, Tcp) {
-  auto target = confined_target(TestType::transport, 3, 2);
-  const Ifunc escape = Ifunc::load(TC_ESCAPE);
-  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
-  TestSource source(TestType::transport, target.port(), options_for<TestType>());
-  for (int i = 0; i < 3; ++i) {
-    INFO("trap " << i);
-    const std::optional<Error> error = carry_out(source.channel, escape, {null_store, 0});
-    REQUIRE(error.has_value());
-    CHECK(error->is(errc::code_trapped));
-  }
-  // Its identity is forgotten for this peer: the next frame brings the code again,
-  // which is refused.
-  const std::optional<Error> refused = carry_out(source.channel, escape, {honest, 5});
-  REQUIRE(refused.has_value());
-  CHECK(refused->is(errc::code_refused));
-  CHECK_THAT(refused->what(), Catch::Contains("trapped 3 times"));
-  // Other code from the same peer still runs.
-  (void)send(source.channel, counter, uint64_t{4});
-  // Another peer (same key, another connection) still runs the code the
-  // first one got refused: a peer's traps ban code for that peer only.
-  TestSource other(TestType::transport, target.port(), options_for<TestType>());
-  CHECK_FALSE(carry_out(other.channel, escape, {honest, 10}).has_value());
-  other.channel.close();
-  source.channel.close();
-  const EscapeResult result = target.result();
-  INFO(result.first_error);
-  CHECK(result.trapped == 3);
-  CHECK(result.counter == 14);
-  CHECK(result.canary_intact == 1);
-}
+// Bans by key across connections: tests/test_confined_limits.cpp.
 
 TEST_CASE("a fault in fully trusted code is named before the process dies",
           "[confinement][trust][ucx]") {

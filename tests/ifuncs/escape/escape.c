@@ -27,6 +27,11 @@ enum command {
   write_string_literal,
   past_target_args, /* the exposed counter is 8 bytes; writes the 9th */
   read_address,     /* adds the word at an address it was given to the counter */
+  /* What one frame can cost (tests/test_confined_limits.cpp): */
+  compare_forever, /* memcmp over 1 MiB of its own, in an endless loop */
+  stash,           /* keeps `argument` in a global and in its locals */
+  peek,            /* traps (division) if it finds `argument` in either */
+  flood,           /* threechains_send_self until it says no; the count into the counter */
 };
 
 struct order {
@@ -38,6 +43,21 @@ typedef void (*thunk)(const char*);
 
 static const char greeting[] = "hello";
 static uint64_t calls; /* the ifunc's own global: allowed */
+
+static unsigned char big_a[1 << 20], big_b[1 << 20];
+static uint64_t kept; /* what `stash` left, for `peek` */
+
+/* Its locals lie on the data stack, where the next invocation's will. */
+__attribute__((noinline)) static void stash_locally(uint64_t secret) {
+  volatile uint64_t local[64];
+  for (int k = 0; k < 64; ++k) local[k] = secret;
+}
+__attribute__((noinline)) static int find_locally(uint64_t secret) {
+  volatile uint64_t local[64]; /* never written: what it reads is what was left */
+  int found = 0;
+  for (int k = 0; k < 64; ++k) found |= local[k] == secret;
+  return found;
+}
 
 static uint64_t recurse(volatile uint64_t depth) {
   volatile char pad[64];
@@ -110,6 +130,25 @@ void escape_main(void* payload, size_t payload_size, void* target_args) {
     case read_address:
       *(uint64_t*)target_args += *(volatile const uint64_t*)(uintptr_t)order.argument;
       break;
+    case compare_forever:
+      for (;;) sink = sink + (uint64_t)memcmp(big_a, big_b, sizeof(big_a));
+    case stash:
+      kept = order.argument;
+      stash_locally(order.argument);
+      break;
+    case peek: {
+      const int found = kept == order.argument || find_locally(order.argument);
+      sink = 1000 / (uint64_t)(found ? 0 + sink : 1);
+      break;
+    }
+    case flood: {
+      struct order next = {honest, 0};
+      uint64_t sent = 0;
+      while (sent < order.argument && threechains_send_self(threechains_rank(), &next, sizeof(next)) == 0)
+        ++sent;
+      *(uint64_t*)target_args += sent;
+      break;
+    }
   }
   (void)sink;
 }
