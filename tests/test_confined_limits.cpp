@@ -58,10 +58,8 @@ ChildTarget<LimitsResult> limited_target(Transport transport, uint64_t sources,
                                          const std::function<void(ReceiverOptions&)>& tune = {}) {
   ReceiverOptions options;
   const PublicKey key = test_identity().public_key();
-  options.trust = Trust()
-                      .allow_peer(key)
-                      .allow_peer(other_identity().public_key())
-                      .allow_code_signer(key);
+  options.trust =
+      Trust().allow_peer(key).allow_peer(other_identity().public_key()).allow_code_signer(key);
   options.jit.confinement.time_budget = std::chrono::milliseconds(20);
   if (tune) tune(options);
   return ChildTarget<LimitsResult>(
@@ -151,8 +149,9 @@ TEMPLATE_TEST_CASE("a confined invocation ends within its budget whatever import
 
 TEMPLATE_TEST_CASE("code that keeps trapping is refused to its key on every connection",
                    "[confinement][limits][trust][ucx]", Shm, Tcp) {
-  auto target = limited_target(TestType::transport, 3,
-                               [](ReceiverOptions& options) { options.limits.max_traps_per_code = 3; });
+  auto target = limited_target(TestType::transport, 3, [](ReceiverOptions& options) {
+    options.limits.max_traps_per_code = 3;
+  });
   const Ifunc escape = Ifunc::load(TC_ESCAPE);
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   {
@@ -264,7 +263,8 @@ TEMPLATE_TEST_CASE("a key's code is charged for the globals it commits",
   const Ifunc escape = Ifunc::load(TC_ESCAPE);  // 2 MiB of zero-initialised globals
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   for (const bool per_ifunc : {true, false}) {
-    INFO((per_ifunc ? "ConfinementOptions::max_global_bytes" : "ReceiverLimits::max_code_bytes_per_key"));
+    INFO((per_ifunc ? "ConfinementOptions::max_global_bytes"
+                    : "ReceiverLimits::max_code_bytes_per_key"));
     auto target = limited_target(TestType::transport, 1, [per_ifunc](ReceiverOptions& options) {
       if (per_ifunc) {
         options.jit.confinement.max_global_bytes = std::size_t{1} << 20;
