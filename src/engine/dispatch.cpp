@@ -240,13 +240,12 @@ void Engine::count_trap(Link& link, CodeId id, const std::string& name) {
   const auto now = KeyRecord::Clock::now();
   // The key's traps within the window, all code together.
   key.recent.push_back(now);
-  while (!key.recent.empty() && now - key.recent.front() > limits.key_trap_window)
-    key.recent.pop_front();
-  if (limits.max_traps_per_key != 0 && key.recent.size() >= limits.max_traps_per_key) {
+  if (limits.max_traps_per_key != 0 &&
+      key.recent_traps(now, limits.key_trap_window) >= limits.max_traps_per_key) {
     key.refused_until = now + limits.key_refusal;
     const std::string why = *key_refused(key);
-    report(Error(errc::peer_refused, link.peer_name + ": " + why));
-    // Every connection of the key goes at the next control round.
+    // Every connection of the key goes at the next control round, which
+    // reports each with the reason.
     for (const auto& [ep, other] : links_) {
       if (other->key.get() == &key && other->misbehaved.empty()) other->misbehaved = why;
     }
@@ -290,15 +289,14 @@ std::optional<std::string> Engine::key_refused(const KeyRecord& key) const {
 std::optional<std::string> Engine::key_throttled(KeyRecord& key) const {
   const ReceiverLimits& limits = target_->options.limits;
   const auto now = KeyRecord::Clock::now();
-  while (!key.recent.empty() && now - key.recent.front() > limits.key_trap_window)
-    key.recent.pop_front();
-  if (limits.max_traps_per_key == 0 || key.recent.size() * 2 < limits.max_traps_per_key) {
+  const std::size_t traps = key.recent_traps(now, limits.key_trap_window);
+  if (limits.max_traps_per_key == 0 || traps * 2 < limits.max_traps_per_key) {
     key.last_new_load = now;
     return std::nullopt;
   }
   if (now - key.last_new_load < limits.key_load_interval) {
     return key.name + " is throttled: its confined code trapped " +
-           std::to_string(key.recent.size()) + " times lately, so it may load new code once every " +
+           std::to_string(traps) + " times lately, so it may load new code once every " +
            std::to_string(limits.key_load_interval.count()) +
            " ms (ReceiverLimits::max_traps_per_key, key_load_interval)";
   }
@@ -341,7 +339,7 @@ bool Engine::dispatch(Link& link, std::byte* frame_bytes, std::size_t available)
   if (const std::optional<ConfinedTrap> trap =
           run_entry(*entry, frame.code_id(), link.rank, link.peer_name.c_str(),
                     frame_bytes + sizeof(FrameHeader), frame.header().payload_size,
-                    link.key->serial)) [[unlikely]] {
+                    link.caller)) [[unlikely]] {
     report(trap_error(*entry, frame.code_id(), *trap, link.peer_name));
     send_code_refusal(link, frame.code_id(),
                       trap_error(*entry, frame.code_id(), *trap, link.peer_name, Audience::source));
@@ -470,15 +468,12 @@ const CachedIfunc* Engine::load(Link& link, CodeId id, CodecId codec,
     t.names.insert_or_assign(id, result.name);
     ifunc_record(id).name = result.name;
     link.in.shown.insert(id);
-    // Charged to the key that loaded it: its container, and what it holds.
+    // Charged to the key that loaded it (a new entry: code loaded already
+    // returned above): its container, and what it holds.
     const std::size_t bytes = code.size() + t.cache.committed_bytes(id);
     note_loaded(id, bytes);
-    Target::CacheUse& use = t.cache_use[id];
-    if (use.charged != link.key) {
-      if (use.charged) use.charged->code_bytes -= use.bytes;
-      use.charged = link.key;
-      link.key->code_bytes += use.bytes;
-    }
+    t.cache_use[id].charged = link.key;
+    link.key->code_bytes += bytes;
     if (link.key->code_bytes > t.options.limits.max_code_bytes_per_key) {
       const std::size_t held = link.key->code_bytes - bytes;
       forget(id);

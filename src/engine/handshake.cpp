@@ -160,6 +160,7 @@ void Engine::grant_ring(Link& link, const Hello& hello, std::span<const std::byt
   const ReceiverLimits& limits = t.options.limits;
   // Its key's record: what it did before follows it onto this connection.
   link.key = t.keys.record_for(hello);
+  link.caller = link.key->serial;
   if (const std::optional<std::string> why = key_refused(*link.key)) {
     refuse_peer(link, *why);
     return;

@@ -32,7 +32,6 @@ struct KeyRecord {
   using Clock = std::chrono::steady_clock;
   uint64_t serial = 0;  // tells keys apart cheaply (the confined runner's owner)
   std::string name;     // the key's start in hex, or "a peer without a key"
-  bool keyed = false;   // false: one connection's own record, not kept in the book
   std::map<ContentDigest, uint32_t> traps;  // per content, until banned
   std::set<ContentDigest> banned;           // refused to this key from now on
   std::deque<Clock::time_point> recent;     // its traps within the window, oldest first
@@ -40,11 +39,22 @@ struct KeyRecord {
   Clock::time_point last_new_load{};
   std::size_t code_bytes = 0;  // what the code it loaded holds (Target::CacheUse::bytes)
 
+  // How often its code trapped within `window` before `now` (older traps
+  // are forgotten here).
+  std::size_t recent_traps(Clock::time_point now, Clock::duration window) {
+    while (!recent.empty() && now - recent.front() > window) recent.pop_front();
+    return recent.size();
+  }
+
   // Bounds, so no key grows what is kept for it without limit.
   static constexpr std::size_t kMaxBanned = 1024;
   static constexpr std::size_t kMaxCounted = 1024;
 };
 
+// Records are shared: by the book (for as long as it keeps them), by each
+// Link of the key, and by each cached code charged to the key
+// (Target::CacheUse), so a record outlives whichever of them goes first.
+// The book lets go of a record only when nothing else holds it.
 class KeyBook {
  public:
   // The record of the key a HELLO proved, made on first sight; a peer with no
@@ -60,7 +70,6 @@ class KeyBook {
     std::memcpy(bytes.data(), hello.key, kKeySize);
     if (const auto it = records_.find(bytes); it != records_.end()) return it->second;
     record->name = "key " + short_key(PublicKey(bytes));
-    record->keyed = true;
     if (records_.size() >= kMaxKeys) forget_one();
     records_.emplace(bytes, record);
     return record;

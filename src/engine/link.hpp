@@ -203,6 +203,7 @@ struct Link {
   // refused to it. A key's traps ban code for that key only: replaying
   // another's code with bad payloads takes nothing from anyone else.
   std::shared_ptr<KeyRecord> key;
+  uint64_t caller = 0;  // key->serial, at hand for each dispatch (JitCache::invoke)
   std::optional<Outbound> out;
   Inbound in;
   bool removed = false;  // no longer in the engine's table (peer gone or both sides done)

@@ -130,18 +130,25 @@ class Runner {
   void expose(const std::vector<ExposedRegion>& regions);
   static void clear_sites(const Code& code) noexcept;
 
+  // Before `code` runs for `caller` (JitCache::invoke): nothing an earlier
+  // caller's invocations left in the data stack or in `code`'s writable
+  // globals reaches this one. Two compares while the caller stays the same.
+  void serve(uint64_t caller, const Code& code) noexcept {
+    if (caller != caller_) [[unlikely]]
+      wipe_stack(caller);
+    if (caller != code.caller) [[unlikely]]
+      restore_globals(code, caller);
+  }
   // Runs `entry` confined to `code`'s globals, `payload` and the exposed
-  // regions, for `caller` (JitCache::invoke). nullopt if it returned; the
-  // trap if it broke a rule.
+  // regions. nullopt if it returned; the trap if it broke a rule.
   [[nodiscard]] std::optional<ConfinedTrap> run(IfuncMain entry, const Code& code, void* payload,
-                                                std::size_t size, void* target_args,
-                                                uint64_t caller) noexcept;
+                                                std::size_t size, void* target_args) noexcept;
 
  private:
   // Gives back the data stack's pages (they read as zero when next used).
-  void wipe_stack() noexcept;
+  void wipe_stack(uint64_t caller) noexcept;
   // Sets `code`'s writable globals back to how they were loaded.
-  static void restore_globals(const Code& code) noexcept;
+  static void restore_globals(const Code& code, uint64_t caller) noexcept;
 
   std::unique_ptr<State> state_;
   std::byte* stack_ = nullptr;  // mapped: pages can be given back

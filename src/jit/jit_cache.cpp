@@ -1042,7 +1042,8 @@ void* JitCache::lookup(CodeId id, const std::string& symbol) {
 std::optional<ConfinedTrap> JitCache::invoke_confined(const CachedIfunc& ifunc, void* payload,
                                                      std::size_t size, void* target_args,
                                                      uint64_t caller) noexcept {
-  return impl_->runner.run(ifunc.main, *ifunc.confined, payload, size, target_args, caller);
+  impl_->runner.serve(caller, *ifunc.confined);
+  return impl_->runner.run(ifunc.main, *ifunc.confined, payload, size, target_args);
 }
 
 std::size_t JitCache::committed_bytes(CodeId id) const noexcept {
