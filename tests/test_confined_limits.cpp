@@ -5,16 +5,20 @@
 // that keeps trapping is throttled, then refused; what one key's code
 // leaves in its globals and locals no other key's reads, and the source
 // hears no address; a Node's send queue and a key's code memory are bounded.
-// Each runs against a real child target over shm and tcp, with
-// tests/ifuncs/escape/escape.c signed by a key trusted for confined code.
+// Each runs against a real child target (or a Node mesh rank) over shm and
+// tcp, with tests/ifuncs/escape/escape.c signed by a key trusted for
+// confined code only.
 #include "support/counter_target.hpp"
+#include "support/mesh.hpp"
 #include "support/two_process.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <vector>
 
 using namespace threechains;
 using namespace threechains::test;
@@ -96,6 +100,13 @@ std::optional<Error> carry_out(Channel& channel, const Ifunc& ifunc, Order order
   }
 }
 
+// Closes the test's channels (the target serves until they are closed) and
+// returns what the target reported.
+LimitsResult closed(ChildTarget<LimitsResult>& target, std::initializer_list<TestSource*> sources) {
+  for (TestSource* source : sources) source->channel.close();
+  return target.result();
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("confined code the code generator cannot lower is refused before it compiles",
@@ -112,8 +123,7 @@ TEMPLATE_TEST_CASE("confined code the code generator cannot lower is refused bef
   CHECK_THAT(refused->what(), Catch::Contains("integer type of 65536 bits"));
   CHECK(took < std::chrono::seconds(2));  // refused, not compiled (that takes minutes)
   CHECK_FALSE(carry_out(source.channel, escape, {honest, 2}).has_value());
-  source.channel.close();
-  const LimitsResult result = target.result();
+  const LimitsResult result = closed(target, {&source});
   INFO(result.first_error);
   CHECK(result.counter == 2);
   CHECK(result.refused == 1);
@@ -140,8 +150,7 @@ TEMPLATE_TEST_CASE("a confined invocation ends within its budget whatever import
     CHECK(took < std::chrono::milliseconds(40 + 160));
     CHECK_FALSE(carry_out(source.channel, escape, {honest, 1}).has_value());
   }
-  source.channel.close();
-  const LimitsResult result = target.result();
+  const LimitsResult result = closed(target, {&source});
   INFO(result.first_error);
   CHECK(result.counter == 3);
   CHECK(result.trapped == 2);
@@ -177,8 +186,7 @@ TEMPLATE_TEST_CASE("code that keeps trapping is refused to its key on every conn
   // Another key still runs it: a key's traps ban code for that key only.
   TestSource other(TestType::transport, target.port(), as_other<TestType>());
   CHECK_FALSE(carry_out(other.channel, escape, {honest, 10}).has_value());
-  other.channel.close();
-  const LimitsResult result = target.result();
+  const LimitsResult result = closed(target, {&other});
   INFO(result.first_error);
   CHECK(result.trapped == 3);
   CHECK(result.counter == 14);
@@ -220,8 +228,7 @@ TEMPLATE_TEST_CASE("a key whose code keeps trapping is throttled, then refused a
   // Another key is served as ever.
   TestSource other(TestType::transport, target.port(), as_other<TestType>());
   CHECK_FALSE(carry_out(other.channel, escape, {honest, 10}).has_value());
-  other.channel.close();
-  const LimitsResult result = target.result();
+  const LimitsResult result = closed(target, {&other});
   INFO(result.first_error);
   CHECK(result.trapped == 4);
   CHECK(result.counter == 10);
@@ -250,9 +257,7 @@ TEMPLATE_TEST_CASE("what one key's confined code leaves behind no other key read
   REQUIRE(wild.has_value());
   CHECK(wild->is(errc::code_trapped));
   CHECK_THAT(wild->what(), !Catch::Contains("0x") && !Catch::Contains("5ec7"));
-  source.channel.close();
-  other.channel.close();
-  const LimitsResult result = target.result();
+  const LimitsResult result = closed(target, {&source, &other});
   INFO(result.first_error);
   CHECK(result.trapped == 2);
   CHECK(result.logged_an_address == 1);
@@ -278,27 +283,57 @@ TEMPLATE_TEST_CASE("a key's code is charged for the globals it commits",
     CHECK(refused->is(errc::limit_exceeded));
     CHECK_THAT(refused->what(), Catch::Contains(per_ifunc ? "bytes of globals" : "a key may"));
     (void)send(source.channel, counter, uint64_t{5});  // small code still loads
-    source.channel.close();
-    const LimitsResult result = target.result();
+    const LimitsResult result = closed(target, {&source});
     INFO(result.first_error);
     CHECK(result.counter == 5);
   }
 }
 
-TEST_CASE("a Node's send queue is bounded: an ifunc that sends in a loop hears no past it",
-          "[node][limits]") {
-  NodeOptions options;
-  options.max_queued_sends = 1000;
-  Node node(Worker(Context({.transport = Transport::shared_memory})), 0, 1, secured(options));
-  uint64_t sent = 0;
-  node.receiver().set_target_args(&sent, sizeof(sent));
-  node.send(0, Ifunc::load(TC_ESCAPE), Order{flood, 1'000'000});
-  for (int k = 0; k < 100 && sent == 0; ++k) node.poll();
-  // The flood's own frame holds a place in the queue while it runs: 999
-  // sends went in, the next returned -1 and the ifunc stopped there.
-  CHECK(sent == options.max_queued_sends - 1);
-  CHECK(node.queued() <= options.max_queued_sends);
-  CHECK(node.stats().failed_sends == 1);
-  while (node.queued() != 0) node.poll();  // the queued ones run (they add 0)
-  CHECK(sent == options.max_queued_sends - 1);
+struct FloodReport {
+  uint64_t sent;  // what the flood's sends that went in added up to
+  NodeStats stats;
+};
+uint64_t g_flood_sent = 0;
+
+TEMPLATE_TEST_CASE("a Node's send queue is bounded: a confined ifunc that sends in a loop hears no",
+                   "[node][limits][confinement][ucx]", Shm, Tcp) {
+  // Rank 1 runs what rank 0's key signs confined; rank 0 sends it one frame
+  // whose code calls threechains_send_self until it says no. Bounded only by
+  // the time budget, one frame queued thousands of copies of 64 KiB (and
+  // each could do the same again): the target grew to bad_alloc.
+  struct Case {
+    std::size_t sends;
+    std::size_t bytes;
+    uint64_t each;      // bytes per send
+    uint64_t expected;  // sends that fit
+  };
+  for (const Case& limit : {Case{65536, std::size_t{1} << 20, 65536, 16},
+                            Case{1000, std::size_t{64} << 20, 16, 1000}}) {
+    INFO("max_queued_sends " << limit.sends << ", max_queued_bytes " << limit.bytes << ", "
+                             << limit.each << " bytes a send");
+    NodeOptions options;
+    options.max_queued_sends = limit.sends;
+    options.max_queued_bytes = limit.bytes;
+    const PublicKey key = test_identity().public_key();
+    options.receiver.trust = Trust().allow_peer(key).allow_code_signer(key);
+    g_flood_sent = 0;
+    Mesh<FloodReport> mesh(
+        2, TestType::transport,
+        [](Node& node) { node.receiver().set_target_args(&g_flood_sent, sizeof(g_flood_sent)); },
+        [](Node& node, int commands) {
+          Mesh<FloodReport>::serve_until_told(node, commands);
+          return FloodReport{g_flood_sent, node.stats()};
+        },
+        options);
+    Node& node = mesh.node();
+    node.send(1, Ifunc::load(TC_ESCAPE), Order{flood, limit.each});
+    node.channel(1).flush();  // rank 1 ran it (its queued sends run after)
+    const std::vector<FloodReport> reports = mesh.finish();
+    REQUIRE(reports.size() == 1);
+    // The sends that fit went in, the next returned -1 and the ifunc stopped.
+    CHECK(reports[0].sent == limit.expected);
+    CHECK(reports[0].stats.max_queued <= limit.expected);
+    CHECK(reports[0].stats.failed_sends == 1);
+    CHECK(reports[0].stats.local_dispatches == limit.expected);
+  }
 }

@@ -31,7 +31,8 @@ enum command {
   compare_forever, /* memcmp over 1 MiB of its own, in an endless loop */
   stash,           /* keeps `argument` in a global and in its locals */
   peek,            /* traps (division) if it finds `argument` in either */
-  flood,           /* threechains_send_self until it says no; the count into the counter */
+  flood, /* threechains_send_self of `argument` bytes of its own until it says no; the count
+            into the counter */
 };
 
 struct order {
@@ -130,8 +131,13 @@ void escape_main(void* payload, size_t payload_size, void* target_args) {
     case read_address:
       *(uint64_t*)target_args += *(volatile const uint64_t*)(uintptr_t)order.argument;
       break;
-    case compare_forever:
-      for (;;) sink = sink + (uint64_t)memcmp(big_a, big_b, sizeof(big_a));
+    case compare_forever: {
+      /* Through volatile pointers, so the optimiser can neither fold the
+       * compare of two zero arrays nor hoist it out of the loop. */
+      const unsigned char* volatile left = big_a;
+      const unsigned char* volatile right = big_b;
+      for (;;) sink = sink + (uint64_t)memcmp(left, right, sizeof(big_a));
+    }
     case stash:
       kept = order.argument;
       stash_locally(order.argument);
@@ -142,10 +148,10 @@ void escape_main(void* payload, size_t payload_size, void* target_args) {
       break;
     }
     case flood: {
-      struct order next = {honest, 0};
+      /* big_a is zero: each copy sent runs as `honest` with nothing to add. */
+      const size_t bytes = order.argument < sizeof(big_a) ? (size_t)order.argument : sizeof(big_a);
       uint64_t sent = 0;
-      while (sent < order.argument && threechains_send_self(threechains_rank(), &next, sizeof(next)) == 0)
-        ++sent;
+      while (threechains_send_self(threechains_rank(), big_a, bytes) == 0) ++sent;
       *(uint64_t*)target_args += sent;
       break;
     }
