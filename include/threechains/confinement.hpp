@@ -25,8 +25,9 @@ struct ConfinementOptions {
   // instructions between loop headers and function entries and the bytes
   // checked imports work through; the clock is read each time a chunk of
   // fuel (at most an eighth of this budget's worth) is spent, so an
-  // invocation ends within 1.25x the budget whatever it does
-  // (docs/security.md, "What one frame can cost").
+  // invocation ends within 1.25x the budget whatever it does (taking an
+  // instruction to cost at most 100 ns; docs/security.md, "What one frame
+  // can cost").
   std::chrono::microseconds time_budget{10'000};
   // The data stack confined code's local variables live on (one per
   // Receiver; return addresses stay on the thread's own stack).
