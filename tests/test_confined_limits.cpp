@@ -316,16 +316,30 @@ TEMPLATE_TEST_CASE("a Node's send queue is bounded: a confined ifunc that sends 
     options.max_queued_bytes = limit.bytes;
     const PublicKey key = test_identity().public_key();
     options.receiver.trust = Trust().allow_peer(key).allow_code_signer(key);
+    // The flood must meet the queue's limit, not its time budget (1000
+    // sends take longer than 10 ms under a sanitizer on a busy machine).
+    options.receiver.jit.confinement.time_budget = std::chrono::seconds(2);
     g_flood_sent = 0;
     Mesh<FloodReport> mesh(
         2, TestType::transport,
         [](Node& node) { node.receiver().set_target_args(&g_flood_sent, sizeof(g_flood_sent)); },
         [](Node& node, int commands) {
+          // Connected both ways now: say so to rank 0, which must not close
+          // while this rank still opens its direction (frames it is sent
+          // run while it does).
+          node.send(0, Ifunc::load(TC_COUNTER_BITCODE), uint64_t{1});
+          node.channel(0).flush();
           Mesh<FloodReport>::serve_until_told(node, commands);
+          // What was queued runs before the report (the test's finish may
+          // come while the queue still holds some).
+          while (node.queued() != 0) (void)node.poll();
           return FloodReport{g_flood_sent, node.stats()};
         },
         options);
     Node& node = mesh.node();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (g_flood_sent == 0 && std::chrono::steady_clock::now() < deadline) (void)node.poll();
+    REQUIRE(g_flood_sent == 1);  // rank 1 is connected both ways
     node.send(1, Ifunc::load(TC_ESCAPE), Order{flood, limit.each});
     node.channel(1).flush();  // rank 1 ran it (its queued sends run after)
     const std::vector<FloodReport> reports = mesh.finish();
