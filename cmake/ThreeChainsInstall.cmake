@@ -7,7 +7,7 @@ install(TARGETS threechains threechains_core threechains_ucp_ifunc EXPORT ThreeC
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS threechains-pack threechains-key EXPORT ThreeChainsTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS threechains-gpu-worker RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/threechains)
+install(TARGETS threechains-gpu-worker threechains-compile-worker RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/threechains)
 if(TARGET threechains-inspect)
   install(TARGETS threechains-inspect threechains-build RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()

@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build git pkg-config
   libucx-dev ucx-utils
   llvm-22 llvm-22-dev clang-22 lld-22 libzstd-dev libc6-dev-arm64-cross libomp-22-dev
-  libfmt-dev libcli11-dev catch2 libxxhash-dev libsodium-dev
+  libfmt-dev libcli11-dev catch2 libxxhash-dev libsodium-dev libseccomp-dev
   libopenmpi-dev openmpi-bin libpmix-dev
   gdb linux-perf  # tests that debuggers and profilers see JIT'd ifuncs (test_observe.cpp)
   gfortran flang-22 rustc-web python3 python3-numpy

@@ -38,6 +38,15 @@ struct ConfinementOptions {
   // included: linking commits them). Larger is refused before compiling,
   // with the figure (errc::limit_exceeded).
   std::size_t max_global_bytes = std::size_t{64} << 20;
+  // Confined bitcode compiles in a process of its own, started fresh for
+  // each compile (threechains-compile-worker): LLVM failing on it (a fatal
+  // error, a crash, a compile without end, memory without bound) ends that
+  // process, and the load is refused (errc::code_refused) naming the cause.
+  // The worker is stopped past this wall-clock time...
+  std::chrono::milliseconds compile_time_limit{2000};
+  // ...and may map at most this much address space (LLVM itself takes about
+  // 200 MiB of it). Not applied in sanitizer builds.
+  std::size_t compile_memory_limit = std::size_t{2} << 30;
 };
 
 // A region of the target process that confined code may use, by name.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <threechains/confinement.hpp>
+#include <threechains/error.hpp>
 #include <threechains/frame.hpp>
 #include <threechains/import_policy.hpp>
 
@@ -183,8 +184,25 @@ class JitCache {
   // With Confine::yes, binary code is refused (errc::code_refused) and
   // bitcode runs through the confinement pass (errc::import_refused, naming
   // what it cannot confine); a tiered container runs its IR.
+  // Confined bitcode compiles in a worker process of its own
+  // (ConfinementOptions::compile_time_limit): load() waits for it.
   LoadResult load(CodeId id, CodecId codec, std::span<const std::byte> code,
                   Confine confine = Confine::no);
+
+  // For a dispatch loop that serves on while confined code compiles: as
+  // load(), but a confined compile is started and not waited for (nullopt).
+  // finish_loads() links what finished. Throws as load() does for what is
+  // refused before compiling; unconfined code loads at once.
+  std::optional<LoadResult> start_load(CodeId id, CodecId codec, std::span<const std::byte> code,
+                                       Confine confine);
+  struct FinishedLoad {
+    CodeId id = 0;
+    std::optional<LoadResult> result;  // loaded: find_ifunc(id) has it
+    std::optional<Error> error;        // refused (a crashed or timed-out compile: code_refused)
+  };
+  // Never blocks on a compile: links what finished since the last call and
+  // says what became of each. compiles_in_progress() is true while any runs.
+  [[nodiscard]] std::vector<FinishedLoad> finish_loads();
 
   // Another symbol of a loaded ifunc (e.g. <name>_payload_init), or nullptr if
   // the ifunc is not loaded, does not define it, or runs confined (its code
@@ -231,12 +249,15 @@ class JitCache {
   // Evicts everything.
   void clear() {
     while (!entries_.empty()) (void)evict(entries_.begin()->first);
+    cancel_loads();
   }
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
   void note_call(CodeId id);
+  void cancel_loads() noexcept;
+  [[nodiscard]] std::optional<LoadResult> already_loaded(CodeId id, Confine confine) const;
   void sync_promotion_counts() noexcept;
   std::optional<ConfinedTrap> invoke_confined(const CachedIfunc& ifunc, void* payload,
                                               std::size_t size, void* target_args,

@@ -107,6 +107,7 @@ unsigned Engine::drain(Link& link) {
 
 void Engine::promote_tiers() {
   Target& t = *target_;
+  if (!t.compiling.empty()) finish_compiles();
   Promotions done = t.cache.promote_ready();
   t.stats.promotions += done.promoted;
   t.stats.promotion_failures += done.failures.size();
@@ -237,21 +238,7 @@ void Engine::count_trap(Link& link, CodeId id, const std::string& name) {
   Target& t = *target_;
   const ReceiverLimits& limits = t.options.limits;
   KeyRecord& key = *link.key;
-  const auto now = KeyRecord::Clock::now();
-  // The key's traps within the window, all code together.
-  key.recent.push_back(now);
-  if (limits.max_traps_per_key != 0 &&
-      key.recent_traps(now, limits.key_trap_window) >= limits.max_traps_per_key) {
-    key.refused_until = now + limits.key_refusal;
-    const std::string why = *key_refused(key);
-    // Every connection of the key goes at the next control round, which
-    // reports each with the reason.
-    for (const auto& [ep, other] : links_) {
-      if (other->key.get() == &key && other->misbehaved.empty()) other->misbehaved = why;
-    }
-    control_pending_ = true;
-    key.recent.clear();
-  }
+  count_key_trap(key);
   const auto digest = t.digests.find(id);
   if (digest == t.digests.end()) return;
   const uint32_t limit = limits.max_traps_per_code;
@@ -271,6 +258,25 @@ void Engine::count_trap(Link& link, CodeId id, const std::string& name) {
                                        key.name + " (last from " + link.peer_name +
                                        "): refused to that key from now on, on every connection "
                                        "(ReceiverLimits::max_traps_per_code)"));
+}
+
+void Engine::count_key_trap(KeyRecord& key) {
+  const ReceiverLimits& limits = target_->options.limits;
+  const auto now = KeyRecord::Clock::now();
+  // The key's traps within the window, all code together.
+  key.recent.push_back(now);
+  if (limits.max_traps_per_key == 0 ||
+      key.recent_traps(now, limits.key_trap_window) < limits.max_traps_per_key)
+    return;
+  key.refused_until = now + limits.key_refusal;
+  const std::string why = *key_refused(key);
+  // Every connection of the key goes at the next control round, which
+  // reports each with the reason.
+  for (const auto& [ep, other] : links_) {
+    if (other->key.get() == &key && other->misbehaved.empty()) other->misbehaved = why;
+  }
+  control_pending_ = true;
+  key.recent.clear();
 }
 
 std::optional<std::string> Engine::key_refused(const KeyRecord& key) const {
@@ -327,7 +333,15 @@ bool Engine::dispatch(Link& link, std::byte* frame_bytes, std::size_t available)
       in.has_shown(frame.code_id()) ? t.cache.find_ifunc(frame.code_id()) : nullptr;
   if (entry == nullptr) [[unlikely]] {
     if (!frame.has_code()) return request_code(link, frame);
-    entry = load(link, frame.code_id(), frame.codec(), frame.code());
+    const Loaded loaded = load(link, frame.code_id(), frame.codec(), frame.code());
+    if (loaded.compiling) [[unlikely]] {
+      // Its code compiles in a worker: the frame waits in its slot, as for
+      // a cache miss (finish_compiles settles it).
+      in.stalled_on = in.expected;
+      in.stalled_code = frame.code_id();
+      return false;
+    }
+    entry = loaded.entry;
     if (entry == nullptr) {
       ++t.stats.frames_rejected;
       return true;  // reported by load()
@@ -419,9 +433,14 @@ void Engine::drain_backlog(Link& link) {
   }
 }
 
-const CachedIfunc* Engine::load(Link& link, CodeId id, CodecId codec,
-                                std::span<const std::byte> code) {
+Engine::Loaded Engine::load(Link& link, CodeId id, CodecId codec,
+                            std::span<const std::byte> code) {
   Target& t = *target_;
+  // Waiting: for this code's compile, or for the one its key has running
+  // (one at a time, so no key fills the worker's queue). Asked again each
+  // poll, so before anything that costs (a digest, a signature check).
+  if (t.compiling.contains(id) || link.key->compiling) [[unlikely]]
+    return {nullptr, true};
   try {
     if (code.size() > t.options.limits.max_code_bytes) {
       throw Error(errc::limit_exceeded,
@@ -436,7 +455,8 @@ const CachedIfunc* Engine::load(Link& link, CodeId id, CodecId codec,
       throw Error(errc::code_refused,
                   "this code trapped " + std::to_string(t.options.limits.max_traps_per_code) +
                       " times here for " + link.key->name +
-                      " and is refused to it (ReceiverLimits::max_traps_per_code)");
+                      " (or its compile failed) and is refused to it "
+                      "(ReceiverLimits::max_traps_per_code)");
     }
     if (const auto known = t.digests.find(id); known != t.digests.end()) {
       // Loaded already, for another peer (or for this one before): the same
@@ -449,7 +469,7 @@ const CachedIfunc* Engine::load(Link& link, CodeId id, CodecId codec,
       }
       if (const CachedIfunc* entry = t.cache.find_ifunc(id)) {
         link.in.shown.insert(id);
-        return entry;
+        return {entry, false};
       }
     } else if (t.cache.contains(id)) {
       throw Error(errc::code_refused,
@@ -458,54 +478,141 @@ const CachedIfunc* Engine::load(Link& link, CodeId id, CodecId codec,
     }
     // Before anything parses it: whose code is this, and is it intact?
     const Confine confine = check_code_trust(t.options.trust, code);
+    std::optional<LoadResult> result;
     if (confine == Confine::yes) {
       if (const std::optional<std::string> why = key_throttled(*link.key))
         throw Error(errc::code_refused, *why);
+      if (t.options.gpu) refuse_confined_gpu(code);
+      // Compiled in a worker process while this thread serves on.
+      result = t.cache.start_load(id, codec, code, confine);
+      if (!result) {
+        link.key->compiling = true;
+        t.compiling.emplace(
+            id, Target::Compiling{digest, link.key, links_.at(link.endpoint.handle()), code.size(),
+                                  keep_code_ ? std::vector<std::byte>(code.begin(), code.end())
+                                             : std::vector<std::byte>{}});
+        return {nullptr, true};
+      }
+    } else {
+      result = t.options.gpu ? load_with_gpu(id, codec, code, confine)
+                             : t.cache.load(id, codec, code, confine);
     }
-    const LoadResult result = t.options.gpu ? load_with_gpu(id, codec, code, confine)
-                                            : t.cache.load(id, codec, code, confine);
-    t.digests.insert_or_assign(id, digest);
-    t.names.insert_or_assign(id, result.name);
-    ifunc_record(id).name = result.name;
     link.in.shown.insert(id);
-    // Charged to the key that loaded it (a new entry: code loaded already
-    // returned above): its container, and what it holds.
-    const std::size_t bytes = code.size() + t.cache.committed_bytes(id);
-    note_loaded(id, bytes);
-    t.cache_use[id].charged = link.key;
-    link.key->code_bytes += bytes;
-    if (link.key->code_bytes > t.options.limits.max_code_bytes_per_key) {
-      const std::size_t held = link.key->code_bytes - bytes;
-      forget(id);
-      throw Error(errc::limit_exceeded,
-                  "its code would hold " + std::to_string(bytes) + " bytes here (container and " +
-                      "globals), and " + link.key->name + " holds " + std::to_string(held) +
-                      " already: over the " +
-                      std::to_string(t.options.limits.max_code_bytes_per_key) +
-                      " a key may (ReceiverLimits::max_code_bytes_per_key)");
-    }
-    trim_cache(id);  // after a load that worked: bad code never costs good code its place
-    if (keep_code_) {
-      // Kept for injected code that sends it onward; parsed again only if it does.
-      t.code_by_name[result.name] = id;
-      t.code_store.insert_or_assign(
-          id, Target::StoredCode{std::vector<std::byte>(code.begin(), code.end()), std::nullopt,
-                                 confine});
-    }
-    count_load(result);
-    return t.cache.find_ifunc(id);
+    return {admit_loaded(link.key, id, digest, *result, code.size(),
+                         keep_code_ ? std::vector<std::byte>(code.begin(), code.end())
+                                    : std::vector<std::byte>{},
+                         confine),
+            false};
   } catch (const Error& error) {
-    if (error.is(errc::code_refused) || error.is(errc::import_refused) ||
-        error.is(errc::limit_exceeded)) {
-      ++t.stats.code_refused;
-      ++ifunc_record(id).refusals;
+    refuse_load(&link, id, error);
+    return {nullptr, false};
+  }
+}
+
+const CachedIfunc* Engine::admit_loaded(const std::shared_ptr<KeyRecord>& charged, CodeId id, const ContentDigest& digest,
+                                        const LoadResult& result, std::size_t code_bytes,
+                                        std::vector<std::byte> kept_container, Confine confine) {
+  Target& t = *target_;
+  t.digests.insert_or_assign(id, digest);
+  t.names.insert_or_assign(id, result.name);
+  ifunc_record(id).name = result.name;
+  // Charged to the key that loaded it (a new entry: code loaded already
+  // returned before): its container, and what it holds.
+  const std::size_t bytes = code_bytes + t.cache.committed_bytes(id);
+  note_loaded(id, bytes);
+  t.cache_use[id].charged = charged;
+  KeyRecord& key = *charged;
+  key.code_bytes += bytes;
+  if (key.code_bytes > t.options.limits.max_code_bytes_per_key) {
+    const std::size_t held = key.code_bytes - bytes;
+    forget(id);
+    throw Error(errc::limit_exceeded,
+                "its code would hold " + std::to_string(bytes) + " bytes here (container and " +
+                    "globals), and " + key.name + " holds " + std::to_string(held) +
+                    " already: over the " +
+                    std::to_string(t.options.limits.max_code_bytes_per_key) +
+                    " a key may (ReceiverLimits::max_code_bytes_per_key)");
+  }
+  trim_cache(id);  // after a load that worked: bad code never costs good code its place
+  if (keep_code_) {
+    // Kept for injected code that sends it onward; parsed again only if it does.
+    t.code_by_name[result.name] = id;
+    t.code_store.insert_or_assign(id,
+                                  Target::StoredCode{std::move(kept_container), std::nullopt, confine});
+  }
+  count_load(result);
+  return t.cache.find_ifunc(id);
+}
+
+void Engine::refuse_load(Link* link, CodeId id, const Error& error) {
+  Target& t = *target_;
+  if (error.is(errc::code_refused) || error.is(errc::import_refused) ||
+      error.is(errc::limit_exceeded)) {
+    ++t.stats.code_refused;
+    ++ifunc_record(id).refusals;
+  }
+  report(Error(static_cast<errc>(error.code().category() == threechains_category()
+                                     ? error.code().value()
+                                     : static_cast<int>(errc::jit_failed)),
+               "code from " + (link != nullptr ? link->peer_name : std::string("a peer gone")) +
+                   ": " + error.context()));
+  if (link != nullptr) send_code_refusal(*link, id, error);
+}
+
+void Engine::finish_compiles() {
+  Target& t = *target_;
+  for (JitCache::FinishedLoad& done : t.cache.finish_loads()) {
+    const auto it = t.compiling.find(done.id);
+    if (it == t.compiling.end()) continue;
+    Target::Compiling compiling = std::move(it->second);
+    t.compiling.erase(it);
+    compiling.key->compiling = false;
+    const std::shared_ptr<Link> link = compiling.link.lock();
+    Link* source = link && !link->removed ? link.get() : nullptr;
+    bool loaded = false;
+    if (done.result) {
+      try {
+        (void)admit_loaded(compiling.key, done.id, compiling.digest, *done.result,
+                           compiling.code_bytes, std::move(compiling.container), Confine::yes);
+        if (source != nullptr) source->in.shown.insert(done.id);
+        loaded = true;
+      } catch (const Error& error) {
+        refuse_load(source, done.id, error);
+      }
+    } else {
+      const Error& error = *done.error;
+      // A compile that crashed, ran out of time or memory: that content is
+      // refused to the key from now on, and counts as one of its traps.
+      if (error.is(errc::code_refused) && compiling.key->banned.size() < KeyRecord::kMaxBanned)
+        compiling.key->banned.insert(compiling.digest);
+      if (error.is(errc::code_refused)) count_key_trap(*compiling.key);
+      refuse_load(source, done.id, error);
     }
-    report(Error(static_cast<errc>(error.code().category() == threechains_category()
-                                       ? error.code().value()
-                                       : static_cast<int>(errc::jit_failed)),
-                 "code from " + link.peer_name + ": " + error.context()));
-    send_code_refusal(link, id, error);
-    return nullptr;
+    // Every frame that waited for this code looks again: the one that
+    // brought it runs now, or is dropped with it; others (another
+    // connection's copy) load it themselves.
+    for (const auto& [ep, waiting] : links_) {
+      Inbound& in = waiting->in;
+      if (in.stalled_on == 0 || in.stalled_code != done.id) continue;
+      if (!loaded && waiting.get() == source) {
+        ++t.stats.frames_rejected;
+        skip_stalled(*waiting);
+      } else {
+        in.stalled_on = 0;
+      }
+    }
+    control_pending_ = true;  // frames delivered by AM wait in backlogs, drained there
+  }
+}
+
+void Engine::refuse_confined_gpu(std::span<const std::byte> code) {
+  for (const ParsedImage& image : parse_container(code)) {
+    if (!is_gpu_triple(image.triple)) continue;
+    throw Error(errc::code_refused,
+                "ifunc '" + image.name +
+                    "' is GPU code from a signer this target does not fully trust: GPU code "
+                    "cannot be confined (it reaches all of the GPU's memory); trust the signer "
+                    "with Trust::allow_native_code_signer");
   }
 }
 
@@ -527,13 +634,7 @@ LoadResult Engine::load_with_gpu(CodeId id, CodecId codec, std::span<const std::
     }
   }
   if (gpu_image == nullptr) return t.cache.load(id, codec, code, confine);
-  if (confine == Confine::yes) {
-    throw Error(errc::code_refused,
-                "ifunc '" + gpu_image->name +
-                    "' is GPU code from a signer this target does not fully trust: GPU code "
-                    "cannot be confined (it reaches all of the GPU's memory); trust the signer "
-                    "with Trust::allow_native_code_signer");
-  }
+  if (confine == Confine::yes) refuse_confined_gpu(code);
   if (!t.gpu) {
     throw Error(errc::gpu_failed, "ifunc '" + gpu_image->name +
                                       "' is GPU code and this Receiver has no GPU: " +
@@ -721,8 +822,10 @@ void Engine::accept_code(Link& link, Inbound::CodeArrival& arrival) {
     }
     return;
   }
-  if (load(link, arrival.header.code_id, static_cast<CodecId>(arrival.header.codec),
-           arrival.code) != nullptr) {
+  const Loaded loaded = load(link, arrival.header.code_id,
+                            static_cast<CodecId>(arrival.header.codec), arrival.code);
+  if (loaded.compiling) return;  // the frame stays stalled; finish_compiles settles it
+  if (loaded.entry != nullptr) {
     // Loaded: if the stalled frame misses again (another link's code evicted
     // this meanwhile), it asks again instead of waiting for an answer given.
     if (settles_stall) in.stalled_on = 0;

@@ -98,6 +98,18 @@ struct Target {
     std::shared_ptr<KeyRecord> charged;  // the key that loaded it, charged `bytes`
   };
   std::unordered_map<CodeId, CacheUse> cache_use;
+  // Confined code compiling in a worker process (JitCache::start_load): the
+  // frame that brought it waits in its slot (or backlog), as for a cache
+  // miss, while every other peer is served; Engine::finish_compiles takes
+  // it from there.
+  struct Compiling {
+    ContentDigest digest{};
+    std::shared_ptr<KeyRecord> key;  // one compile per key at a time
+    std::weak_ptr<Link> link;        // the connection it came on
+    std::size_t code_bytes = 0;      // its container's size, charged to the key
+    std::vector<std::byte> container;  // kept (by a Node) to send onward; else empty
+  };
+  std::unordered_map<CodeId, Compiling> compiling;
   // What each ifunc loaded from the network is, by content: a peer naming an
   // identity it has not shown us must send the code, and runs it only if it
   // is the same code (Inbound::shown).
@@ -335,8 +347,29 @@ class Engine {
   void ring_inconsistent(Link& link, std::string what);
   void drain_backlog(Link& link);
   // Checks (size, signature) and loads code that arrived from `link`; a
-  // refusal is reported, and told to the source. nullptr if it cannot run.
-  const CachedIfunc* load(Link& link, CodeId id, CodecId codec, std::span<const std::byte> code);
+  // refusal is reported, and told to the source. `entry` null and
+  // `compiling` false: it cannot run; `compiling`: confined code compiling
+  // in a worker (or waiting for its key's compile), its frame waits.
+  struct Loaded {
+    const CachedIfunc* entry = nullptr;
+    bool compiling = false;
+  };
+  Loaded load(Link& link, CodeId id, CodecId codec, std::span<const std::byte> code);
+  // What a load that worked makes known: its digest and name, the key it is
+  // charged to (errc::limit_exceeded over ReceiverLimits::max_code_bytes_per_key).
+  const CachedIfunc* admit_loaded(const std::shared_ptr<KeyRecord>& charged, CodeId id,
+                                  const ContentDigest& digest,
+                                  const LoadResult& result, std::size_t code_bytes,
+                                  std::vector<std::byte> kept_container, Confine confine);
+  // Refuses a load: reported, counted, told to the source over `link`.
+  void refuse_load(Link* link, CodeId id, const Error& error);
+  // Links confined code whose compile finished, and wakes the frames that waited for it.
+  void finish_compiles();
+  // A key's trap (or crashed compile) within ReceiverLimits::key_trap_window;
+  // at max_traps_per_key the key is refused and its connections close.
+  void count_key_trap(KeyRecord& key);
+  // GPU images cannot be confined: errc::code_refused if `code` carries one.
+  static void refuse_confined_gpu(std::span<const std::byte> code);
   void count_load(const LoadResult& result) noexcept;  // the stats of a load that worked
   void note_loaded(CodeId id, std::size_t bytes);
   void touch(CodeId id) noexcept;

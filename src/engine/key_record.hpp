@@ -38,6 +38,7 @@ struct KeyRecord {
   Clock::time_point refused_until{};
   Clock::time_point last_new_load{};
   std::size_t code_bytes = 0;  // what the code it loaded holds (Target::CacheUse::bytes)
+  bool compiling = false;      // its confined code compiles in a worker (one at a time)
 
   // How often its code trapped within `window` before `now` (older traps
   // are forgotten here).

@@ -1,5 +1,6 @@
 // A Receiver's GPU: kernels compiled here, run in a worker process.
 #include "gpu/gpu_service.hpp"
+#include "helper_program.hpp"
 
 #include <llvm/Config/llvm-config.h>
 
@@ -46,22 +47,6 @@ void cpu_relax() noexcept {
 #endif
 }
 
-// threechains-gpu-worker: $THREECHAINS_GPU_WORKER, else beside this library
-// (a build tree), else in <prefix>/libexec/threechains (an installation).
-std::string find_worker_program() {
-  if (const char* named = std::getenv("THREECHAINS_GPU_WORKER")) return named;
-  Dl_info self{};
-  if (dladdr(reinterpret_cast<void*>(&find_worker_program), &self) == 0 ||
-      self.dli_fname == nullptr)
-    return {};
-  const std::filesystem::path library_dir = std::filesystem::path(self.dli_fname).parent_path();
-  for (const std::filesystem::path& candidate :
-       {library_dir / "threechains-gpu-worker",
-        library_dir.parent_path() / "libexec" / "threechains" / "threechains-gpu-worker"}) {
-    if (access(candidate.c_str(), X_OK) == 0) return candidate.string();
-  }
-  return {};
-}
 
 }  // namespace
 
@@ -71,7 +56,7 @@ Service::Service(const GpuOptions& options, std::size_t max_payload, std::string
       max_payload_(std::max<std::size_t>(max_payload, 16)),
       cache_directory_(std::move(cache_directory)),
       libdevice_(options.libdevice.empty() ? find_libdevice() : options.libdevice),
-      worker_program_(find_worker_program()) {
+      worker_program_(find_helper_program("threechains-gpu-worker", "THREECHAINS_GPU_WORKER")) {
   if (worker_program_.empty()) {
     throw Error(errc::gpu_failed,
                 "the GPU worker program threechains-gpu-worker is neither beside libthreechains "

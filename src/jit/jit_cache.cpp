@@ -2,9 +2,10 @@
 #include "jit/background_compiler.hpp"
 #include "jit/bitcode_checks.hpp"
 #include "jit/confined_runtime.hpp"
-#include "jit/confinement.hpp"
+#include "jit/compile_worker.hpp"
 #include "jit/container_images.hpp"
 #include "jit/function_table.hpp"
+#include "jit/host_description.hpp"
 #include "jit/image_memory.hpp"
 #include "jit/host_optimiser.hpp"
 #include "jit/jit_observers.hpp"
@@ -96,48 +97,6 @@ std::string hex_id(CodeId id) {
   return s;
 }
 
-llvm::CodeGenOptLevel codegen_level(int level) {
-  switch (level) {
-    case 0:
-      return llvm::CodeGenOptLevel::None;
-    case 1:
-      return llvm::CodeGenOptLevel::Less;
-    case 3:
-      return llvm::CodeGenOptLevel::Aggressive;
-    default:
-      return llvm::CodeGenOptLevel::Default;
-  }
-}
-
-// The target this library was compiled for. LLVM's InitializeNativeTarget
-// names the target of the machine whose headers we compiled against, which a
-// cross build (x86_64 headers, aarch64 libLLVM) gets wrong; the compiler's
-// own macros do not.
-#if defined(__aarch64__)
-extern "C" void LLVMInitializeAArch64TargetInfo();
-extern "C" void LLVMInitializeAArch64Target();
-extern "C" void LLVMInitializeAArch64TargetMC();
-extern "C" void LLVMInitializeAArch64AsmPrinter();
-extern "C" void LLVMInitializeAArch64AsmParser();
-void initialise_this_target() {
-  LLVMInitializeAArch64TargetInfo();
-  LLVMInitializeAArch64Target();
-  LLVMInitializeAArch64TargetMC();
-  LLVMInitializeAArch64AsmPrinter();
-  LLVMInitializeAArch64AsmParser();
-}
-#else
-void initialise_this_target() {
-  llvm::InitializeNativeTarget();
-  llvm::InitializeNativeTargetAsmPrinter();
-  llvm::InitializeNativeTargetAsmParser();
-}
-#endif
-
-void initialise_native_target_once() {
-  static std::once_flag once;
-  std::call_once(once, initialise_this_target);
-}
 
 }  // namespace
 
@@ -211,17 +170,16 @@ llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> object_linking_layer(
 
 struct JitCache::Impl {
   explicit Impl(const JitOptions& options)
-      : policy(options.imports), runner(options.confinement) {
-    initialise_native_target_once();
-    auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
+      : policy(options.imports),
+        runner(options.confinement),
+        workers(CompileWorkers::Settings{options.optimisation_level, options.codegen_level,
+                                         options.confinement.max_global_bytes,
+                                         options.confinement.compile_time_limit,
+                                         options.confinement.compile_memory_limit}) {
+    auto builder = describe_host(options.codegen_level);
     if (!builder)
       throw Error(errc::jit_failed,
                   "cannot describe this host to LLVM: " + message_of(builder.takeError()));
-    builder->setCodeGenOptLevel(codegen_level(options.codegen_level));
-    // What LLJIT chooses for JITLink on ELF anyway, said here so that the
-    // background compiler's copy of this description produces the same code.
-    builder->setRelocationModel(llvm::Reloc::PIC_);
-    builder->setCodeModel(llvm::CodeModel::Small);
     host_builder.emplace(*builder);
     optimisation_level = options.optimisation_level;
     tiering = options.tiering;
@@ -525,6 +483,7 @@ struct JitCache::Impl {
   IfuncMain load(CodeId id, CodecId codec, const ParsedImage& image, bool& from_store,
                  Confine confine = Confine::no) {
     from_store = false;
+    if (confine == Confine::yes) return load_confined(id, image, from_store);
     if (codec != CodecId::bitcode || !store) return link(id, codec, image, nullptr, confine);
     const std::string key = store_key(id, image, confine);
     if (const IfuncMain entry = link_stored(id, image, key, confine)) {
@@ -543,6 +502,31 @@ struct JitCache::Impl {
     capturing = false;
     if (captured_objects == 1) (void)store->store(key, captured);
     captured.clear();
+    return entry;
+  }
+
+  // Confined bitcode: from the store, else compiled by a worker process
+  // (compile_worker.hpp) while this thread waits, then linked here.
+  IfuncMain load_confined(CodeId id, const ParsedImage& image, bool& from_store) {
+    const std::string key = store ? store_key(id, image, Confine::yes) : std::string();
+    if (const IfuncMain entry = link_stored(id, image, key, Confine::yes)) {
+      from_store = true;
+      return entry;
+    }
+    CompileWorkers::Outcome compiled = workers.compile(image.name, image.bytes);
+    return link_compiled(id, image, compiled, key);
+  }
+
+  // Links what a worker compiled for `image` (or throws why it did not) and
+  // keeps it in the store under `key`, if there is one.
+  IfuncMain link_compiled(CodeId id, const ParsedImage& image, CompileWorkers::Outcome& compiled,
+                          const std::string& key) {
+    if (compiled.error) {
+      throw Error(static_cast<errc>(compiled.error->code().value()),
+                  "ifunc '" + image.name + "': " + compiled.error->context());
+    }
+    const IfuncMain entry = link(id, CodecId::bitcode, image, &compiled.object, Confine::yes);
+    if (store && !key.empty()) (void)store->store(key, compiled.object);
     return entry;
   }
 
@@ -689,6 +673,10 @@ struct JitCache::Impl {
           throw Error(errc::jit_failed, "ifunc '" + image.name + "': " + message_of(std::move(e)));
         }
       } else if (codec == CodecId::bitcode) {
+        // Confined bitcode never compiles in this process: load_confined
+        // hands it to a worker, and only its object comes here.
+        if (confine == Confine::yes)
+          throw Error(errc::jit_failed, "ifunc '" + image.name + "': confined bitcode to compile here");
         auto context = std::make_unique<llvm::LLVMContext>();
         // An error diagnostic (a backend that cannot honour what the IR
         // asks) would otherwise end the process: it becomes this load's error.
@@ -709,12 +697,7 @@ struct JitCache::Impl {
                                                message_of(module.takeError()));
         }
         check_bitcode(**module, image.name, policy);
-        if (confine == Confine::yes)
-          screen_for_confinement(**module, image.name, runner.options().max_global_bytes);
         (void)optimiser->run(**module);
-        // After the optimiser: no pass after this one sees the code before
-        // its checks, so none can reason them away.
-        if (confine == Confine::yes) confine_module(**module, image.name);
         if (llvm::Error e = jit->addIRModule(
                 jd, llvm::orc::ThreadSafeModule(std::move(*module), std::move(context)))) {
           throw Error(errc::jit_failed, "ifunc '" + image.name + "': " + message_of(std::move(e)));
@@ -877,6 +860,19 @@ struct JitCache::Impl {
 
   ImportPolicy policy;
   confined::Runner runner;  // before the JIT: its state is bound into every JITDylib
+  CompileWorkers workers;   // where confined bitcode compiles
+  struct PendingLoad {
+    ParsedImage image;  // name, triple and deps for the link (its bytes went to the worker)
+    std::string store_key;
+    std::chrono::steady_clock::time_point started;
+  };
+  std::unordered_map<CodeId, PendingLoad> pending_loads;  // confined code compiling in a worker
+
+  [[nodiscard]] std::vector<ParsedImage> images_for_host(CodeId id, std::span<const std::byte> code,
+                                                         const ParsedImage*& object,
+                                                         const ParsedImage*& ir);
+  [[nodiscard]] static const ParsedImage& confinable(CodecId codec, const ParsedImage* object,
+                                                     const ParsedImage* ir);
   std::unordered_map<CodeId, confined::Code> confined_codes;  // node-based: stable for CachedIfunc
   std::unique_ptr<HostOptimiser> optimiser;
   // Before the JIT: its plugins write to these.
@@ -926,29 +922,24 @@ JitCache::~JitCache() = default;
 JitCache::JitCache(JitCache&&) noexcept = default;
 JitCache& JitCache::operator=(JitCache&&) noexcept = default;
 
-LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> code,
-                          Confine confine) {
-  if (const CachedIfunc* cached = find_ifunc(id)) {
-    if ((cached->confined != nullptr) != (confine == Confine::yes)) {
-      throw Error(errc::code_refused, "code " + hex_id(id) + " is loaded here " +
-                                          (confine == Confine::yes ? "unconfined" : "confined") +
-                                          " already; it cannot also run the other way");
-    }
-    return {cached->main, std::chrono::nanoseconds{0}, impl_->triple, {}};
-  }
-  const auto start = std::chrono::steady_clock::now();
+// The images of `code` that run here (`object`, `ir`: either may be null,
+// not both), or throws why none does.
+std::vector<ParsedImage> JitCache::Impl::images_for_host(CodeId id,
+                                                         std::span<const std::byte> code,
+                                                         const ParsedImage*& object,
+                                                         const ParsedImage*& ir) {
   if (code_identity(code) != id) {
     throw Error(errc::code_identity_mismatch, "code section of " + std::to_string(code.size()) +
                                                   " bytes does not hash to its identity " +
                                                   hex_id(id));
   }
-  const std::vector<ParsedImage> images = parse_container(code);
-  const ParsedImage* object = nullptr;
-  const ParsedImage* ir = nullptr;
+  std::vector<ParsedImage> images = parse_container(code);
+  object = nullptr;
+  ir = nullptr;
   std::string available;
   for (const ParsedImage& image : images) {
     available += (available.empty() ? "" : ", ") + image.triple;
-    if (!impl_->runs_here(image.triple)) continue;
+    if (!runs_here(image.triple)) continue;
     const ParsedImage*& slot = image.kind == CodecId::binary ? object : ir;
     if (slot == nullptr) slot = &image;
   }
@@ -961,23 +952,55 @@ LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> c
                                         ") and this Receiver runs none (ReceiverOptions::gpu)");
     }
     throw Error(errc::no_image_for_target, "ifunc '" + images.front().name + "' has no image for " +
-                                               impl_->triple + " (it carries: " + available + ")");
+                                               triple + " (it carries: " + available + ")");
   }
+  return images;
+}
+
+// The cached entry for `id`, if it is loaded the way `confine` asks.
+std::optional<LoadResult> JitCache::already_loaded(CodeId id, Confine confine) const {
+  const CachedIfunc* cached = find_ifunc(id);
+  if (cached == nullptr) return std::nullopt;
+  if ((cached->confined != nullptr) != (confine == Confine::yes)) {
+    throw Error(errc::code_refused, "code " + hex_id(id) + " is loaded here " +
+                                        (confine == Confine::yes ? "unconfined" : "confined") +
+                                        " already; it cannot also run the other way");
+  }
+  return LoadResult{cached->main, std::chrono::nanoseconds{0}, impl_->triple, {}};
+}
+
+// Only bitcode can be confined: the pass rewrites IR, not machine code.
+const ParsedImage& JitCache::Impl::confinable(CodecId codec, const ParsedImage* object,
+                                              const ParsedImage* ir) {
+  if (ir == nullptr || codec == CodecId::binary) {
+    throw Error(errc::code_refused,
+                "ifunc '" + (object != nullptr ? object : ir)->name +
+                    "' is machine code from a signer this target does not fully trust: only "
+                    "bitcode runs confined (send bitcode, or trust the signer with "
+                    "Trust::allow_native_code_signer)");
+  }
+  return *ir;
+}
+
+LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> code,
+                          Confine confine) {
+  if (std::optional<LoadResult> cached = already_loaded(id, confine)) return *cached;
+  if (impl_->pending_loads.contains(id)) {
+    throw Error(errc::code_refused,
+                "code " + hex_id(id) + " is compiling already (start_load); finish_loads() links it");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const ParsedImage* object = nullptr;
+  const ParsedImage* ir = nullptr;
+  const std::vector<ParsedImage> images = impl_->images_for_host(id, code, object, ir);
   LoadResult result;
   const ParsedImage& any = object != nullptr ? *object : *ir;
   result.name = any.name;
   if (confine == Confine::yes) {
-    // Only bitcode can be confined: the pass rewrites IR, not machine code.
-    if (ir == nullptr || codec == CodecId::binary) {
-      throw Error(errc::code_refused,
-                  "ifunc '" + any.name +
-                      "' is machine code from a signer this target does not fully trust: only "
-                      "bitcode runs confined (send bitcode, or trust the signer with "
-                      "Trust::allow_native_code_signer)");
-    }
-    result.entry = impl_->load(id, CodecId::bitcode, *ir, result.from_code_cache, Confine::yes);
+    const ParsedImage& image = Impl::confinable(codec, object, ir);
+    result.entry = impl_->load(id, CodecId::bitcode, image, result.from_code_cache, Confine::yes);
     result.tier = 1;
-    result.triple = ir->triple;
+    result.triple = image.triple;
   } else if (codec == CodecId::tiered) {
     result.entry = impl_->load_tiered(id, object, ir, result);
     result.triple = (result.tier == 0 ? object : ir)->triple;
@@ -997,6 +1020,59 @@ LoadResult JitCache::load(CodeId id, CodecId codec, std::span<const std::byte> c
   sync_promotion_counts();
   result.compile_time = std::chrono::steady_clock::now() - start;
   return result;
+}
+
+std::optional<LoadResult> JitCache::start_load(CodeId id, CodecId codec,
+                                               std::span<const std::byte> code, Confine confine) {
+  if (confine == Confine::no) return load(id, codec, code, confine);
+  if (std::optional<LoadResult> cached = already_loaded(id, confine)) return *cached;
+  if (impl_->pending_loads.contains(id)) return std::nullopt;
+  const auto start = std::chrono::steady_clock::now();
+  const ParsedImage* object = nullptr;
+  const ParsedImage* ir = nullptr;
+  std::vector<ParsedImage> images = impl_->images_for_host(id, code, object, ir);
+  const ParsedImage& image = Impl::confinable(codec, object, ir);
+  Impl::PendingLoad pending{image, impl_->store ? impl_->store_key(id, image, Confine::yes) : "",
+                            start};
+  if (const IfuncMain entry = impl_->link_stored(id, image, pending.store_key, Confine::yes)) {
+    entries_.emplace(id, CachedIfunc{entry, &impl_->confined_codes.at(id)});
+    return LoadResult{entry, std::chrono::steady_clock::now() - start, image.triple, image.name,
+                      true, 1};
+  }
+  impl_->workers.submit(id, image.name, image.bytes);
+  pending.image.bytes.clear();  // the worker has its copy
+  impl_->pending_loads.emplace(id, std::move(pending));
+  sync_promotion_counts();
+  return std::nullopt;
+}
+
+std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
+  std::vector<FinishedLoad> finished;
+  if (impl_->pending_loads.empty()) return finished;
+  for (auto& [id, compiled] : impl_->workers.poll()) {
+    const auto it = impl_->pending_loads.find(id);
+    if (it == impl_->pending_loads.end()) continue;  // evicted meanwhile
+    Impl::PendingLoad pending = std::move(it->second);
+    impl_->pending_loads.erase(it);
+    FinishedLoad done{id, std::nullopt, std::nullopt};
+    try {
+      const IfuncMain entry = impl_->link_compiled(id, pending.image, compiled, pending.store_key);
+      entries_.emplace(id, CachedIfunc{entry, &impl_->confined_codes.at(id)});
+      done.result = LoadResult{entry, std::chrono::steady_clock::now() - pending.started,
+                               pending.image.triple, pending.image.name, false, 1};
+    } catch (const Error& error) {
+      done.error = error;
+    }
+    finished.push_back(std::move(done));
+  }
+  sync_promotion_counts();
+  return finished;
+}
+
+void JitCache::cancel_loads() noexcept {
+  for (const auto& [id, pending] : impl_->pending_loads) impl_->workers.cancel(id);
+  impl_->pending_loads.clear();
+  sync_promotion_counts();
 }
 
 void JitCache::note_call(CodeId id) {
@@ -1020,7 +1096,7 @@ Promotions JitCache::promote_ready() {
 
 void JitCache::sync_promotion_counts() noexcept {
   awaiting_calls_ = impl_->awaiting;
-  compiling_ = impl_->in_progress;
+  compiling_ = impl_->in_progress + impl_->pending_loads.size();
 }
 
 void* JitCache::lookup(CodeId id, const std::string& symbol) {
@@ -1066,6 +1142,7 @@ void JitCache::expose(const std::vector<ExposedRegion>& regions) {
 
 bool JitCache::evict(CodeId id) {
   entries_.erase(id);
+  if (impl_->pending_loads.erase(id) != 0) impl_->workers.cancel(id);
   const bool evicted = impl_->evict(id);
   sync_promotion_counts();
   return evicted;

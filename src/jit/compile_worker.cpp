@@ -1,0 +1,345 @@
+// What compile_worker.hpp says; the worker itself is compile_worker_main.cpp.
+#include "jit/compile_worker.hpp"
+
+#include "helper_program.hpp"
+#include "jit/compile_worker_protocol.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+extern char** environ;
+
+namespace threechains {
+namespace {
+
+namespace worker = compile_worker;
+
+int new_memfd(const char* name) {
+  const int fd = memfd_create(name, MFD_CLOEXEC);
+  if (fd < 0) throw Error(errc::jit_failed, std::string("memfd_create: ") + std::strerror(errno));
+  return fd;
+}
+
+void write_exactly(int fd, const void* data, std::size_t bytes) {
+  const auto* at = static_cast<const char*>(data);
+  while (bytes != 0) {
+    const ssize_t wrote = write(fd, at, bytes);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0)
+      throw Error(errc::jit_failed, std::string("writing a compile job: ") + std::strerror(errno));
+    at += wrote;
+    bytes -= static_cast<std::size_t>(wrote);
+  }
+}
+
+// All of a memfd the worker wrote, at most `limit` bytes of it.
+std::vector<std::byte> contents(int fd, std::size_t limit) {
+  struct stat info {};
+  if (fd < 0 || fstat(fd, &info) != 0) return {};
+  std::vector<std::byte> bytes(std::min(static_cast<std::size_t>(info.st_size), limit));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t got = pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    done += static_cast<std::size_t>(got);
+  }
+  bytes.resize(done);
+  return bytes;
+}
+
+// What LLVM said as it died: the last lines of its stderr, printable.
+std::string last_words(int fd) {
+  const std::vector<std::byte> bytes = contents(fd, std::size_t{1} << 20);
+  std::string text;
+  for (const std::byte byte : bytes) {
+    const auto c = static_cast<char>(byte);
+    text += (c == '\n' || (c >= ' ' && c <= '~')) ? c : '?';
+  }
+  if (const std::size_t fatal = text.rfind("LLVM ERROR"); fatal != std::string::npos)
+    text.erase(0, fatal);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  constexpr std::size_t kKept = 400;
+  if (text.size() > kKept) text = "..." + text.substr(text.size() - kKept);
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return text;
+}
+
+std::string milliseconds(std::chrono::nanoseconds span) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(span).count());
+}
+
+// What a worker's refusal may say: the errors a load of bitcode throws.
+errc refusal_code(int value) {
+  for (const errc known : {errc::bad_container, errc::import_refused, errc::limit_exceeded,
+                           errc::jit_failed, errc::code_refused}) {
+    if (static_cast<int>(known) == value) return known;
+  }
+  return errc::jit_failed;
+}
+
+}  // namespace
+
+CompileWorkers::CompileWorkers(const Settings& settings)
+    : settings_(settings),
+      program_(find_helper_program("threechains-compile-worker", "THREECHAINS_COMPILE_WORKER")) {}
+
+CompileWorkers::~CompileWorkers() {
+  if (running_) stop(*running_);
+}
+
+void CompileWorkers::submit(uint64_t ticket, const std::string& name,
+                            std::span<const std::byte> bitcode) {
+  queued_.push_back({ticket, name, {bitcode.begin(), bitcode.end()}});
+  start_next();
+}
+
+void CompileWorkers::cancel(uint64_t ticket) noexcept {
+  std::erase_if(queued_, [ticket](const Queued& job) { return job.ticket == ticket; });
+  std::erase_if(failed_to_start_, [ticket](const auto& done) { return done.first == ticket; });
+  if (running_ && running_->ticket == ticket) {
+    stop(*running_);
+    running_.reset();
+  }
+}
+
+std::vector<std::pair<uint64_t, CompileWorkers::Outcome>> CompileWorkers::poll() {
+  std::vector<std::pair<uint64_t, Outcome>> done = std::move(failed_to_start_);
+  failed_to_start_.clear();
+  if (running_) {
+    Running& worker = *running_;
+    if (!worker.killed_for_time &&
+        std::chrono::steady_clock::now() - worker.started > settings_.time_limit) {
+      kill(worker.pid, SIGKILL);
+      worker.killed_for_time = true;
+    }
+    int status = 0;
+    const pid_t reaped = waitpid(worker.pid, &status, WNOHANG);
+    if (reaped == worker.pid || (reaped < 0 && errno == ECHILD)) {
+      Outcome outcome;
+      if (reaped == worker.pid) {
+        outcome = finish(worker, status);
+      } else {
+        outcome.error = Error(errc::code_refused,
+                              "the compile worker vanished before it was reaped (does this "
+                              "process ignore SIGCHLD or reap children it did not start?)");
+        worker.pid = -1;
+        stop(worker);
+      }
+      done.emplace_back(worker.ticket, std::move(outcome));
+      running_.reset();
+    }
+  }
+  start_next();
+  std::vector<std::pair<uint64_t, Outcome>> more = std::move(failed_to_start_);
+  failed_to_start_.clear();
+  for (auto& entry : more) done.push_back(std::move(entry));
+  return done;
+}
+
+void CompileWorkers::start_next() {
+  while (!running_ && !queued_.empty()) {
+    Queued job = std::move(queued_.front());
+    queued_.pop_front();
+    try {
+      running_ = start(job.ticket, job.name, job.bitcode);
+    } catch (const Error& error) {
+      failed_to_start_.emplace_back(job.ticket, Outcome{{}, error, {}});
+    }
+  }
+}
+
+CompileWorkers::Outcome CompileWorkers::compile(const std::string& name,
+                                                std::span<const std::byte> bitcode) {
+  Running worker = start(0, name, bitcode);
+  int status = 0;
+  for (;;) {
+    const auto left = settings_.time_limit - (std::chrono::steady_clock::now() - worker.started);
+    if (left <= std::chrono::nanoseconds(0) && !worker.killed_for_time) {
+      kill(worker.pid, SIGKILL);
+      worker.killed_for_time = true;
+    }
+    if (!worker.killed_for_time && worker.pidfd >= 0) {
+      pollfd ready{worker.pidfd, POLLIN, 0};
+      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(left).count() + 1;
+      (void)::poll(&ready, 1, static_cast<int>(std::min<int64_t>(wait, 1000)));
+    }
+    const pid_t reaped = waitpid(worker.pid, &status, worker.killed_for_time ? 0 : WNOHANG);
+    if (reaped == worker.pid) break;
+    if (reaped < 0 && errno != EINTR) {
+      worker.pid = -1;
+      stop(worker);
+      return {{},
+              Error(errc::code_refused,
+                    "the compile worker vanished before it was reaped (does this process ignore "
+                    "SIGCHLD or reap children it did not start?)"),
+              {}};
+    }
+    if (worker.pidfd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return finish(worker, status);
+}
+
+CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const std::string& name,
+                                              std::span<const std::byte> bitcode) const {
+  if (program_.empty()) {
+    throw Error(errc::code_refused,
+                "confined code compiles in threechains-compile-worker, which is neither beside "
+                "libthreechains nor in libexec/threechains (THREECHAINS_COMPILE_WORKER names "
+                "another)");
+  }
+  Running worker;
+  worker.ticket = ticket;
+  int job = -1;
+  try {
+    job = new_memfd("threechains-compile-job");
+    worker.object = new_memfd("threechains-compile-object");
+    worker.refusal = new_memfd("threechains-compile-refusal");
+    worker.messages = new_memfd("threechains-compile-messages");
+    worker::JobHeader header;
+    header.optimisation_level = settings_.optimisation_level;
+    header.codegen_level = settings_.codegen_level;
+    header.max_global_bytes = settings_.max_global_bytes;
+    header.memory_limit = settings_.memory_limit;
+    // The parent's clock is the limit; this one stops a worker whose parent
+    // is not looking (a second past it, rounded up).
+    header.cpu_seconds =
+        static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::seconds>(settings_.time_limit).count()) +
+        2;
+    header.output_limit = settings_.output_limit;
+    header.name_bytes = name.size();
+    header.bitcode_bytes = bitcode.size();
+    write_exactly(job, &header, sizeof(header));
+    write_exactly(job, name.data(), name.size());
+    write_exactly(job, bitcode.data(), bitcode.size());
+  } catch (...) {
+    if (job >= 0) close(job);
+    worker.pid = -1;
+    stop(worker);
+    throw;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, worker.messages, 1);  // dup2 clears close-on-exec
+  posix_spawn_file_actions_adddup2(&actions, worker.messages, 2);
+  posix_spawn_file_actions_adddup2(&actions, job, worker::kJobFd);
+  posix_spawn_file_actions_adddup2(&actions, worker.object, worker::kObjectFd);
+  posix_spawn_file_actions_adddup2(&actions, worker.refusal, worker::kRefusalFd);
+  posix_spawn_file_actions_addclosefrom_np(&actions, worker::kRefusalFd + 1);
+  // A clean slate of signals: none blocked, none ignored (SIGXCPU and
+  // SIGXFSZ must end it), whatever this process does with them.
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t signals;
+  sigemptyset(&signals);
+  posix_spawnattr_setsigmask(&attributes, &signals);
+  sigfillset(&signals);
+  posix_spawnattr_setsigdefault(&attributes, &signals);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  // Its environment: where its libraries are, and a sanitizer's settings;
+  // nothing else of this process's.
+  std::vector<std::string> kept;
+  for (const char* variable :
+       {"LD_LIBRARY_PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS", "LSAN_OPTIONS"}) {
+    if (const char* value = std::getenv(variable)) kept.push_back(std::string(variable) + "=" + value);
+  }
+  std::vector<char*> environment;
+  for (std::string& entry : kept) environment.push_back(entry.data());
+  environment.push_back(nullptr);
+  std::string program = program_;
+  std::string job_flag = "--job";
+  char* argv[] = {program.data(), job_flag.data(), nullptr};
+  worker.started = std::chrono::steady_clock::now();
+  const int spawned =
+      posix_spawn(&worker.pid, program_.c_str(), &actions, &attributes, argv, environment.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
+  close(job);
+  if (spawned != 0) {
+    worker.pid = -1;
+    stop(worker);
+    throw Error(errc::code_refused,
+                "starting the compile worker " + program_ + ": " + std::strerror(spawned));
+  }
+  // Below the thread that serves frames, as the tier-1 compiler is.
+  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(worker.pid), 10);
+  // Its exit, as something poll() can wait for (glibc 2.36's <sys/pidfd.h>
+  // declares pidfd_open without C linkage; the system call it is).
+  worker.pidfd = static_cast<int>(syscall(SYS_pidfd_open, worker.pid, 0));
+  return worker;
+}
+
+CompileWorkers::Outcome CompileWorkers::finish(Running& worker, int status) const {
+  Outcome outcome;
+  outcome.took = std::chrono::steady_clock::now() - worker.started;
+  const auto crashed = [&](const std::string& why) {
+    outcome.error = Error(errc::code_refused, "compile crashed: " + why);
+  };
+  if (worker.killed_for_time) {
+    outcome.error = Error(errc::code_refused,
+                          "compile ran past " + milliseconds(settings_.time_limit) +
+                              " ms and was stopped (ConfinementOptions::compile_time_limit)");
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == worker::kExitCompiled) {
+    outcome.object = contents(worker.object, settings_.output_limit);
+    if (outcome.object.empty()) crashed("the worker wrote no object");
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == worker::kExitRefused) {
+    const std::vector<std::byte> bytes = contents(worker.refusal, 8192);
+    const std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    const std::size_t newline = text.find('\n');
+    const int code = newline == std::string::npos ? 0 : std::atoi(text.substr(0, newline).c_str());
+    outcome.error = Error(refusal_code(code),
+                          newline == std::string::npos ? text : text.substr(newline + 1));
+  } else if (WIFEXITED(status)) {
+    const std::string said = last_words(worker.messages);
+    crashed(said.empty() ? "exit status " + std::to_string(WEXITSTATUS(status)) : said);
+  } else if (WIFSIGNALED(status)) {
+    const int signal = WTERMSIG(status);
+    const std::string said = last_words(worker.messages);
+    const std::string tail = said.empty() ? "" : ": " + said;
+    if (signal == SIGXCPU) {
+      outcome.error = Error(errc::code_refused, "compile ran past its CPU time and was stopped" + tail);
+    } else if (signal == SIGXFSZ) {
+      crashed("it wrote more than " + std::to_string(settings_.output_limit) + " bytes");
+    } else if (signal == SIGSYS) {
+      crashed("it made a system call its seccomp filter refuses" + tail);
+    } else {
+      crashed(std::string(sigabbrev_np(signal) != nullptr ? "SIG" : "signal ") +
+              (sigabbrev_np(signal) != nullptr ? sigabbrev_np(signal) : std::to_string(signal)) + tail);
+    }
+  }
+  worker.pid = -1;  // reaped
+  stop(worker);
+  return outcome;
+}
+
+void CompileWorkers::stop(Running& worker) noexcept {
+  if (worker.pid > 0) {
+    kill(worker.pid, SIGKILL);
+    int status = 0;
+    while (waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    worker.pid = -1;
+  }
+  for (int* fd : {&worker.pidfd, &worker.object, &worker.refusal, &worker.messages}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+}
+
+}  // namespace threechains

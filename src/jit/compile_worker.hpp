@@ -1,0 +1,89 @@
+// Internal: the JitCache's side of the compile worker
+// (compile_worker_protocol.hpp): a fresh process per compile of confined
+// bitcode, started, timed and reaped here. A compile that crashes, hangs,
+// runs out of memory or writes too much costs its process only; its caller
+// gets errc::code_refused naming the cause.
+#pragma once
+
+#include <threechains/error.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace threechains {
+
+class CompileWorkers {
+ public:
+  struct Settings {
+    int optimisation_level = 2;             // JitOptions::optimisation_level
+    int codegen_level = 2;                  // JitOptions::codegen_level
+    std::size_t max_global_bytes = 0;       // ConfinementOptions::max_global_bytes
+    std::chrono::milliseconds time_limit{2000};  // ConfinementOptions::compile_time_limit
+    std::size_t memory_limit = 0;           // ConfinementOptions::compile_memory_limit
+    std::size_t output_limit = std::size_t{64} << 20;  // the object and messages, at most
+  };
+  struct Outcome {
+    std::vector<std::byte> object;  // the compiled object, if it compiled
+    std::optional<Error> error;     // why not
+    std::chrono::nanoseconds took{0};
+  };
+
+  explicit CompileWorkers(const Settings& settings);
+  // Kills and reaps the workers still running: their compiles are dropped.
+  ~CompileWorkers();
+  CompileWorkers(const CompileWorkers&) = delete;
+  CompileWorkers& operator=(const CompileWorkers&) = delete;
+
+  // Queues a compile of `bitcode` (an IR image of ifunc `name`) under
+  // `ticket`; one worker runs at a time, the rest wait in order.
+  void submit(uint64_t ticket, const std::string& name, std::span<const std::byte> bitcode);
+  // Never blocks: kills a worker past its time, reaps the ones that ended,
+  // starts the next, and returns what finished.
+  [[nodiscard]] std::vector<std::pair<uint64_t, Outcome>> poll();
+  // Drops a queued or running compile; poll() never returns it.
+  void cancel(uint64_t ticket) noexcept;
+  [[nodiscard]] bool busy() const noexcept { return running_.has_value() || !queued_.empty(); }
+
+  // Compiles now, on this thread, and waits (at most the time limit).
+  [[nodiscard]] Outcome compile(const std::string& name, std::span<const std::byte> bitcode);
+
+ private:
+  struct Queued {
+    uint64_t ticket = 0;
+    std::string name;
+    std::vector<std::byte> bitcode;
+  };
+  struct Running {
+    uint64_t ticket = 0;
+    pid_t pid = -1;
+    int pidfd = -1;
+    int object = -1;    // memfds the worker writes
+    int refusal = -1;
+    int messages = -1;  // its stdout and stderr
+    std::chrono::steady_clock::time_point started;
+    bool killed_for_time = false;
+  };
+
+  [[nodiscard]] Running start(uint64_t ticket, const std::string& name,
+                              std::span<const std::byte> bitcode) const;
+  // The outcome of `worker`, which exited with `status`; closes its descriptors.
+  [[nodiscard]] Outcome finish(Running& worker, int status) const;
+  static void stop(Running& worker) noexcept;  // kills, reaps, closes
+  void start_next();
+
+  Settings settings_;
+  std::string program_;
+  std::deque<Queued> queued_;
+  std::optional<Running> running_;
+  std::vector<std::pair<uint64_t, Outcome>> failed_to_start_;
+};
+
+}  // namespace threechains

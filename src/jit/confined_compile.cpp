@@ -1,0 +1,95 @@
+// What confined_compile.hpp says. The same steps, in the same order, as the
+// JIT's own load of bitcode (jit_cache.cpp), with confinement's two passes
+// around the host optimiser.
+#include "jit/confined_compile.hpp"
+
+#include "jit/bitcode_checks.hpp"
+#include "jit/confinement.hpp"
+#include "jit/host_description.hpp"
+#include "jit/host_optimiser.hpp"
+
+#include <threechains/error.hpp>
+#include <threechains/import_policy.hpp>
+
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
+#include <llvm/IR/DiagnosticInfo.h>
+#include <llvm/IR/DiagnosticPrinter.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/Error.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/raw_ostream.h>
+
+namespace threechains {
+
+struct ConfinedCompiler::Machines {
+  std::unique_ptr<HostOptimiser> optimiser;
+  std::unique_ptr<llvm::TargetMachine> codegen;
+};
+
+namespace {
+std::string message_of(llvm::Error error) {
+  return llvm::toString(std::move(error));
+}
+}  // namespace
+
+ConfinedCompiler::ConfinedCompiler(const Options& options)
+    : options_(options), machines_(std::make_unique<Machines>()) {
+  auto host = describe_host(options.codegen_level);
+  if (!host)
+    throw Error(errc::jit_failed, "cannot describe this host to LLVM: " + message_of(host.takeError()));
+  auto optimiser_machine = host->createTargetMachine();
+  if (!optimiser_machine)
+    throw Error(errc::jit_failed, "cannot describe this host to LLVM: " +
+                                      message_of(optimiser_machine.takeError()));
+  auto codegen_machine = host->createTargetMachine();
+  if (!codegen_machine)
+    throw Error(errc::jit_failed, "cannot describe this host to LLVM: " +
+                                      message_of(codegen_machine.takeError()));
+  machines_->optimiser =
+      std::make_unique<HostOptimiser>(std::move(*optimiser_machine), options.optimisation_level);
+  machines_->codegen = std::move(*codegen_machine);
+}
+
+ConfinedCompiler::~ConfinedCompiler() = default;
+
+std::vector<std::byte> ConfinedCompiler::compile(std::span<const std::byte> bitcode,
+                                                 const std::string& name) {
+  llvm::LLVMContext context;
+  // An error diagnostic (a backend that cannot honour what the IR asks)
+  // would otherwise end the process: it becomes the refusal.
+  std::string diagnosed;
+  context.setDiagnosticHandlerCallBack(
+      [](const llvm::DiagnosticInfo* info, void* out) {
+        if (info->getSeverity() != llvm::DS_Error) return;
+        llvm::raw_string_ostream stream(*static_cast<std::string*>(out));
+        llvm::DiagnosticPrinterRawOStream printer(stream);
+        info->print(printer);
+      },
+      &diagnosed);
+  const llvm::StringRef bytes(reinterpret_cast<const char*>(bitcode.data()), bitcode.size());
+  auto module = llvm::parseBitcodeFile(llvm::MemoryBufferRef(bytes, name), context);
+  if (!module) {
+    throw Error(errc::bad_container,
+                "ifunc '" + name + "': bad bitcode: " + message_of(module.takeError()));
+  }
+  // Confined code never gets the unrestricted policy's pass: whatever the
+  // target allows trusted code, inline assembly and kin are refused here.
+  check_bitcode(**module, name, ImportPolicy{});
+  screen_for_confinement(**module, name, options_.max_global_bytes);
+  (void)machines_->optimiser->run(**module);
+  // After the optimiser: no pass after this one sees the code before its
+  // checks, so none can reason them away.
+  confine_module(**module, name);
+  llvm::orc::SimpleCompiler compiler(*machines_->codegen);
+  auto object = compiler(**module);
+  if (!object) {
+    throw Error(errc::jit_failed, "ifunc '" + name + "': " + message_of(object.takeError()));
+  }
+  if (!diagnosed.empty()) throw Error(errc::jit_failed, "ifunc '" + name + "': " + diagnosed);
+  const auto* data = reinterpret_cast<const std::byte*>((*object)->getBufferStart());
+  return {data, data + (*object)->getBufferSize()};
+}
+
+}  // namespace threechains
