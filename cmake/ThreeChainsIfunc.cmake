@@ -215,6 +215,12 @@ function(threechains_add_ifunc target)
           set(obj ${out_dir}/${triple}-${kind}/${stem}.${triple}.${ext})
           _threechains_rust_command(compile ${triple} ${src_abs} ${obj})
           set(depfile_args)
+        elseif(src_ext STREQUAL ".ll")
+          # LLVM assembly: clang assembles it (no headers, so no depfile).
+          set(compile ${THREECHAINS_CLANG} --target=${triple} ${common_flags} ${kind_flag}
+                      ${ARG_FLAGS} -Wno-override-module -Wno-unused-command-line-argument
+                      -c ${src_abs} -o ${obj})
+          set(depfile_args)
         else()
           # C and C++. The header dependencies clang finds, so editing a header
           # shared by the host program and the ifunc rebuilds the container.

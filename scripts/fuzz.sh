@@ -37,5 +37,8 @@ done
 if [ -x build/tests/threechains-confine-stress ]; then
   echo "fuzz: confinement for ${seconds} s"
   ./build/tests/threechains-confine-stress --seconds "$seconds" --first 100000 --size 120
+  # The same with types compilers choke on, through the compile worker.
+  echo "fuzz: confinement with mutated types for ${seconds} s"
+  ./build/tests/threechains-confine-stress --seconds "$seconds" --first 200000 --size 120 --mutate
 fi
 echo "fuzz: no crash"

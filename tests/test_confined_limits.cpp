@@ -14,8 +14,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <initializer_list>
+#include <thread>
 #include <optional>
 #include <string>
 #include <vector>
@@ -122,6 +125,118 @@ TEMPLATE_TEST_CASE("confined code the code generator cannot lower is refused bef
   CHECK(refused->is(errc::import_refused));
   CHECK_THAT(refused->what(), Catch::Contains("integer type of 65536 bits"));
   CHECK(took < std::chrono::seconds(2));  // refused, not compiled (that takes minutes)
+  CHECK_FALSE(carry_out(source.channel, escape, {honest, 2}).has_value());
+  const LimitsResult result = closed(target, {&source});
+  INFO(result.first_error);
+  CHECK(result.counter == 2);
+  CHECK(result.refused == 1);
+}
+
+#if defined(__x86_64__)
+TEMPLATE_TEST_CASE("confined code that makes LLVM fail fatally costs a compile worker, not the target",
+                   "[confinement][limits][compile][ucx]", Shm, Tcp) {
+  auto target = limited_target(TestType::transport, 1);
+  const Ifunc evil = Ifunc::load(TC_EVIL_FLOAT);
+  const Ifunc escape = Ifunc::load(TC_ESCAPE);
+  TestSource source(TestType::transport, target.port(), options_for<TestType>());
+  const std::optional<Error> crashed = carry_out(source.channel, evil, {3, 0});
+  REQUIRE(crashed.has_value());
+  CHECK(crashed->is(errc::code_refused));
+  CHECK_THAT(crashed->what(), Catch::Contains("compile crashed: LLVM ERROR: unsupported library call"));
+  // That content is refused to the key from now on, without a compile.
+  const std::optional<Error> again = carry_out(source.channel, evil, {3, 0});
+  REQUIRE(again.has_value());
+  CHECK_THAT(again->what(), Catch::Contains("is refused to it"));
+  CHECK_FALSE(carry_out(source.channel, escape, {honest, 2}).has_value());
+  const LimitsResult result = closed(target, {&source});
+  INFO(result.first_error);
+  CHECK(result.counter == 2);
+  CHECK(result.refused == 2);
+}
+#endif
+
+// The honest peer's round trips while another peer's code compiles, each
+// the time from a send to its flush.
+struct RoundTrips {
+  std::vector<std::chrono::nanoseconds> taken;
+  [[nodiscard]] std::chrono::nanoseconds longest() const {
+    return taken.empty() ? std::chrono::nanoseconds(0) : *std::max_element(taken.begin(), taken.end());
+  }
+};
+
+// `attacker` sends `code` on a thread of its own; `peer` keeps running the
+// escape ifunc's honest command meanwhile. Returns the attacker's error.
+std::optional<Error> while_compiling(Channel& attacker, const Ifunc& code, Channel& peer,
+                                     RoundTrips& trips) {
+  std::atomic<bool> done{false};
+  std::optional<Error> error;
+  std::thread sender([&] {
+    error = carry_out(attacker, code, {3, 0});
+    done.store(true);
+  });
+  const Ifunc escape = Ifunc::load(TC_ESCAPE);
+  while (!done.load()) {
+    const auto started = std::chrono::steady_clock::now();
+    if (carry_out(peer, escape, {honest, 1}).has_value()) break;
+    trips.taken.push_back(std::chrono::steady_clock::now() - started);
+  }
+  sender.join();
+  return error;
+}
+
+TEMPLATE_TEST_CASE("a confined compile past its time is stopped, and other peers are served meanwhile",
+                   "[confinement][limits][compile][ucx]", Shm, Tcp) {
+  auto target = limited_target(TestType::transport, 2, [](ReceiverOptions& options) {
+    // Room for the escape ifunc's compile (a few hundred ms on a busy
+    // machine), not for heavy's (seconds).
+    options.jit.confinement.compile_time_limit = std::chrono::milliseconds(1000);
+  });
+  const Ifunc heavy = Ifunc::load(TC_HEAVY);
+  const Ifunc escape = Ifunc::load(TC_ESCAPE);
+  TestSource source(TestType::transport, target.port(), options_for<TestType>());
+  TestSource other(TestType::transport, target.port(), as_other<TestType>());
+  CHECK_FALSE(carry_out(other.channel, escape, {honest, 1}).has_value());  // loaded
+  RoundTrips trips;
+  const auto started = std::chrono::steady_clock::now();
+  const std::optional<Error> stopped =
+      while_compiling(source.channel, heavy, other.channel, trips);
+  const auto took = std::chrono::steady_clock::now() - started;
+  REQUIRE(stopped.has_value());
+  CHECK(stopped->is(errc::code_refused));
+  CHECK_THAT(stopped->what(), Catch::Contains("compile ran past 1000 ms"));
+  INFO("refused after " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                        << " ms; the honest peer's " << trips.taken.size()
+                        << " round trips meanwhile took at most "
+                        << std::chrono::duration_cast<std::chrono::milliseconds>(trips.longest()).count()
+                        << " ms");
+  CHECK(took < std::chrono::seconds(3));
+  // Served all along: compiled on the dispatch thread, one round trip
+  // would have waited for the whole compile (over a second).
+  CHECK(trips.taken.size() >= 10);
+  CHECK(trips.longest() < std::chrono::milliseconds(150));
+  const LimitsResult result = closed(target, {&source, &other});
+  INFO(result.first_error);
+  CHECK(result.counter == 1 + trips.taken.size());
+  CHECK(result.refused == 1);
+}
+
+TEMPLATE_TEST_CASE("a confined compile that needs more memory than it may have costs its worker only",
+                   "[confinement][limits][compile][ucx]", Shm, Tcp) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  WARN("SKIP: sanitizer builds set no address-space limit on the compile worker (their shadow "
+       "memory needs terabytes)");
+  return;
+#endif
+  auto target = limited_target(TestType::transport, 1, [](ReceiverOptions& options) {
+    options.jit.confinement.compile_memory_limit = std::size_t{16} << 20;
+  });
+  const Ifunc heavy = Ifunc::load(TC_HEAVY);
+  const Ifunc escape = Ifunc::load(TC_ESCAPE);
+  TestSource source(TestType::transport, target.port(), options_for<TestType>());
+  const std::optional<Error> crashed = carry_out(source.channel, heavy, {3, 0});
+  REQUIRE(crashed.has_value());
+  CHECK(crashed->is(errc::code_refused));
+  CHECK_THAT(crashed->what(), Catch::Contains("compile crashed"));
   CHECK_FALSE(carry_out(source.channel, escape, {honest, 2}).has_value());
   const LimitsResult result = closed(target, {&source});
   INFO(result.first_error);

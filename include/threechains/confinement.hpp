@@ -44,8 +44,9 @@ struct ConfinementOptions {
   // process, and the load is refused (errc::code_refused) naming the cause.
   // The worker is stopped past this wall-clock time...
   std::chrono::milliseconds compile_time_limit{2000};
-  // ...and may map at most this much address space (LLVM itself takes about
-  // 200 MiB of it). Not applied in sanitizer builds.
+  // ...and may map at most this much address space beyond what it holds
+  // when it starts compiling (LLVM's libraries). Not applied in sanitizer
+  // builds (their shadow memory needs terabytes of address space).
   std::size_t compile_memory_limit = std::size_t{2} << 30;
 };
 

@@ -75,6 +75,16 @@ void limit(int resource, uint64_t value) {
     refuse(errc::jit_failed, std::string("compile worker: setrlimit: ") + std::strerror(errno));
 }
 
+// The address space this process maps now (/proc/self/statm: its size in pages).
+uint64_t mapped_bytes() {
+  std::FILE* statm = std::fopen("/proc/self/statm", "r");
+  unsigned long long pages = 0;
+  if (statm == nullptr || std::fscanf(statm, "%llu", &pages) != 1)
+    refuse(errc::jit_failed, "compile worker: cannot read /proc/self/statm");
+  std::fclose(statm);
+  return pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
 #ifdef THREECHAINS_HAVE_SECCOMP
 // Memory, the descriptors it holds, time, and its own end. Anything else
 // kills the process (SIGSYS): the parent reports it as a crash.
@@ -152,7 +162,9 @@ int main(int argc, char** argv) {
     limit(RLIMIT_CORE, 0);
     if (header.cpu_seconds != 0) limit(RLIMIT_CPU, header.cpu_seconds);
     if (header.output_limit != 0) limit(RLIMIT_FSIZE, header.output_limit);
-    if (header.memory_limit != 0 && !kSanitized) limit(RLIMIT_AS, header.memory_limit);
+    // Beyond what it has mapped now (LLVM's libraries, its TargetMachines):
+    // what compiling this bitcode may add.
+    if (header.memory_limit != 0 && !kSanitized) limit(RLIMIT_AS, mapped_bytes() + header.memory_limit);
 #ifdef THREECHAINS_HAVE_SECCOMP
     confine_system_calls();
 #endif

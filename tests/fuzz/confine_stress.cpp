@@ -59,6 +59,50 @@ std::string stress_ir(uint64_t seed, unsigned size) {
   return text;
 }
 
+// --mutate: besides llvm-stress's function, stress_main works on its
+// payload in a type a compiler chokes on, chosen per seed: integers wider
+// than any register (up to 65536 bits: legalisation into millions of
+// operations) or float formats this host has no instructions for
+// (ppc_fp128 ends x86-64's code generator with a fatal error), through
+// arithmetic, division and conversions. It goes through the compile worker;
+// this process, the target, must come out of every seed alive, within the
+// compile's time limit, canaries intact.
+void add_odd_types(llvm::IRBuilder<>& b, llvm::Value* payload, uint64_t seed) {
+  llvm::LLVMContext& context = b.getContext();
+  static const std::array<unsigned, 6> kWidths{129, 256, 1000, 4096, 65536, 200};
+  const unsigned kind = static_cast<unsigned>(seed % 11);
+  llvm::Type* odd = nullptr;
+  switch (kind) {
+    case 0: odd = llvm::Type::getPPC_FP128Ty(context); break;
+    case 1: odd = llvm::Type::getX86_FP80Ty(context); break;
+    case 2: odd = llvm::Type::getFP128Ty(context); break;
+    case 3: odd = llvm::Type::getBFloatTy(context); break;
+    case 4: odd = llvm::Type::getHalfTy(context); break;
+    default: odd = llvm::Type::getIntNTy(context, kWidths[(seed / 11) % kWidths.size()]);
+  }
+  llvm::Value* x = b.CreateLoad(odd, payload);
+  llvm::Value* y = b.CreateLoad(odd, b.CreateConstGEP1_64(b.getInt8Ty(), payload, 64));
+  llvm::Value* result = nullptr;
+  if (odd->isIntegerTy()) {
+    llvm::Value* sum = b.CreateMul(x, y);
+    switch ((seed / 7) % 4) {
+      case 0: result = b.CreateUDiv(sum, b.CreateOr(y, llvm::ConstantInt::get(odd, 1))); break;
+      case 1: result = b.CreateShl(sum, b.CreateAnd(x, llvm::ConstantInt::get(odd, 255))); break;
+      case 2: result = b.CreateUnaryIntrinsic(llvm::Intrinsic::ctpop, sum); break;
+      default: result = b.CreateSIToFP(sum, b.getDoubleTy());
+    }
+  } else {
+    llvm::Value* sum = b.CreateFMul(b.CreateFAdd(x, y), x);
+    switch ((seed / 7) % 4) {
+      case 0: result = b.CreateFPToSI(b.CreateFDiv(sum, y), b.getInt64Ty()); break;
+      case 1: result = b.CreateFPToUI(sum, b.getInt128Ty()); break;
+      case 2: result = b.CreateFPCast(b.CreateFPCast(sum, b.getFloatTy()), b.getDoubleTy()); break;
+      default: result = b.CreateFRem(sum, y);
+    }
+  }
+  b.CreateStore(result, b.CreateConstGEP1_64(b.getInt8Ty(), payload, 128));
+}
+
 // A container holding `ir` (text) as bitcode for this host, as ifunc `name`.
 std::vector<std::byte> module_container(const std::string& ir, const std::string& name) {
   llvm::LLVMContext context;
@@ -80,7 +124,7 @@ std::vector<std::byte> module_container(const std::string& ir, const std::string
 // The stress function wrapped as ifunc `stress`: stress_main(payload, size,
 // args) calls it with (payload, &g_canary[512], args) and integers that
 // depend on the seed.
-std::vector<std::byte> stress_container(const std::string& ir, uint64_t seed) {
+std::vector<std::byte> stress_container(const std::string& ir, uint64_t seed, bool mutate) {
   llvm::LLVMContext context;
   llvm::SMDiagnostic diagnostic;
   std::unique_ptr<llvm::Module> module =
@@ -118,6 +162,7 @@ std::vector<std::byte> stress_container(const std::string& ir, uint64_t seed) {
     }
   }
   b.CreateCall(generated, args);
+  if (mutate) add_odd_types(b, main->getArg(0), seed);
   b.CreateRetVoid();
   llvm::SmallVector<char, 0> bitcode;
   llvm::raw_svector_ostream out(bitcode);
@@ -290,6 +335,7 @@ struct Tally {
   unsigned trapped = 0;
   unsigned refused = 0;
   unsigned escaped = 0;  // a canary changed
+  unsigned stalled = 0;  // a load held this process past the compile's time limit
   std::map<std::string, unsigned> reasons;
 };
 
@@ -301,6 +347,7 @@ int main(int argc, char** argv) {
   double seconds = 0;
   unsigned size = 60;
   bool unconfined = false;
+  bool mutate = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     const auto next = [&] {
@@ -317,6 +364,8 @@ int main(int argc, char** argv) {
       size = static_cast<unsigned>(std::stoul(next()));
     else if (flag == "--unconfined")
       unconfined = true;
+    else if (flag == "--mutate")
+      mutate = true;
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -342,6 +391,17 @@ int main(int argc, char** argv) {
     }
   }
   Tally tally;
+  // A load, compile and all, may take the compile worker's limit and a
+  // second more (the worker's start, the link), never longer.
+  const auto check_stall = [&](uint64_t seed, std::chrono::steady_clock::time_point started) {
+    const auto took = std::chrono::steady_clock::now() - started;
+    if (took <= options.confinement.compile_time_limit + std::chrono::seconds(1)) return;
+    ++tally.stalled;
+    std::fprintf(stderr, "STALL: seed %llu held this process %lld ms\n",
+                 static_cast<unsigned long long>(seed),
+                 static_cast<long long>(
+                     std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  };
   const auto start = std::chrono::steady_clock::now();
   uint64_t seed = first;
   for (;; ++seed) {
@@ -351,7 +411,7 @@ int main(int argc, char** argv) {
             : seed >= first + seeds)
       break;
     tc::JitCache& cache = seed % 2 != 0 ? plain_cache : optimising_cache;
-    const std::vector<std::byte> container = stress_container(stress_ir(seed, size), seed);
+    const std::vector<std::byte> container = stress_container(stress_ir(seed, size), seed, mutate);
     const tc::Ifunc ifunc = tc::Ifunc::from_container(container);
     g_canary.fill(kCanary);
     volatile uint64_t stack_canary[64];
@@ -390,13 +450,20 @@ int main(int argc, char** argv) {
         ++tally.trapped;  // a crash, in the control
       continue;
     }
+    const auto load_started = std::chrono::steady_clock::now();
     try {
       (void)cache.load(ifunc.id(), ifunc.codec(), ifunc.code(), confine);
     } catch (const tc::Error& error) {
       ++tally.refused;
-      ++tally.reasons[std::string("refused: ") + error.context().substr(0, 90)];
+      // The reason's kind, without the ifunc's name and what varies per seed.
+      std::string reason = error.context();
+      if (const std::size_t quote = reason.find("': "); quote != std::string::npos)
+        reason.erase(0, quote + 3);
+      ++tally.reasons[std::string("refused: ") + reason.substr(0, 70)];
+      check_stall(seed, load_started);
       continue;
     }
+    check_stall(seed, load_started);
     const std::optional<tc::ConfinedTrap> trap =
         cache.invoke(*cache.find_ifunc(ifunc.id()), payload.data(), payload.size(),
                      const_cast<uint64_t*>(&stack_canary[32]));
@@ -437,5 +504,6 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  return tally.escaped == 0 ? 0 : 1;
+  if (tally.stalled != 0) std::printf("FAIL: %u loads held the target past the compile's limit\n", tally.stalled);
+  return tally.escaped == 0 && tally.stalled == 0 ? 0 : 1;
 }
