@@ -171,6 +171,13 @@ typedef struct threechains_receiver_options {
    * (docs/gpu.md); a GPU that cannot be opened is reported, not fatal */
   int gpu;
   int gpu_device;
+  /* appended later: what confined code (from signers trusted for confined
+   * code only) may cost this Receiver (docs/security.md, "What one frame can
+   * cost"); 0 keeps each default. */
+  uint64_t confined_time_budget_us; /* per invocation (10000) */
+  uint64_t compile_time_limit_ms;   /* per compile, in its worker process (2000) */
+  size_t compile_memory_limit;      /* address space a compile may add (2 GiB) */
+  size_t max_code_bytes_per_key;    /* code and globals one key may hold loaded (128 MiB) */
 } threechains_receiver_options;
 
 typedef struct threechains_receiver_stats {

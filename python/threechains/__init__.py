@@ -281,11 +281,16 @@ class Receiver(_Handle):
     runs each frame's ifunc with `target_args` as its third argument.
 
     trust: a Trust (default: refuse every peer). on_error(Error) hears of
-    rejected frames and failed loads (default: printed to stderr)."""
+    rejected frames and failed loads (default: printed to stderr).
+    confined_time_budget_us, compile_time_limit_ms, compile_memory_limit,
+    max_code_bytes_per_key: what confined code may cost (None: the default;
+    docs/security.md, "What one frame can cost")."""
     _destroy = lib.threechains_receiver_destroy
 
     def __init__(self, worker, trust=None, port=0, target_args=None, identity=None,
-                 on_error=None, unrestricted_imports=False, gpu=None):
+                 on_error=None, unrestricted_imports=False, gpu=None,
+                 confined_time_budget_us=None, compile_time_limit_ms=None,
+                 compile_memory_limit=None, max_code_bytes_per_key=None):
         options = _capi.ReceiverOptions()
         lib.threechains_receiver_options_init(ctypes.byref(options))
         self._keep = []  # what C holds pointers to, alive as long as the receiver
@@ -293,6 +298,12 @@ class Receiver(_Handle):
                           unrestricted_imports, self._keep)
         if gpu is not None:  # a CUDA device ordinal: GPU ifuncs run there (docs/gpu.md)
             options.gpu, options.gpu_device = 1, int(gpu)
+        for field, value in (("confined_time_budget_us", confined_time_budget_us),
+                             ("compile_time_limit_ms", compile_time_limit_ms),
+                             ("compile_memory_limit", compile_memory_limit),
+                             ("max_code_bytes_per_key", max_code_bytes_per_key)):
+            if value is not None:
+                setattr(options, field, int(value))
         super().__init__(_make(lib.threechains_receiver_create, worker.handle,
                                ctypes.byref(options)))
 

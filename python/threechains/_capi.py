@@ -44,7 +44,10 @@ class ReceiverOptions(ctypes.Structure):
                 ("max_slots", ctypes.c_uint32), ("max_slot_size", c_size_t),
                 ("unrestricted_imports", ctypes.c_int), ("on_error", ERROR_FN),
                 ("on_error_user", c_void_p), ("target_args_bytes", c_size_t),
-                ("gpu", ctypes.c_int), ("gpu_device", ctypes.c_int)]
+                ("gpu", ctypes.c_int), ("gpu_device", ctypes.c_int),
+                ("confined_time_budget_us", ctypes.c_uint64),
+                ("compile_time_limit_ms", ctypes.c_uint64),
+                ("compile_memory_limit", c_size_t), ("max_code_bytes_per_key", c_size_t)]
 
 
 class ReceiverStats(ctypes.Structure):

@@ -36,6 +36,16 @@ ReceiverOptions receiver_options(const threechains_receiver_options& given) {
     options.gpu = GpuOptions{};
     options.gpu->device = given.gpu_device;
   }
+  if (given.size >= offsetof(threechains_receiver_options, max_code_bytes_per_key) + sizeof(size_t)) {
+    ConfinementOptions& confinement = options.jit.confinement;
+    if (given.confined_time_budget_us != 0)
+      confinement.time_budget = std::chrono::microseconds(given.confined_time_budget_us);
+    if (given.compile_time_limit_ms != 0)
+      confinement.compile_time_limit = std::chrono::milliseconds(given.compile_time_limit_ms);
+    if (given.compile_memory_limit != 0) confinement.compile_memory_limit = given.compile_memory_limit;
+    if (given.max_code_bytes_per_key != 0)
+      options.limits.max_code_bytes_per_key = given.max_code_bytes_per_key;
+  }
   options.max_slots = given.max_slots;
   options.max_slot_size = given.max_slot_size;
   if (given.unrestricted_imports != 0) options.jit.imports = ImportPolicy::unrestricted();
