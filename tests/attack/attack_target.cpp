@@ -5,8 +5,10 @@
 //
 //   threechains-attack-target --transport shm|tcp --trust KEY.pub [--anyone yes]
 //                             [--handshake-timeout-ms N] [--rma yes]
+//                             [--confined yes] [--compile-time-limit-ms N]
 //   (--anyone: Trust::anyone(), a development Receiver that grants at once;
-//    --rma: its context does RMA, so it puts credits where a source asks)
+//    --rma: its context does RMA, so it puts credits where a source asks;
+//    --confined: the key's code runs confined, compiled in a worker process)
 //   prints "port P" and "canary 0xADDRESS", then serves; on stdin:
 //     report   prints "report canary0 canary1 canary2 counter peers_connected
 //              peers_refused frames_dispatched frames_rejected code_refused
@@ -86,6 +88,8 @@ int main(int argc, char** argv) {
   bool anyone = false;
   bool rma = false;  // ContextOptions::remote_memory_access (credits by put)
   long handshake_timeout_ms = 0;  // 0: the default
+  bool confined = false;          // the key's code runs confined (allow_code_signer)
+  long compile_time_limit_ms = 0;  // 0: the default (ConfinementOptions::compile_time_limit)
   bool spin_only = false;  // --progress spin: never sleep (ProgressOptions::sleep_when_idle)
   long spin_us = -1;       // --progress sleep-N: spin N us before sleeping (-1: the default)
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -95,6 +99,8 @@ int main(int argc, char** argv) {
     else if (flag == "--anyone") anyone = std::string(argv[i + 1]) == "yes";
     else if (flag == "--handshake-timeout-ms") handshake_timeout_ms = std::stol(argv[i + 1]);
     else if (flag == "--rma") rma = std::string(argv[i + 1]) == "yes";
+    else if (flag == "--confined") confined = std::string(argv[i + 1]) == "yes";
+    else if (flag == "--compile-time-limit-ms") compile_time_limit_ms = std::stol(argv[i + 1]);
     else if (flag == "--progress") {
       const std::string policy = argv[i + 1];
       spin_only = policy == "spin";
@@ -115,7 +121,12 @@ int main(int argc, char** argv) {
   try {
     const tc::PublicKey key = tc::PublicKey::load(trust);
     tc::ReceiverOptions options;
-    options.trust = anyone ? tc::Trust::anyone() : tc::Trust().allow_peer(key).allow_native_code_signer(key);
+    options.trust = anyone     ? tc::Trust::anyone()
+                    : confined ? tc::Trust().allow_peer(key).allow_code_signer(key)
+                               : tc::Trust().allow_peer(key).allow_native_code_signer(key);
+    if (confined) options.target_args_bytes = sizeof(g_counter);
+    if (compile_time_limit_ms > 0)
+      options.jit.confinement.compile_time_limit = std::chrono::milliseconds(compile_time_limit_ms);
     options.target_args = &g_counter;
     options.progress.sleep_when_idle = !spin_only;
     if (spin_us >= 0) options.progress.spin = std::chrono::microseconds(spin_us);

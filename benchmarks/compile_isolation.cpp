@@ -1,0 +1,166 @@
+// threechains-bench-compile-isolation: what another peer's long compile
+// costs an honest peer of the same target (issue 32, item 1), in one run.
+//
+// A target (threechains-attack-target --confined yes: the dev key's code
+// runs confined, so it compiles in a worker process) in a process of its
+// own; this process is an honest source running the counter ifunc (bitcode,
+// confined, loaded first) one frame at a time, each send timed to its flush:
+//   quiet    nothing else runs;
+//   compile  a second peer (this program again, --send) sends heavy_compile,
+//            which takes LLVM about a minute; the round trips are taken
+//            until the target answers it.
+// Prints the p50, p99 and longest round trip of each phase, and the longest
+// during the compile against the quiet p99 (the issue's goal: within 2x);
+// --json appends one line per transport.
+#include "support/process.hpp"
+
+#include <threechains/threechains.hpp>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace tc = threechains;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Trips {
+  std::vector<double> us;  // each round trip, microseconds
+  [[nodiscard]] double at(double quantile) const {
+    if (us.empty()) return 0;
+    std::vector<double> sorted = us;
+    std::sort(sorted.begin(), sorted.end());
+    return sorted[std::min(sorted.size() - 1, static_cast<std::size_t>(quantile * sorted.size()))];
+  }
+};
+
+// One frame of the counter (an 8-byte 1), sent and flushed, until `done()`.
+template <class Done>
+Trips round_trips(tc::Channel& channel, const tc::Ifunc& counter, uint64_t& sent, Done&& done) {
+  Trips trips;
+  const uint64_t one = 1;
+  do {
+    const auto started = Clock::now();
+    (void)channel.send_bytes(counter, std::as_bytes(std::span(&one, 1)));
+    channel.flush();
+    trips.us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - started).count());
+    ++sent;
+  } while (!done());
+  return trips;
+}
+
+// --send: the second peer. Sends `container` once and says how it went.
+int send_once(const std::string& transport, uint16_t port, const std::string& container) {
+  tc::Worker worker(tc::Context({.transport = tc::parse_transport(transport)}));
+  tc::Source source(worker);
+  tc::Channel channel =
+      source.connect("127.0.0.1", port, {.identity = tc::KeyPair::load(THREECHAINS_DEV_KEY)});
+  const tc::Ifunc heavy = tc::Ifunc::load(container);
+  std::vector<std::byte> payload(64);
+  const auto started = Clock::now();
+  std::string outcome = "ran";
+  try {
+    (void)channel.send_bytes(heavy, payload);
+    channel.flush(std::chrono::minutes(10));
+  } catch (const tc::Error& error) {
+    outcome = error.what();
+  }
+  std::printf("sent: %.1f s: %s\n", std::chrono::duration<double>(Clock::now() - started).count(),
+              outcome.c_str());
+  std::fflush(stdout);
+  channel.close();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::vector<std::string> transports{"shm"};
+  double quiet_seconds = 5.0;
+  long limit_ms = 600'000;
+  std::string json;
+  std::string send_transport;
+  int send_port = 0;
+  CLI::App app{"An honest peer's round trips while another peer's code compiles"};
+  app.add_option("--transports", transports, "shm and/or tcp")->delimiter(',');
+  app.add_option("--seconds", quiet_seconds, "length of the quiet phase");
+  app.add_option("--compile-time-limit-ms", limit_ms, "the target's compile_time_limit");
+  app.add_option("--json", json, "append one JSON line per transport");
+  app.add_option("--send", send_transport, "(internal) be the second peer over this transport");
+  app.add_option("--port", send_port, "(internal) the target's port, with --send");
+  CLI11_PARSE(app, argc, argv);
+  if (!send_transport.empty())
+    return send_once(send_transport, static_cast<uint16_t>(send_port), THREECHAINS_BENCH_HEAVY);
+
+  const tc::KeyPair key = tc::KeyPair::load(THREECHAINS_DEV_KEY);
+  const tc::Ifunc counter = tc::Ifunc::load(THREECHAINS_BENCH_BITCODE);
+  for (const std::string& transport : transports) {
+    tc::test::Process target({THREECHAINS_ATTACK_TARGET, "--transport", transport, "--trust",
+                              THREECHAINS_DEV_PUBLIC_KEY, "--confined", "yes",
+                              "--compile-time-limit-ms", std::to_string(limit_ms), "--progress",
+                              "spin"});
+    const std::optional<std::string> port_line = target.read_line_starting("port ", 30s);
+    if (!port_line) throw std::runtime_error("the target did not start: " + target.output());
+    const std::string port = port_line->substr(5);
+    tc::Worker worker(tc::Context({.transport = tc::parse_transport(transport)}));
+    tc::Source source(worker);
+    tc::Channel channel = source.connect("127.0.0.1", static_cast<uint16_t>(std::stoul(port)),
+                                         {.slots = 64, .slot_size = 4096, .identity = key});
+    uint64_t sent = 0;
+    // Warm: the counter compiled (in a worker: it is confined too), rings touched.
+    (void)round_trips(channel, counter, sent, [end = Clock::now() + 500ms] { return Clock::now() >= end; });
+    const Trips quiet = round_trips(channel, counter, sent, [end = Clock::now() + std::chrono::duration<double>(quiet_seconds)] {
+      return Clock::now() >= end;
+    });
+    tc::test::Process attacker({argv[0], "--send", transport, "--port", port});
+    const auto compile_start = Clock::now();
+    const Trips during = round_trips(channel, counter, sent, [&] { return !attacker.running(); });
+    const double compile_seconds = std::chrono::duration<double>(Clock::now() - compile_start).count();
+    const std::string said = attacker.read_rest(10000ms);
+    channel.close();
+    target.write_line("report");
+    const std::optional<std::string> report = target.read_line_starting("report ", 10s);
+    target.write_line("quit");
+    uint64_t counted = 0;
+    if (report) {
+      char c0[32], c1[32], c2[32];
+      unsigned long long value = 0;
+      if (std::sscanf(report->c_str(), "report %31s %31s %31s %llu", c0, c1, c2, &value) == 4)
+        counted = value;
+    }
+    if (counted != sent)
+      throw std::runtime_error(fmt::format("the target counted {} of {} frames", counted, sent));
+    const double worst_vs_p99 = during.at(1.0) / quiet.at(0.99);
+    fmt::print("{}: the second peer's code compiled for {:.1f} s ({})\n", transport, compile_seconds,
+               said.substr(0, said.find('\n')));
+    fmt::print("  quiet   {} round trips: p50 {:.1f} us  p99 {:.1f} us  longest {:.1f} us\n",
+               quiet.us.size(), quiet.at(0.5), quiet.at(0.99), quiet.at(1.0));
+    fmt::print("  compile {} round trips: p50 {:.1f} us  p99 {:.1f} us  longest {:.1f} us\n",
+               during.us.size(), during.at(0.5), during.at(0.99), during.at(1.0));
+    fmt::print("  longest during the compile / quiet p99: {:.2f}x (goal: within 2x); "
+               "p99 during / quiet p99: {:.2f}x\n",
+               worst_vs_p99, during.at(0.99) / quiet.at(0.99));
+    if (!json.empty()) {
+      std::ofstream out(json, std::ios::app);
+      out << fmt::format(
+          "{{\"bench\":\"compile_isolation\",\"transport\":\"{}\",\"compile_seconds\":{:.2f},"
+          "\"quiet_trips\":{},\"quiet_p50_us\":{:.2f},\"quiet_p99_us\":{:.2f},\"quiet_max_us\":{:.2f},"
+          "\"compile_trips\":{},\"compile_p50_us\":{:.2f},\"compile_p99_us\":{:.2f},"
+          "\"compile_max_us\":{:.2f},\"max_vs_quiet_p99\":{:.3f}}}\n",
+          transport, compile_seconds, quiet.us.size(), quiet.at(0.5), quiet.at(0.99), quiet.at(1.0),
+          during.us.size(), during.at(0.5), during.at(0.99), during.at(1.0), worst_vs_p99);
+    }
+  }
+  return 0;
+} catch (const std::exception& error) {
+  std::fprintf(stderr, "threechains-bench-compile-isolation: %s\n", error.what());
+  return 1;
+}
