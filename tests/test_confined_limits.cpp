@@ -165,7 +165,7 @@ struct RoundTrips {
 };
 
 // `attacker` sends `code` on a thread of its own; `peer` keeps running the
-// escape ifunc's honest command meanwhile. Returns the attacker's error.
+// counter (adding 1) meanwhile. Returns the attacker's error.
 std::optional<Error> while_compiling(Channel& attacker, const Ifunc& code, Channel& peer,
                                      RoundTrips& trips) {
   std::atomic<bool> done{false};
@@ -174,10 +174,10 @@ std::optional<Error> while_compiling(Channel& attacker, const Ifunc& code, Chann
     error = carry_out(attacker, code, {3, 0});
     done.store(true);
   });
-  const Ifunc escape = Ifunc::load(TC_ESCAPE);
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   while (!done.load()) {
     const auto started = std::chrono::steady_clock::now();
-    if (carry_out(peer, escape, {honest, 1}).has_value()) break;
+    if (carry_out(peer, counter, {1, 0}).has_value()) break;
     trips.taken.push_back(std::chrono::steady_clock::now() - started);
   }
   sender.join();
@@ -187,15 +187,15 @@ std::optional<Error> while_compiling(Channel& attacker, const Ifunc& code, Chann
 TEMPLATE_TEST_CASE("a confined compile past its time is stopped, and other peers are served meanwhile",
                    "[confinement][limits][compile][ucx]", Shm, Tcp) {
   auto target = limited_target(TestType::transport, 2, [](ReceiverOptions& options) {
-    // Room for the escape ifunc's compile (a few hundred ms on a busy
-    // machine), not for heavy's (seconds).
+    // Room for the counter's compile (tens of ms; hundreds in a sanitizer
+    // build), not for heavy's (seconds).
     options.jit.confinement.compile_time_limit = std::chrono::milliseconds(1000);
   });
   const Ifunc heavy = Ifunc::load(TC_HEAVY);
-  const Ifunc escape = Ifunc::load(TC_ESCAPE);
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   TestSource source(TestType::transport, target.port(), options_for<TestType>());
   TestSource other(TestType::transport, target.port(), as_other<TestType>());
-  CHECK_FALSE(carry_out(other.channel, escape, {honest, 1}).has_value());  // loaded
+  CHECK_FALSE(carry_out(other.channel, counter, {1, 0}).has_value());  // loaded
   RoundTrips trips;
   const auto started = std::chrono::steady_clock::now();
   const std::optional<Error> stopped =
@@ -203,13 +203,15 @@ TEMPLATE_TEST_CASE("a confined compile past its time is stopped, and other peers
   const auto took = std::chrono::steady_clock::now() - started;
   REQUIRE(stopped.has_value());
   CHECK(stopped->is(errc::code_refused));
-  CHECK_THAT(stopped->what(), Catch::Contains("compile ran past 1000 ms"));
+  // 1 s of its CPU time, or (starved on a busy machine) 4 s on the clock.
+  CHECK_THAT(stopped->what(), Catch::Contains("compile ran past 1000 ms of CPU time") ||
+                                  Catch::Contains("compile ran past 4000 ms"));
   INFO("refused after " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
                         << " ms; the honest peer's " << trips.taken.size()
                         << " round trips meanwhile took at most "
                         << std::chrono::duration_cast<std::chrono::milliseconds>(trips.longest()).count()
                         << " ms");
-  CHECK(took < std::chrono::seconds(3));
+  CHECK(took < std::chrono::seconds(5));
   // Served all along: compiled on the dispatch thread, one round trip
   // would have waited for the whole compile (over a second).
   CHECK(trips.taken.size() >= 10);

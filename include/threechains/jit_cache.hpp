@@ -199,10 +199,15 @@ class JitCache {
     CodeId id = 0;
     std::optional<LoadResult> result;  // loaded: find_ifunc(id) has it
     std::optional<Error> error;        // refused (a crashed or timed-out compile: code_refused)
+    // The target could not compile it (no worker could run): no fault of
+    // the code's, and it may be sent again.
+    bool target_failed = false;
   };
   // Never blocks on a compile: links what finished since the last call and
   // says what became of each. compiles_in_progress() is true while any runs.
   [[nodiscard]] std::vector<FinishedLoad> finish_loads();
+  // Whether `id` is compiling (started, not yet returned by finish_loads()).
+  [[nodiscard]] bool loading(CodeId id) const noexcept;
 
   // Another symbol of a loaded ifunc (e.g. <name>_payload_init), or nullptr if
   // the ifunc is not loaded, does not define it, or runs confined (its code

@@ -436,10 +436,9 @@ void Engine::drain_backlog(Link& link) {
 Engine::Loaded Engine::load(Link& link, CodeId id, CodecId codec,
                             std::span<const std::byte> code) {
   Target& t = *target_;
-  // Waiting: for this code's compile, or for the one its key has running
-  // (one at a time, so no key fills the worker's queue). Asked again each
-  // poll, so before anything that costs (a digest, a signature check).
-  if (t.compiling.contains(id) || link.key->compiling) [[unlikely]]
+  // Waiting for this code's compile: asked again each poll, so before
+  // anything that costs (a digest, a signature check).
+  if (t.compiling.contains(id) && !drop_abandoned_compiles()) [[unlikely]]
     return {nullptr, true};
   try {
     if (code.size() > t.options.limits.max_code_bytes) {
@@ -476,6 +475,9 @@ Engine::Loaded Engine::load(Link& link, CodeId id, CodecId codec,
                   "its code identity " + std::to_string(id) +
                       " is taken by code this process loaded into Receiver::cache() itself");
     }
+    // Its key compiles other code: one compile per key at a time, so no
+    // key fills the worker's queue (finish_compiles wakes this frame).
+    if (link.key->compiling && !drop_abandoned_compiles()) return {nullptr, true};
     // Before anything parses it: whose code is this, and is it intact?
     const Confine confine = check_code_trust(t.options.trust, code);
     std::optional<LoadResult> result;
@@ -483,6 +485,15 @@ Engine::Loaded Engine::load(Link& link, CodeId id, CodecId codec,
       if (const std::optional<std::string> why = key_throttled(*link.key))
         throw Error(errc::code_refused, *why);
       if (t.options.gpu) refuse_confined_gpu(code);
+      // What the key holds already, before a worker is started for more.
+      if (link.key->code_bytes + code.size() > t.options.limits.max_code_bytes_per_key) {
+        throw Error(errc::limit_exceeded,
+                    link.key->name + " holds " + std::to_string(link.key->code_bytes) +
+                        " bytes of code here already: " + std::to_string(code.size()) +
+                        " more would pass the " +
+                        std::to_string(t.options.limits.max_code_bytes_per_key) +
+                        " a key may (ReceiverLimits::max_code_bytes_per_key)");
+      }
       // Compiled in a worker process while this thread serves on.
       result = t.cache.start_load(id, codec, code, confine);
       if (!result) {
@@ -581,28 +592,58 @@ void Engine::finish_compiles() {
       }
     } else {
       const Error& error = *done.error;
-      // A compile that crashed, ran out of time or memory: that content is
-      // refused to the key from now on, and counts as one of its traps.
-      if (error.is(errc::code_refused) && compiling.key->banned.size() < KeyRecord::kMaxBanned)
-        compiling.key->banned.insert(compiling.digest);
-      if (error.is(errc::code_refused)) count_key_trap(*compiling.key);
+      // The worker refused it, crashed on it, or ran out of time or memory
+      // on it: that depends on the content alone, so it is refused to the
+      // key from now on (no worker is started for it again), and counts as
+      // one of the key's traps. A worker that could not run at all is the
+      // target's failure, not the code's.
+      if (!done.target_failed) {
+        if (compiling.key->banned.size() < KeyRecord::kMaxBanned)
+          compiling.key->banned.insert(compiling.digest);
+        count_key_trap(*compiling.key);
+      }
       refuse_load(source, done.id, error);
     }
     // Every frame that waited for this code looks again: the one that
     // brought it runs now, or is dropped with it; others (another
-    // connection's copy) load it themselves.
+    // connection's copy) load it themselves. So do the frames of the key
+    // that waited for this compile to end (one per key at a time), a code
+    // reply that came meanwhile included: they ask for it again.
     for (const auto& [ep, waiting] : links_) {
       Inbound& in = waiting->in;
-      if (in.stalled_on == 0 || in.stalled_code != done.id) continue;
-      if (!loaded && waiting.get() == source) {
+      if (in.stalled_on == 0) continue;
+      if (in.stalled_code == done.id && !loaded && waiting.get() == source) {
         ++t.stats.frames_rejected;
         skip_stalled(*waiting);
-      } else {
+      } else if (in.stalled_code == done.id || waiting->key == compiling.key) {
         in.stalled_on = 0;
       }
     }
     control_pending_ = true;  // frames delivered by AM wait in backlogs, drained there
   }
+}
+
+// Compiles the cache no longer runs (the application cleared it): their
+// keys may compile again, and the frames that waited look again. True if
+// there were any.
+bool Engine::drop_abandoned_compiles() {
+  Target& t = *target_;
+  bool dropped = false;
+  for (auto it = t.compiling.begin(); it != t.compiling.end();) {
+    if (t.cache.loading(it->first)) {
+      ++it;
+      continue;
+    }
+    it->second.key->compiling = false;
+    for (const auto& [ep, waiting] : links_) {
+      if (waiting->in.stalled_on != 0 && waiting->in.stalled_code == it->first)
+        waiting->in.stalled_on = 0;
+    }
+    it = t.compiling.erase(it);
+    dropped = true;
+  }
+  if (dropped) control_pending_ = true;  // frames delivered by AM wait in backlogs
+  return dropped;
 }
 
 void Engine::refuse_confined_gpu(std::span<const std::byte> code) {

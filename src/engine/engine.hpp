@@ -365,6 +365,7 @@ class Engine {
   void refuse_load(Link* link, CodeId id, const Error& error);
   // Links confined code whose compile finished, and wakes the frames that waited for it.
   void finish_compiles();
+  bool drop_abandoned_compiles();
   // A key's trap (or crashed compile) within ReceiverLimits::key_trap_window;
   // at max_traps_per_key the key is refused and its connections close.
   void count_key_trap(KeyRecord& key);

@@ -28,10 +28,26 @@ namespace {
 
 namespace worker = compile_worker;
 
+// A memfd numbered above every descriptor the worker's are moved to (0-5):
+// were one of this process's standard descriptors closed, a memfd could
+// take its number, and posix_spawn's dup2s would overwrite it.
 int new_memfd(const char* name) {
-  const int fd = memfd_create(name, MFD_CLOEXEC);
-  if (fd < 0) throw Error(errc::jit_failed, std::string("memfd_create: ") + std::strerror(errno));
+  const int made = memfd_create(name, MFD_CLOEXEC);
+  if (made < 0) throw Error(errc::jit_failed, std::string("memfd_create: ") + std::strerror(errno));
+  const int fd = fcntl(made, F_DUPFD_CLOEXEC, 16);
+  close(made);
+  if (fd < 0) throw Error(errc::jit_failed, std::string("fcntl: ") + std::strerror(errno));
   return fd;
+}
+
+// Signals the worker through its pidfd where there is one: its pid may
+// have gone to another process if something else reaped it.
+void kill_worker(pid_t pid, int pidfd) noexcept {
+  if (pidfd >= 0) {
+    (void)syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
+  } else if (pid > 0) {
+    (void)kill(pid, SIGKILL);
+  }
 }
 
 void write_exactly(int fd, const void* data, std::size_t bytes) {
@@ -122,11 +138,7 @@ std::vector<std::pair<uint64_t, CompileWorkers::Outcome>> CompileWorkers::poll()
   failed_to_start_.clear();
   if (running_) {
     Running& worker = *running_;
-    if (!worker.killed_for_time &&
-        std::chrono::steady_clock::now() - worker.started > settings_.time_limit) {
-      kill(worker.pid, SIGKILL);
-      worker.killed_for_time = true;
-    }
+    (void)stop_if_late(worker);
     int status = 0;
     const pid_t reaped = waitpid(worker.pid, &status, WNOHANG);
     if (reaped == worker.pid || (reaped < 0 && errno == ECHILD)) {
@@ -134,9 +146,10 @@ std::vector<std::pair<uint64_t, CompileWorkers::Outcome>> CompileWorkers::poll()
       if (reaped == worker.pid) {
         outcome = finish(worker, status);
       } else {
-        outcome.error = Error(errc::code_refused,
+        outcome.error = Error(errc::jit_failed,
                               "the compile worker vanished before it was reaped (does this "
                               "process ignore SIGCHLD or reap children it did not start?)");
+        outcome.target_failed = true;
         worker.pid = -1;
         stop(worker);
       }
@@ -158,7 +171,7 @@ void CompileWorkers::start_next() {
     try {
       running_ = start(job.ticket, job.name, job.bitcode);
     } catch (const Error& error) {
-      failed_to_start_.emplace_back(job.ticket, Outcome{{}, error, {}});
+      failed_to_start_.emplace_back(job.ticket, Outcome{{}, error, {}, true});
     }
   }
 }
@@ -168,26 +181,23 @@ CompileWorkers::Outcome CompileWorkers::compile(const std::string& name,
   Running worker = start(0, name, bitcode);
   int status = 0;
   for (;;) {
-    const auto left = settings_.time_limit - (std::chrono::steady_clock::now() - worker.started);
-    if (left <= std::chrono::nanoseconds(0) && !worker.killed_for_time) {
-      kill(worker.pid, SIGKILL);
-      worker.killed_for_time = true;
-    }
-    if (!worker.killed_for_time && worker.pidfd >= 0) {
+    const bool stopped = stop_if_late(worker);
+    if (!stopped && worker.pidfd >= 0) {
+      // Its CPU time is looked at every 20 ms meanwhile.
       pollfd ready{worker.pidfd, POLLIN, 0};
-      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(left).count() + 1;
-      (void)::poll(&ready, 1, static_cast<int>(std::min<int64_t>(wait, 1000)));
+      (void)::poll(&ready, 1, 20);
     }
-    const pid_t reaped = waitpid(worker.pid, &status, worker.killed_for_time ? 0 : WNOHANG);
+    const pid_t reaped = waitpid(worker.pid, &status, stopped ? 0 : WNOHANG);
     if (reaped == worker.pid) break;
     if (reaped < 0 && errno != EINTR) {
       worker.pid = -1;
       stop(worker);
       return {{},
-              Error(errc::code_refused,
+              Error(errc::jit_failed,
                     "the compile worker vanished before it was reaped (does this process ignore "
                     "SIGCHLD or reap children it did not start?)"),
-              {}};
+              {},
+              true};
     }
     if (worker.pidfd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -197,7 +207,7 @@ CompileWorkers::Outcome CompileWorkers::compile(const std::string& name,
 CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const std::string& name,
                                               std::span<const std::byte> bitcode) const {
   if (program_.empty()) {
-    throw Error(errc::code_refused,
+    throw Error(errc::jit_failed,
                 "confined code compiles in threechains-compile-worker, which is neither beside "
                 "libthreechains nor in libexec/threechains (THREECHAINS_COMPILE_WORKER names "
                 "another)");
@@ -215,8 +225,8 @@ CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const std::string
     header.codegen_level = settings_.codegen_level;
     header.max_global_bytes = settings_.max_global_bytes;
     header.memory_limit = settings_.memory_limit;
-    // The parent's clock is the limit; this one stops a worker whose parent
-    // is not looking (a second past it, rounded up).
+    // The parent reads the worker's CPU time; this stops a worker whose
+    // parent is not looking (two seconds past it, rounded down).
     header.cpu_seconds =
         static_cast<uint64_t>(
             std::chrono::duration_cast<std::chrono::seconds>(settings_.time_limit).count()) +
@@ -259,6 +269,10 @@ CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const std::string
        {"LD_LIBRARY_PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS", "LSAN_OPTIONS"}) {
     if (const char* value = std::getenv(variable)) kept.push_back(std::string(variable) + "=" + value);
   }
+  // The worker links this library, and so UCX, which it never uses: its
+  // memory hooks (code patched into libc at load) stay off there.
+  kept.emplace_back("UCX_MEM_MMAP_HOOK_MODE=none");
+  kept.emplace_back("UCX_MEM_MALLOC_HOOKS=no");
   std::vector<char*> environment;
   for (std::string& entry : kept) environment.push_back(entry.data());
   environment.push_back(nullptr);
@@ -274,7 +288,7 @@ CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const std::string
   if (spawned != 0) {
     worker.pid = -1;
     stop(worker);
-    throw Error(errc::code_refused,
+    throw Error(errc::jit_failed,
                 "starting the compile worker " + program_ + ": " + std::strerror(spawned));
   }
   // Below the thread that serves frames, as the tier-1 compiler is.
@@ -282,6 +296,9 @@ CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const std::string
   // Its exit, as something poll() can wait for (glibc 2.36's <sys/pidfd.h>
   // declares pidfd_open without C linkage; the system call it is).
   worker.pidfd = static_cast<int>(syscall(SYS_pidfd_open, worker.pid, 0));
+  // Its CPU time: what compile_time_limit bounds (its wall clock only as a
+  // backstop, kWallFactor times that).
+  worker.has_cpu_clock = clock_getcpuclockid(worker.pid, &worker.cpu_clock) == 0;
   return worker;
 }
 
@@ -291,10 +308,16 @@ CompileWorkers::Outcome CompileWorkers::finish(Running& worker, int status) cons
   const auto crashed = [&](const std::string& why) {
     outcome.error = Error(errc::code_refused, "compile crashed: " + why);
   };
-  if (worker.killed_for_time) {
+  if (worker.stopped == Running::Stopped::cpu) {
     outcome.error = Error(errc::code_refused,
                           "compile ran past " + milliseconds(settings_.time_limit) +
-                              " ms and was stopped (ConfinementOptions::compile_time_limit)");
+                              " ms of CPU time and was stopped "
+                              "(ConfinementOptions::compile_time_limit)");
+  } else if (worker.stopped == Running::Stopped::wall) {
+    outcome.error =
+        Error(errc::code_refused, "compile ran past " + milliseconds(settings_.time_limit * kWallFactor) +
+                                      " ms and was stopped (" + std::to_string(kWallFactor) +
+                                      "x ConfinementOptions::compile_time_limit)");
   } else if (WIFEXITED(status) && WEXITSTATUS(status) == worker::kExitCompiled) {
     outcome.object = contents(worker.object, settings_.output_limit);
     if (outcome.object.empty()) crashed("the worker wrote no object");
@@ -328,9 +351,26 @@ CompileWorkers::Outcome CompileWorkers::finish(Running& worker, int status) cons
   return outcome;
 }
 
+bool CompileWorkers::stop_if_late(Running& worker) const noexcept {
+  if (worker.stopped != Running::Stopped::no) return true;
+  const auto wall = std::chrono::steady_clock::now() - worker.started;
+  timespec cpu{};
+  const bool cpu_known = worker.has_cpu_clock && clock_gettime(worker.cpu_clock, &cpu) == 0;
+  const auto cpu_used = std::chrono::seconds(cpu.tv_sec) + std::chrono::nanoseconds(cpu.tv_nsec);
+  if (cpu_known && cpu_used > settings_.time_limit) {
+    worker.stopped = Running::Stopped::cpu;
+  } else if (wall > settings_.time_limit * kWallFactor) {
+    worker.stopped = Running::Stopped::wall;
+  } else {
+    return false;
+  }
+  kill_worker(worker.pid, worker.pidfd);
+  return true;
+}
+
 void CompileWorkers::stop(Running& worker) noexcept {
   if (worker.pid > 0) {
-    kill(worker.pid, SIGKILL);
+    kill_worker(worker.pid, worker.pidfd);
     int status = 0;
     while (waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
     }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <sys/types.h>
+#include <time.h>
 
 namespace threechains {
 
@@ -34,6 +35,9 @@ class CompileWorkers {
     std::vector<std::byte> object;  // the compiled object, if it compiled
     std::optional<Error> error;     // why not
     std::chrono::nanoseconds took{0};
+    // The target could not run a worker (none found, none started, reaped
+    // by someone else): errc::jit_failed, and no fault of the code's.
+    bool target_failed = false;
   };
 
   explicit CompileWorkers(const Settings& settings);
@@ -69,7 +73,9 @@ class CompileWorkers {
     int refusal = -1;
     int messages = -1;  // its stdout and stderr
     std::chrono::steady_clock::time_point started;
-    bool killed_for_time = false;
+    clockid_t cpu_clock{};     // its CPU time, read from here
+    bool has_cpu_clock = false;
+    enum class Stopped { no, cpu, wall } stopped = Stopped::no;
   };
 
   [[nodiscard]] Running start(uint64_t ticket, const std::string& name,
@@ -77,6 +83,11 @@ class CompileWorkers {
   // The outcome of `worker`, which exited with `status`; closes its descriptors.
   [[nodiscard]] Outcome finish(Running& worker, int status) const;
   static void stop(Running& worker) noexcept;  // kills, reaps, closes
+  // Kills `worker` if it is past its time: CPU time over the limit, or wall
+  // clock over kWallFactor times it (a worker starved on a busy machine is
+  // not the code's fault; one that waits for nothing is). True if stopped.
+  bool stop_if_late(Running& worker) const noexcept;
+  static constexpr int kWallFactor = 4;
   void start_next();
 
   Settings settings_;

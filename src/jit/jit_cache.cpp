@@ -45,6 +45,7 @@
 
 #include <algorithm>
 #include <array>
+#include <initializer_list>
 #include <mutex>
 #include <optional>
 
@@ -979,6 +980,17 @@ const ParsedImage& JitCache::Impl::confinable(CodecId codec, const ParsedImage* 
                     "bitcode runs confined (send bitcode, or trust the signer with "
                     "Trust::allow_native_code_signer)");
   }
+  // Not bitcode at all is refused here, not in a worker started for it.
+  const std::span<const std::byte> bytes = ir->bytes;
+  const auto starts = [&](std::initializer_list<unsigned char> magic) {
+    return bytes.size() >= magic.size() &&
+           std::equal(magic.begin(), magic.end(), bytes.begin(),
+                      [](unsigned char m, std::byte b) { return std::byte(m) == b; });
+  };
+  if (!starts({'B', 'C', 0xC0, 0xDE}) && !starts({0xDE, 0xC0, 0x17, 0x0B})) {
+    throw Error(errc::bad_container,
+                "ifunc '" + ir->name + "': its image for " + ir->triple + " is not LLVM bitcode");
+  }
   return *ir;
 }
 
@@ -1040,7 +1052,7 @@ std::optional<LoadResult> JitCache::start_load(CodeId id, CodecId codec,
                       true, 1};
   }
   impl_->workers.submit(id, image.name, image.bytes);
-  pending.image.bytes.clear();  // the worker has its copy
+  std::vector<std::byte>().swap(pending.image.bytes);  // the worker has its copy
   impl_->pending_loads.emplace(id, std::move(pending));
   sync_promotion_counts();
   return std::nullopt;
@@ -1054,7 +1066,7 @@ std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
     if (it == impl_->pending_loads.end()) continue;  // evicted meanwhile
     Impl::PendingLoad pending = std::move(it->second);
     impl_->pending_loads.erase(it);
-    FinishedLoad done{id, std::nullopt, std::nullopt};
+    FinishedLoad done{id, std::nullopt, std::nullopt, compiled.target_failed};
     try {
       const IfuncMain entry = impl_->link_compiled(id, pending.image, compiled, pending.store_key);
       entries_.emplace(id, CachedIfunc{entry, &impl_->confined_codes.at(id)});
@@ -1062,11 +1074,18 @@ std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
                                pending.image.triple, pending.image.name, false, 1};
     } catch (const Error& error) {
       done.error = error;
+    } catch (const std::exception& error) {  // every outcome is handed back, whatever one threw
+      done.error = Error(errc::jit_failed, "ifunc '" + pending.image.name + "': " + error.what());
+      done.target_failed = true;
     }
     finished.push_back(std::move(done));
   }
   sync_promotion_counts();
   return finished;
+}
+
+bool JitCache::loading(CodeId id) const noexcept {
+  return impl_->pending_loads.contains(id);
 }
 
 void JitCache::cancel_loads() noexcept {
