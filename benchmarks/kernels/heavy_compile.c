@@ -31,5 +31,6 @@ void heavy_compile_main(void* payload, size_t payload_size, void* target_args) {
   BLOCK(8) BLOCK(9) BLOCK(10) BLOCK(11) BLOCK(12) BLOCK(13) BLOCK(14) BLOCK(15)
   BLOCK(16) BLOCK(17) BLOCK(18) BLOCK(19) BLOCK(20) BLOCK(21) BLOCK(22) BLOCK(23)
   BLOCK(24) BLOCK(25) BLOCK(26) BLOCK(27) BLOCK(28) BLOCK(29) BLOCK(30) BLOCK(31)
-  *(uint64_t*)target_args += acc;
+  (void)target_args;
+  *(uint64_t*)payload = acc; /* the target's counter stays the honest peer's */
 }
