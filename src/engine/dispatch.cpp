@@ -440,6 +440,11 @@ Engine::Loaded Engine::load(Link& link, CodeId id, CodecId codec,
   // anything that costs (a digest, a signature check).
   if (t.compiling.contains(id) && !drop_abandoned_compiles()) [[unlikely]]
     return {nullptr, true};
+  // The code may sit in the peer's ring, which the peer can still write: the
+  // digest, the signature check, the identity check and the load all read
+  // one private copy, so what was verified is what is loaded.
+  const std::vector<std::byte> private_code(code.begin(), code.end());
+  code = private_code;
   try {
     if (code.size() > t.options.limits.max_code_bytes) {
       throw Error(errc::limit_exceeded,
