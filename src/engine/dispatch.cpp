@@ -436,9 +436,12 @@ void Engine::drain_backlog(Link& link) {
 Engine::Loaded Engine::load(Link& link, CodeId id, CodecId codec,
                             std::span<const std::byte> code) {
   Target& t = *target_;
-  // Waiting for this code's compile: asked again each poll, so before
-  // anything that costs (a digest, a signature check).
-  if (t.compiling.contains(id) && !drop_abandoned_compiles()) [[unlikely]]
+  // Waiting for this code's compile, or for the one its key has running
+  // (one at a time, so no key fills the worker's queue; code of the key's
+  // that is loaded already waits too): asked again each poll, so before
+  // anything that costs (a copy, a digest, a signature check).
+  const auto waits = [&] { return t.compiling.contains(id) || link.key->compiling; };
+  if (waits() && (!drop_abandoned_compiles() || waits())) [[unlikely]]
     return {nullptr, true};
   // The code may sit in the peer's ring, which the peer can still write: the
   // digest, the signature check, the identity check and the load all read
@@ -480,9 +483,6 @@ Engine::Loaded Engine::load(Link& link, CodeId id, CodecId codec,
                   "its code identity " + std::to_string(id) +
                       " is taken by code this process loaded into Receiver::cache() itself");
     }
-    // Its key compiles other code: one compile per key at a time, so no
-    // key fills the worker's queue (finish_compiles wakes this frame).
-    if (link.key->compiling && !drop_abandoned_compiles()) return {nullptr, true};
     // Before anything parses it: whose code is this, and is it intact?
     const Confine confine = check_code_trust(t.options.trust, code);
     std::optional<LoadResult> result;
