@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -35,6 +38,24 @@ double stream_counter(threechains::Channel& channel, const threechains::Ifunc& c
   channel.flush();
   sent += frames;
   return static_cast<double>(frames) / std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The counter of a threechains-attack-target (its "report" line's fourth
+// field), which is then told to quit; 0 if it did not report in 10 s.
+template <class Target>
+uint64_t attack_target_counter(Target& target) {
+  using namespace std::chrono_literals;
+  target.write_line("report");
+  const std::optional<std::string> report = target.read_line_starting("report ", 10s);
+  target.write_line("quit");
+  uint64_t counted = 0;
+  if (report) {
+    char c0[32], c1[32], c2[32];
+    unsigned long long value = 0;
+    if (std::sscanf(report->c_str(), "report %31s %31s %31s %llu", c0, c1, c2, &value) == 4)
+      counted = value;
+  }
+  return counted;
 }
 
 // A `done` for stream_counter: true once `seconds` have passed.

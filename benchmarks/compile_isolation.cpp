@@ -8,13 +8,15 @@
 //   quiet    nothing else runs;
 //   hog      a process spinning at nice 10 beside it (the floor: what any
 //            third busy process costs on a machine with few cores);
-//   compile  a second peer (this program again, --send) sends heavy_compile,
+//   compile  a second peer (this program again, --send) sends tests/ifuncs/heavy.c
+//            with 8 blocks,
 //            which takes the worker (at nice 10, beside two busy processes) about a
 //            minute; the round trips are taken
 //            until the target answers it.
 // Prints the p50, p99 and longest round trip of each phase, and the longest
 // during the compile against the quiet p99 (the goal: within 2x);
 // --json appends one line per transport.
+#include "bench_util.hpp"
 #include "support/process.hpp"
 
 #include <threechains/threechains.hpp>
@@ -157,16 +159,7 @@ int main(int argc, char** argv) try {
     const double compile_seconds = std::chrono::duration<double>(Clock::now() - compile_start).count();
     const std::string said = attacker.read_rest(10000ms);
     channel.close();
-    target.write_line("report");
-    const std::optional<std::string> report = target.read_line_starting("report ", 10s);
-    target.write_line("quit");
-    uint64_t counted = 0;
-    if (report) {
-      char c0[32], c1[32], c2[32];
-      unsigned long long value = 0;
-      if (std::sscanf(report->c_str(), "report %31s %31s %31s %llu", c0, c1, c2, &value) == 4)
-        counted = value;
-    }
+    const uint64_t counted = bench::attack_target_counter(target);
     if (counted != sent)
       throw std::runtime_error(fmt::format("the target counted {} of {} frames", counted, sent));
     const double worst_vs_p99 = during.at(1.0) / quiet.at(0.99);

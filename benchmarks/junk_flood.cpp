@@ -101,17 +101,7 @@ int main(int argc, char** argv) try {
         throw std::runtime_error("the attacker did not run: " + output);
     }
     channel.close();
-    target.write_line("report");
-    const std::optional<std::string> report = target.read_line_starting("report ", 10s);
-    target.write_line("quit");
-    // report canary0 canary1 canary2 counter ...: every frame sent ran.
-    uint64_t counted = 0;
-    if (report) {
-      char c0[32], c1[32], c2[32];
-      unsigned long long value = 0;
-      if (std::sscanf(report->c_str(), "report %31s %31s %31s %llu", c0, c1, c2, &value) == 4)
-        counted = value;
-    }
+    const uint64_t counted = bench::attack_target_counter(target);
     if (counted != sent)
       throw std::runtime_error(fmt::format("the target counted {} of {} frames", counted, sent));
 

@@ -270,7 +270,9 @@ CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const std::string
     if (const char* value = std::getenv(variable)) kept.push_back(std::string(variable) + "=" + value);
   }
   // The worker links this library, and so UCX, which it never uses: its
-  // memory hooks (code patched into libc at load) stay off there.
+  // memory hooks (code patched into libc at load) stay off there. Both
+  // settings are read, under these names, by UCX 1.13 to 1.22
+  // (src/ucs/config/ucm_opts.c: prefix "MEM_", MMAP_HOOK_MODE, MALLOC_HOOKS).
   kept.emplace_back("UCX_MEM_MMAP_HOOK_MODE=none");
   kept.emplace_back("UCX_MEM_MALLOC_HOOKS=no");
   std::vector<char*> environment;

@@ -54,7 +54,6 @@ class CompileWorkers {
   [[nodiscard]] std::vector<std::pair<uint64_t, Outcome>> poll();
   // Drops a queued or running compile; poll() never returns it.
   void cancel(uint64_t ticket) noexcept;
-  [[nodiscard]] bool busy() const noexcept { return running_.has_value() || !queued_.empty(); }
 
   // Compiles now, on this thread, and waits (at most the time limit).
   [[nodiscard]] Outcome compile(const std::string& name, std::span<const std::byte> bitcode);
