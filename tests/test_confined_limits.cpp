@@ -17,7 +17,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <initializer_list>
+#include <iterator>
 #include <thread>
 #include <optional>
 #include <string>
@@ -164,10 +167,30 @@ struct RoundTrips {
   }
 };
 
+// What /proc says of every compile worker running now: for each, whether
+// the kernel holds it under a seccomp filter ("Seccomp:\t2") with
+// no_new_privs set. A worker loads its filter after LLVM's start, so one
+// looked at in its first moments may not have it yet.
+std::vector<bool> compile_workers_filtered() {
+  std::vector<bool> filtered;
+  for (const std::filesystem::directory_entry& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream comm(entry.path() / "comm");
+    std::string name;
+    if (!std::getline(comm, name) || name != "threechains-com") continue;  // 15 characters
+    std::ifstream status(entry.path() / "status");
+    const std::string text((std::istreambuf_iterator<char>(status)), std::istreambuf_iterator<char>());
+    filtered.push_back(text.find("Seccomp:\t2") != std::string::npos &&
+                       text.find("NoNewPrivs:\t1") != std::string::npos);
+  }
+  return filtered;
+}
+
 // `attacker` sends `code` on a thread of its own; `peer` keeps running the
-// counter (adding 1) meanwhile. Returns the attacker's error.
+// counter (adding 1) meanwhile; half a second in, the workers are looked
+// at once (`seen`: what compile_workers_filtered() said). Returns the
+// attacker's error.
 std::optional<Error> while_compiling(Channel& attacker, const Ifunc& code, Channel& peer,
-                                     RoundTrips& trips) {
+                                     RoundTrips& trips, std::vector<bool>& seen) {
   std::atomic<bool> done{false};
   std::optional<Error> error;
   std::thread sender([&] {
@@ -175,10 +198,16 @@ std::optional<Error> while_compiling(Channel& attacker, const Ifunc& code, Chann
     done.store(true);
   });
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  const auto look_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  bool looked = false;
   while (!done.load()) {
     const auto started = std::chrono::steady_clock::now();
     if (carry_out(peer, counter, {1, 0}).has_value()) break;
     trips.taken.push_back(std::chrono::steady_clock::now() - started);
+    if (!looked && started > look_at) {
+      seen = compile_workers_filtered();
+      looked = true;
+    }
   }
   sender.join();
   return error;
@@ -197,9 +226,10 @@ TEMPLATE_TEST_CASE("a confined compile past its time is stopped, and other peers
   TestSource other(TestType::transport, target.port(), as_other<TestType>());
   CHECK_FALSE(carry_out(other.channel, counter, {1, 0}).has_value());  // loaded
   RoundTrips trips;
+  std::vector<bool> workers;
   const auto started = std::chrono::steady_clock::now();
   const std::optional<Error> stopped =
-      while_compiling(source.channel, heavy, other.channel, trips);
+      while_compiling(source.channel, heavy, other.channel, trips, workers);
   const auto took = std::chrono::steady_clock::now() - started;
   REQUIRE(stopped.has_value());
   CHECK(stopped->is(errc::code_refused));
@@ -215,6 +245,9 @@ TEMPLATE_TEST_CASE("a confined compile past its time is stopped, and other peers
   // Served all along: compiled on the dispatch thread, one round trip
   // would have waited for the whole compile (over a second).
   CHECK(trips.taken.size() >= 10);
+  // Half a second into its compile, heavy's worker was running under its
+  // system-call filter (a worker of another test may be seen starting).
+  CHECK(std::count(workers.begin(), workers.end(), true) >= 1);
   CHECK(trips.longest() < std::chrono::milliseconds(150));
   const LimitsResult result = closed(target, {&source, &other});
   INFO(result.first_error);
