@@ -186,11 +186,12 @@ std::vector<bool> compile_workers_filtered() {
 }
 
 // `attacker` sends `code` on a thread of its own; `peer` keeps running the
-// counter (adding 1) meanwhile; half a second in, the workers are looked
-// at once (`seen`: what compile_workers_filtered() said). Returns the
-// attacker's error.
+// counter (adding 1) meanwhile, a round trip every 100 us or so (an honest
+// peer that does not hold a core of the two to itself). From 300 ms in,
+// the compile workers are looked at every 50 ms until one is seen under its
+// filter (`filtered`). Returns the attacker's error.
 std::optional<Error> while_compiling(Channel& attacker, const Ifunc& code, Channel& peer,
-                                     RoundTrips& trips, std::vector<bool>& seen) {
+                                     RoundTrips& trips, bool& filtered) {
   std::atomic<bool> done{false};
   std::optional<Error> error;
   std::thread sender([&] {
@@ -198,16 +199,18 @@ std::optional<Error> while_compiling(Channel& attacker, const Ifunc& code, Chann
     done.store(true);
   });
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
-  const auto look_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
-  bool looked = false;
+  auto look_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  filtered = false;
   while (!done.load()) {
     const auto started = std::chrono::steady_clock::now();
     if (carry_out(peer, counter, {1, 0}).has_value()) break;
     trips.taken.push_back(std::chrono::steady_clock::now() - started);
-    if (!looked && started > look_at) {
-      seen = compile_workers_filtered();
-      looked = true;
+    if (!filtered && started > look_at) {
+      const std::vector<bool> seen = compile_workers_filtered();
+      filtered = std::count(seen.begin(), seen.end(), true) >= 1;
+      look_at = started + std::chrono::milliseconds(50);
     }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   sender.join();
   return error;
@@ -226,33 +229,37 @@ TEMPLATE_TEST_CASE("a confined compile past its time is stopped, and other peers
   TestSource other(TestType::transport, target.port(), as_other<TestType>());
   CHECK_FALSE(carry_out(other.channel, counter, {1, 0}).has_value());  // loaded
   RoundTrips trips;
-  std::vector<bool> workers;
+  bool filtered = false;
   const auto started = std::chrono::steady_clock::now();
   const std::optional<Error> stopped =
-      while_compiling(source.channel, heavy, other.channel, trips, workers);
+      while_compiling(source.channel, heavy, other.channel, trips, filtered);
   const auto took = std::chrono::steady_clock::now() - started;
   REQUIRE(stopped.has_value());
-  CHECK(stopped->is(errc::code_refused));
-  // 1 s of its CPU time, or (starved on a busy machine) 4 s on the clock.
-  CHECK_THAT(stopped->what(), Catch::Contains("compile ran past 1000 ms of CPU time") ||
-                                  Catch::Contains("compile ran past 4000 ms"));
   INFO("refused after " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
-                        << " ms; the honest peer's " << trips.taken.size()
+                        << " ms: " << stopped->what() << "; the honest peer's " << trips.taken.size()
                         << " round trips meanwhile took at most "
                         << std::chrono::duration_cast<std::chrono::milliseconds>(trips.longest()).count()
                         << " ms");
-  CHECK(took < std::chrono::seconds(5));
+  // Stopped at 1 s of its CPU time and refused; or, where the machine is
+  // so busy that the worker (at nice 10) gets under 1/16 of a core, given
+  // up after 16 s on the clock without a ban (errc::timeout).
+  const bool by_cpu = stopped->is(errc::code_refused) &&
+                      Catch::Contains("compile ran past 1000 ms of CPU time").match(stopped->what());
+  const bool starved = stopped->is(errc::timeout) &&
+                       Catch::Contains("too busy to finish the compile").match(stopped->what());
+  CHECK((by_cpu || starved));
+  CHECK(took < std::chrono::seconds(18));
   // Served all along: compiled on the dispatch thread, one round trip
   // would have waited for the whole compile (over a second).
   CHECK(trips.taken.size() >= 10);
-  // Half a second into its compile, heavy's worker was running under its
-  // system-call filter (a worker of another test may be seen starting).
-  CHECK(std::count(workers.begin(), workers.end(), true) >= 1);
+  // While heavy compiled, its worker ran under its system-call filter
+  // (a worker of another test may be the one seen).
+  CHECK(filtered);
   CHECK(trips.longest() < std::chrono::milliseconds(150));
   const LimitsResult result = closed(target, {&source, &other});
   INFO(result.first_error);
   CHECK(result.counter == 1 + trips.taken.size());
-  CHECK(result.refused == 1);
+  CHECK(result.refused == (by_cpu ? 1 : 0));  // a starved compile bans nothing
 }
 
 TEMPLATE_TEST_CASE("a confined compile that needs more memory than it may have costs its worker only",

@@ -42,9 +42,10 @@ struct ConfinementOptions {
   // each compile (threechains-compile-worker): LLVM failing on it (a fatal
   // error, a crash, a compile without end, memory without bound) ends that
   // process, and the load is refused (errc::code_refused) naming the cause.
-  // The worker is stopped past this much CPU time (or 4x it on the wall
-  // clock: a compile starved on a busy machine is not the code's fault, one
-  // that waits for nothing is)...
+  // The worker is stopped past this much CPU time, or 4x it on the clock
+  // with its CPU time standing still (blocked: refused too). One a busy
+  // machine starves is given up at 16x it on the clock, with errc::timeout
+  // and no refusal: that is not the code's fault...
   std::chrono::milliseconds compile_time_limit{2000};
   // ...and may map at most this much address space beyond what it holds
   // when it starts compiling (LLVM's libraries). Not applied in sanitizer

@@ -282,6 +282,7 @@ CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const std::string
   std::string job_flag = "--job";
   char* argv[] = {program.data(), job_flag.data(), nullptr};
   worker.started = std::chrono::steady_clock::now();
+  worker.cpu_moved = worker.started;
   const int spawned =
       posix_spawn(&worker.pid, program_.c_str(), &actions, &attributes, argv, environment.data());
   posix_spawn_file_actions_destroy(&actions);
@@ -299,7 +300,7 @@ CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const std::string
   // declares pidfd_open without C linkage; the system call it is).
   worker.pidfd = static_cast<int>(syscall(SYS_pidfd_open, worker.pid, 0));
   // Its CPU time: what compile_time_limit bounds (its wall clock only as a
-  // backstop, kWallFactor times that).
+  // backstop: stop_if_late).
   worker.has_cpu_clock = clock_getcpuclockid(worker.pid, &worker.cpu_clock) == 0;
   return worker;
 }
@@ -315,11 +316,19 @@ CompileWorkers::Outcome CompileWorkers::finish(Running& worker, int status) cons
                           "compile ran past " + milliseconds(settings_.time_limit) +
                               " ms of CPU time and was stopped "
                               "(ConfinementOptions::compile_time_limit)");
-  } else if (worker.stopped == Running::Stopped::wall) {
-    outcome.error =
-        Error(errc::code_refused, "compile ran past " + milliseconds(settings_.time_limit * kWallFactor) +
-                                      " ms and was stopped (" + std::to_string(kWallFactor) +
-                                      "x ConfinementOptions::compile_time_limit)");
+  } else if (worker.stopped == Running::Stopped::blocked) {
+    outcome.error = Error(errc::code_refused,
+                          "compile stopped: its worker used no CPU time for " +
+                              milliseconds(settings_.time_limit) + " ms, " +
+                              milliseconds(outcome.took) + " ms after it started (blocked)");
+  } else if (worker.stopped == Running::Stopped::starved) {
+    outcome.error = Error(errc::timeout,
+                          "the target was too busy to finish the compile in " +
+                              milliseconds(outcome.took) + " ms (its worker had " +
+                              milliseconds(worker.cpu_seen) + " of its " +
+                              milliseconds(settings_.time_limit) +
+                              " ms of CPU time); the code is not refused: send it again");
+    outcome.target_failed = true;
   } else if (WIFEXITED(status) && WEXITSTATUS(status) == worker::kExitCompiled) {
     outcome.object = contents(worker.object, settings_.output_limit);
     if (outcome.object.empty()) crashed("the worker wrote no object");
@@ -355,14 +364,24 @@ CompileWorkers::Outcome CompileWorkers::finish(Running& worker, int status) cons
 
 bool CompileWorkers::stop_if_late(Running& worker) const noexcept {
   if (worker.stopped != Running::Stopped::no) return true;
-  const auto wall = std::chrono::steady_clock::now() - worker.started;
+  const auto now = std::chrono::steady_clock::now();
+  const auto wall = now - worker.started;
   timespec cpu{};
-  const bool cpu_known = worker.has_cpu_clock && clock_gettime(worker.cpu_clock, &cpu) == 0;
-  const auto cpu_used = std::chrono::seconds(cpu.tv_sec) + std::chrono::nanoseconds(cpu.tv_nsec);
-  if (cpu_known && cpu_used > settings_.time_limit) {
+  if (worker.has_cpu_clock && clock_gettime(worker.cpu_clock, &cpu) == 0) {
+    const auto cpu_used = std::chrono::seconds(cpu.tv_sec) + std::chrono::nanoseconds(cpu.tv_nsec);
+    if (cpu_used > worker.cpu_seen) {
+      worker.cpu_seen = cpu_used;
+      worker.cpu_moved = now;
+    }
+  }
+  // Without its CPU clock, a worker past kBlockedFactor is taken as blocked.
+  const bool cpu_still = !worker.has_cpu_clock || now - worker.cpu_moved > settings_.time_limit;
+  if (worker.cpu_seen > settings_.time_limit) {
     worker.stopped = Running::Stopped::cpu;
-  } else if (wall > settings_.time_limit * kWallFactor) {
-    worker.stopped = Running::Stopped::wall;
+  } else if (wall > settings_.time_limit * kBlockedFactor && cpu_still) {
+    worker.stopped = Running::Stopped::blocked;
+  } else if (wall > settings_.time_limit * kStarvedFactor) {
+    worker.stopped = Running::Stopped::starved;
   } else {
     return false;
   }

@@ -55,7 +55,8 @@ class CompileWorkers {
   // Drops a queued or running compile; poll() never returns it.
   void cancel(uint64_t ticket) noexcept;
 
-  // Compiles now, on this thread, and waits (at most the time limit).
+  // Compiles now, on this thread, and waits (for as long as stop_if_late
+  // lets the worker run).
   [[nodiscard]] Outcome compile(const std::string& name, std::span<const std::byte> bitcode);
 
  private:
@@ -74,7 +75,12 @@ class CompileWorkers {
     std::chrono::steady_clock::time_point started;
     clockid_t cpu_clock{};     // its CPU time, read from here
     bool has_cpu_clock = false;
-    enum class Stopped { no, cpu, wall } stopped = Stopped::no;
+    // Its CPU time when last seen to grow, and when: a worker whose CPU
+    // time stands still is blocked; one whose CPU time grows slowly is
+    // starved by a busy machine.
+    std::chrono::nanoseconds cpu_seen{0};
+    std::chrono::steady_clock::time_point cpu_moved;
+    enum class Stopped { no, cpu, blocked, starved } stopped = Stopped::no;
   };
 
   [[nodiscard]] Running start(uint64_t ticket, const std::string& name,
@@ -82,11 +88,17 @@ class CompileWorkers {
   // The outcome of `worker`, which exited with `status`; closes its descriptors.
   [[nodiscard]] Outcome finish(Running& worker, int status) const;
   static void stop(Running& worker) noexcept;  // kills, reaps, closes
-  // Kills `worker` if it is past its time: CPU time over the limit, or wall
-  // clock over kWallFactor times it (a worker starved on a busy machine is
-  // not the code's fault; one that waits for nothing is). True if stopped.
+  // Kills `worker` if it is past its time (true if stopped):
+  // - its CPU time over the limit: the code's fault;
+  // - past kBlockedFactor times the limit on the clock, its CPU time
+  //   standing still for the limit: blocked on nothing it may wait for,
+  //   the code's fault too;
+  // - past kStarvedFactor times the limit on the clock, its CPU time still
+  //   growing: starved at nice 10 by a busy machine, the target's fault
+  //   (and what it holds, memory and the one compile slot, has to end).
   bool stop_if_late(Running& worker) const noexcept;
-  static constexpr int kWallFactor = 4;
+  static constexpr int kBlockedFactor = 4;
+  static constexpr int kStarvedFactor = 16;
   void start_next();
 
   Settings settings_;

@@ -391,12 +391,15 @@ int main(int argc, char** argv) {
     }
   }
   Tally tally;
-  // A load, compile and all, may take the compile worker's limit on the
-  // wall clock (4x its CPU limit: a worker starved on a busy machine) and a
-  // second more (the worker's start, the link), never longer.
-  const auto check_stall = [&](uint64_t seed, std::chrono::steady_clock::time_point started) {
+  // A load, compile and all, may take 4x the compile worker's CPU limit on
+  // the wall clock (where a blocked worker is stopped) and a second more
+  // (the worker's start, the link); one the machine starves is given up
+  // at 16x, with errc::timeout. Never longer.
+  const auto check_stall = [&](uint64_t seed, std::chrono::steady_clock::time_point started,
+                               bool starved = false) {
     const auto took = std::chrono::steady_clock::now() - started;
-    if (took <= options.confinement.compile_time_limit * 4 + std::chrono::seconds(1)) return;
+    const int factor = starved ? 16 : 4;
+    if (took <= options.confinement.compile_time_limit * factor + std::chrono::seconds(1)) return;
     ++tally.stalled;
     std::fprintf(stderr, "STALL: seed %llu held this process %lld ms\n",
                  static_cast<unsigned long long>(seed),
@@ -461,7 +464,7 @@ int main(int argc, char** argv) {
       if (const std::size_t quote = reason.find("': "); quote != std::string::npos)
         reason.erase(0, quote + 3);
       ++tally.reasons[std::string("refused: ") + reason.substr(0, 70)];
-      check_stall(seed, load_started);
+      check_stall(seed, load_started, error.is(tc::errc::timeout));
       continue;
     }
     check_stall(seed, load_started);

@@ -1,0 +1,139 @@
+// The compile worker's clock, driven directly: a worker whose CPU time
+// stands still is stopped as blocked (the code's fault: refused), one that
+// gets too little CPU to finish is given up without blaming its code. The
+// worker is real (threechains-compile-worker compiling heavy); what it is
+// denied, the test takes away with SIGSTOP, through a pidfd so that a
+// signal never reaches a process that reused its number.
+#include "jit/compile_worker.hpp"
+#include "jit/container_images.hpp"
+
+#include <threechains/container.hpp>
+#include <threechains/error.hpp>
+
+#include <catch2/catch.hpp>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace threechains;
+using namespace std::chrono_literals;
+
+std::vector<std::byte> heavy_bitcode() {
+  std::ifstream file(TC_HEAVY, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const auto* bytes = reinterpret_cast<const std::byte*>(text.data());
+  for (ParsedImage& image : parse_container({bytes, text.size()})) {
+    if (image.kind == CodecId::bitcode && same_target(image.triple, host_triple()))
+      return std::move(image.bytes);
+  }
+  FAIL("no bitcode image for this host in " << TC_HEAVY);
+  return {};
+}
+
+// A compile worker this process started, as a pidfd; -1 while there is none.
+int our_worker() {
+  for (const std::filesystem::directory_entry& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream comm(entry.path() / "comm");
+    std::string name;
+    if (!std::getline(comm, name) || name != "threechains-com") continue;
+    std::ifstream status(entry.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("PPid:", 0) != 0) continue;
+      if (std::stol(line.substr(5)) != getpid()) break;
+      const pid_t pid = static_cast<pid_t>(std::stol(entry.path().filename().string()));
+      return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    }
+  }
+  return -1;
+}
+
+bool signal_worker(int pidfd, int signal) {
+  return syscall(SYS_pidfd_send_signal, pidfd, signal, nullptr, 0) == 0;
+}
+
+// Submits heavy, finds its worker, hands it to `deny` on a thread of its own
+// (which returns once `over` is set), and polls until the compile ends.
+template <typename Deny>
+CompileWorkers::Outcome compile_denied(CompileWorkers& workers, Deny deny) {
+  const std::vector<std::byte> bitcode = heavy_bitcode();
+  workers.submit(1, "heavy", bitcode);
+  std::vector<std::pair<uint64_t, CompileWorkers::Outcome>> finished = workers.poll();
+  int pidfd = -1;
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (pidfd < 0 && finished.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+    pidfd = our_worker();
+  }
+  REQUIRE(pidfd >= 0);
+  std::atomic<bool> over{false};
+  std::thread denier([&] { deny(pidfd, over); });
+  while (finished.empty()) {
+    std::this_thread::sleep_for(10ms);
+    finished = workers.poll();
+  }
+  over.store(true);
+  denier.join();
+  close(pidfd);
+  REQUIRE(finished.size() == 1);
+  return std::move(finished.front().second);
+}
+
+CompileWorkers::Settings settings() {
+  CompileWorkers::Settings settings;
+  settings.time_limit = 400ms;  // heavy needs seconds
+  return settings;
+}
+
+}  // namespace
+
+TEST_CASE("a compile worker that stops using CPU is stopped as blocked, and its code refused",
+          "[confinement][limits][compile]") {
+  CompileWorkers workers(settings());
+  const CompileWorkers::Outcome outcome =
+      compile_denied(workers, [](int pidfd, const std::atomic<bool>& /*over*/) {
+        CHECK(signal_worker(pidfd, SIGSTOP));  // and never again
+      });
+  REQUIRE(outcome.error.has_value());
+  INFO(outcome.error->what() << " after " << std::chrono::duration_cast<std::chrono::milliseconds>(outcome.took).count() << " ms");
+  CHECK(outcome.error->is(errc::code_refused));
+  CHECK_THAT(outcome.error->what(), Catch::Contains("(blocked)"));
+  CHECK_FALSE(outcome.target_failed);
+  // Not before 4x its limit on the clock; soon after its CPU time has
+  // stood still for its limit.
+  CHECK(outcome.took >= 1600ms);
+  CHECK(outcome.took < 3000ms);
+}
+
+TEST_CASE("a compile worker the machine starves is given up at 16x its limit, without blame",
+          "[confinement][limits][compile]") {
+  CompileWorkers workers(settings());
+  // 3 ms of every 100 on a CPU: its CPU time grows, too slowly to finish.
+  const CompileWorkers::Outcome outcome =
+      compile_denied(workers, [](int pidfd, const std::atomic<bool>& over) {
+        while (!over.load() && signal_worker(pidfd, SIGSTOP)) {
+          std::this_thread::sleep_for(97ms);
+          if (!signal_worker(pidfd, SIGCONT)) break;
+          std::this_thread::sleep_for(3ms);
+        }
+        (void)signal_worker(pidfd, SIGCONT);
+      });
+  REQUIRE(outcome.error.has_value());
+  INFO(outcome.error->what() << " after " << std::chrono::duration_cast<std::chrono::milliseconds>(outcome.took).count() << " ms");
+  CHECK(outcome.error->is(errc::timeout));
+  CHECK_THAT(outcome.error->what(), Catch::Contains("too busy to finish the compile") &&
+                                        Catch::Contains("the code is not refused"));
+  CHECK(outcome.target_failed);  // nothing banned, no trap counted
+  CHECK(outcome.took >= 6400ms);
+  CHECK(outcome.took < 8000ms);
+}
