@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -242,9 +243,30 @@ TEST_CASE("a packed rkey whose framing does not fit its bytes is refused before 
   const Context context({.transport = Transport::shared_memory});
   const MemoryRegion region(context, 64);
   const std::vector<std::byte> packed = region.pack_rkey();
+  // Where its memory domains end (u64 map, u8 memory type, per domain a u8
+  // size and its blob); what follows is the memory's system device (UCX
+  // 1.14+: unknown, 0xff, for host memory) or nothing.
+  uint64_t md_map = 0;
+  std::memcpy(&md_map, packed.data(), sizeof(md_map));
+  std::size_t domains_end = 9;
+  for (int domain = 0; domain < std::popcount(md_map); ++domain)
+    domains_end += 1 + static_cast<std::size_t>(packed.at(domains_end));
+  REQUIRE(domains_end <= packed.size());
   const std::vector<std::byte> checked = detail::checked_packed_rkey(packed);
-  CHECK(std::equal(packed.begin(), packed.end(), checked.begin()));
-  CHECK(checked.size() == packed.size() + detail::kRkeyPadding);  // zeros after it
+  CHECK(std::equal(packed.begin(), packed.begin() + static_cast<std::ptrdiff_t>(domains_end),
+                   checked.begin()));
+  // Then our own tail: device unknown, a run of 0xff, zeros.
+  REQUIRE(checked.size() == domains_end + 1 + detail::kRkeyPadding);
+  for (std::size_t i = domains_end; i < checked.size(); ++i) {
+    INFO("byte " << i);
+    CHECK(checked[i] == (i <= domains_end + detail::kRkeyTerminators ? std::byte{0xff} : std::byte{0}));
+  }
+  // A tail that claims distances (UCX 1.20+ would read them without a
+  // length) is cut off after "unknown device".
+  std::vector<std::byte> distances(packed.begin(), packed.begin() + static_cast<std::ptrdiff_t>(domains_end));
+  for (const int byte : {0xff, 0x00, 0x10, 0x20, 0x01, 0x10, 0x20})
+    distances.push_back(static_cast<std::byte>(byte));
+  CHECK(detail::checked_packed_rkey(distances) == checked);
 
   const auto refused = [](std::vector<std::byte> bytes, const std::string& why) {
     CHECK_THROWS_MATCHES(detail::checked_packed_rkey(bytes), Error,
@@ -252,7 +274,12 @@ TEST_CASE("a packed rkey whose framing does not fit its bytes is refused before 
   };
   refused({}, "shorter than its header");
   refused(std::vector<std::byte>(packed.begin(), packed.begin() + 8), "shorter than its header");
-  refused(std::vector<std::byte>(packed.begin(), packed.end() - 1), "run past its end");
+  refused(std::vector<std::byte>(packed.begin(), packed.begin() + static_cast<std::ptrdiff_t>(domains_end) - 1),
+          "run past its end");
+  std::vector<std::byte> on_a_device(packed.begin(), packed.begin() + static_cast<std::ptrdiff_t>(domains_end));
+  for (const int byte : {0x00, 0x00, 0x10, 0x20})  // device 0, then a distance with no end
+    on_a_device.push_back(static_cast<std::byte>(byte));
+  refused(on_a_device, "names a system device");
   std::vector<std::byte> no_domain = packed;
   std::fill(no_domain.begin(), no_domain.begin() + 8, std::byte{0});
   refused(no_domain, "names no memory domain");

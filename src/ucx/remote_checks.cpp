@@ -10,6 +10,9 @@
 // (u64 md map, u8 memory type, then per md a u8 size and that many bytes),
 // the memory must be host memory, and UCX gets a copy followed by zeros, so
 // whatever a transport reads past its blob is ours and ends any string.
+// What follows the blobs (a system device, from 1.14; distances that 1.20+
+// reads without a length) is replaced by "unknown device" and a run of
+// 0xff that ends UCX's distance list wherever it starts reading.
 //
 // 2. A direct pointer, before we store through it. Over shared memory UCX
 // turns (rkey, remote address) into a local pointer by adding an offset and
@@ -39,6 +42,11 @@
 
 namespace threechains::detail {
 
+namespace {
+// UCS_SYS_DEVICE_ID_UNKNOWN (ucs/sys/topo/base/topo.h), UINT8_MAX in 1.13 to 1.22.
+constexpr uint8_t kUnknownDevice = 0xff;
+}  // namespace
+
 std::vector<std::byte> checked_packed_rkey(std::span<const std::byte> packed) {
   const auto refuse = [&](const std::string& why) {
     return Error(errc::protocol, "a packed rkey of " + std::to_string(packed.size()) +
@@ -56,8 +64,21 @@ std::vector<std::byte> checked_packed_rkey(std::span<const std::byte> packed) {
     at += 1 + static_cast<std::size_t>(packed[at]);
     if (at > packed.size()) throw refuse("its memory domains run past its end");
   }
-  std::vector<std::byte> copy(packed.size() + kRkeyPadding, std::byte{0});
-  std::memcpy(copy.data(), packed.data(), packed.size());
+  // What follows the memory domains: nothing, or the system device the
+  // memory sits on and (UCX 1.20+) device distances up to a terminator. For
+  // host memory every UCX packs "unknown" (0xff) there, and that is all we
+  // take: UCX 1.20+ reads distances past it without a length, stopping only
+  // at a record that starts with 0xff (ucp_rkey.c,
+  // ucp_rkey_unpack_lanes_distance; src/ucx/compat.hpp), so a peer's lying
+  // tail would have it read on into our heap.
+  if (at < packed.size() && static_cast<uint8_t>(packed[at]) != kUnknownDevice)
+    throw refuse("it names a system device (only host memory is taken)");
+  std::vector<std::byte> copy(at + 1 + kRkeyPadding, std::byte{0});
+  std::memcpy(copy.data(), packed.data(), at);
+  // The device, unknown, then a run of 0xff that any record UCX might read
+  // starts in, then zeros that end any string a transport reads.
+  std::fill_n(copy.begin() + static_cast<std::ptrdiff_t>(at), 1 + kRkeyTerminators,
+              std::byte{kUnknownDevice});
   return copy;
 }
 

@@ -77,57 +77,11 @@ struct ContextOptions {
 
 class Context {
  public:
-  explicit Context(const ContextOptions& options = {})
-      : transport_(options.transport), remote_memory_access_(options.remote_memory_access) {
-    ucp_config_t* config = nullptr;
-    check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
-    const auto modify = [&](const char* name, const char* value) {
-      const ucs_status_t status = ucp_config_modify(config, name, value);
-      if (status != UCS_OK) {
-        ucp_config_release(config);
-        check(status, (std::string("ucp_config_modify(") + name + ")").c_str());
-      }
-    };
-    if (const char* tls = transport_tls(options.transport)) modify("TLS", tls);
-    // Endpoints ask for peer error handling (a peer that goes away is reported,
-    // not fatal). UCX 1.13 then leaves shared-memory transports out of
-    // client/server endpoints unless they are told to take part in it.
-    if (options.transport != Transport::tcp) modify("MM_ERROR_HANDLING", "y");
-    // Without RMA, tcp interfaces also stop advertising their native put
-    // (uct/tcp: a PUT request writes wherever its header says, rkey unseen),
-    // so a peer's unmodified UCX never picks it as a lane to us.
-    if (!options.remote_memory_access) modify("PUT_ENABLE", "n");  // uct tcp's own name for it
-    // A worker's async context (its connection set-up, run by UCX's async
-    // thread and by ucp_ep_create/progress) is guarded by a spinlock unless
-    // this is set (ucp_worker.c: UCS_ASYNC_MODE_THREAD_MUTEX). With a lock
-    // that sleeps, a progress thread that meets the async thread mid-wire-up
-    // gives its core back instead of spinning it away: on 2 cores a serial
-    // tcp connect fell from ~7 to ~1.4 ms (docs/performance.md). The hot path
-    // (eager AMs, direct rings) never takes this lock; going to sleep
-    // (ucp_worker_arm) does, once per sleep. A value the user set in the
-    // environment wins.
-    if (std::getenv("UCX_USE_MT_MUTEX") == nullptr) modify("USE_MT_MUTEX", "y");
-    if (options.reuse_address) {
-      // UCX 1.13 reads its connection managers' settings from the environment
-      // when a worker opens them (ucp_config_modify does not reach them).
-      // overwrite = 0: a value the user set explicitly wins.
-      setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
-      setenv("UCX_RDMA_CM_REUSEADDR", "y", 0);
-    }
-    ucp_params_t params{};
-    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-    // WAKEUP: an idle serving loop sleeps on the worker's event fd
-    // (ProgressOptions). UCX 1.13 asks transports for event support only
-    // where TAG is requested too, so lane choice is unchanged.
-    params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP |
-                      (options.remote_memory_access ? UCP_FEATURE_RMA : 0);
-    params.name = options.name.c_str();
-    ucp_context_h handle = nullptr;
-    const ucs_status_t status = ucp_init(&params, config, &handle);
-    ucp_config_release(config);
-    check(status, "ucp_init");
-    handle_ = std::shared_ptr<ucp_context>(handle, [](ucp_context_h h) { ucp_cleanup(h); });
-  }
+  // Reads UCX's configuration (the environment's UCX_* first), sets what
+  // `options` ask for in the names the running UCX understands
+  // (src/ucx/compat.hpp), and initialises UCX. Throws Error on failure,
+  // naming the setting and the UCX version.
+  explicit Context(const ContextOptions& options = {});
 
   [[nodiscard]] ucp_context_h handle() const noexcept { return handle_.get(); }
   [[nodiscard]] Transport transport() const noexcept { return transport_; }

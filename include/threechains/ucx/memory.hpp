@@ -74,11 +74,16 @@ class MemoryRegion {
 };
 
 namespace detail {
-// Zeros after a checked rkey's copy: more than any one transport's blob
-// (its size is a byte) can make UCX read past it.
+// Padding after a checked rkey's copy: more than any one transport's blob
+// (its size is a byte) can make UCX read past it. Its first bytes are 0xff
+// (an "unknown device", which ends UCX 1.20's distance list wherever a
+// record starts), the rest zeros (which end any string).
 inline constexpr std::size_t kRkeyPadding = 512;
+inline constexpr std::size_t kRkeyTerminators = 8;
 // A copy of a peer's packed rkey that UCX can unpack without reading past
-// it; throws errc::protocol if its framing does not fit its bytes.
+// it: its memory domains as they came, then our own tail (the memory's
+// device unknown, padding). Throws errc::protocol if its framing does not
+// fit its bytes, or if it says the memory is not plain host memory.
 [[nodiscard]] std::vector<std::byte> checked_packed_rkey(std::span<const std::byte> packed);
 // This process's shared, writable mappings ([low, high)), read from the text
 // of /proc/self/maps, and whether [start, start + size) lies in one that is

@@ -1,0 +1,48 @@
+// Internal: where the UCX releases ThreeChains supports (1.13 to 1.22) differ
+// in something it relies on, and what it does about each. A decision that
+// depends on the version is made at run time, from the UCX this process
+// runs (ucp_get_version: a program built against 1.13 may run on 1.22, the
+// sonames are the same), never from the headers it was built with. Each
+// entry names the UCX source (file, function, commit) that shows it; the
+// tests in tests/test_ucx_compat.cpp hold each decision.
+//
+// | behaviour                                   | 1.13-1.16 | 1.17-1.20 | 1.21-1.22 |
+// |---------------------------------------------|-----------|-----------|-----------|
+// | name that turns tcp's PUT zcopy off         | PUT_ENABLE | TCP_PUT_ENABLE (PUT_ENABLE ignored, silently) | TCP_PUT_ENABLE (PUT_ENABLE refused) |
+// | rkey unpack reads past the md blobs         | no        | no        | 1.20+: sys-dev distances, to a 0xff terminator, unbounded |
+//
+// The rest of what docs/security.md leans on reads the same in all four
+// (checked in 1.16.0, 1.18.1 and 1.22.0's source): the software RMA/AMO
+// handlers are registered only with UCP_FEATURE_RMA/AMO, uct_mm_rkey_ptr
+// adds an offset with no bounds, posix/sysv attach a segment per unpack.
+#pragma once
+
+#include <compare>
+#include <string>
+
+namespace threechains::ucx_compat {
+
+struct Version {
+  unsigned major = 0;
+  unsigned minor = 0;
+  unsigned release = 0;
+  friend constexpr auto operator<=>(const Version&, const Version&) = default;
+  [[nodiscard]] std::string text() const;
+};
+
+// The oldest UCX this library runs on (Debian 12's).
+inline constexpr Version kOldestSupported{1, 13, 0};
+
+// The UCX this process runs, as its libucp says.
+[[nodiscard]] Version running() noexcept;
+
+// The name ucp_config_modify takes for uct tcp's PUT_ENABLE (which makes a
+// tcp interface stop advertising a PUT that writes wherever its header
+// says). UCX before 1.17 matches a uct key against the field's bare name;
+// 1.17 (commit bca427bea3, uct_config_modify passing the table prefix) wants
+// it with its table's prefix, and until 1.21 (2af4ba642b, ucp_config_modify
+// checking ucs_config_global_list_has_field) ignores the bare name without
+// a word: on 1.17-1.20 "PUT_ENABLE" would leave the PUT on.
+[[nodiscard]] const char* tcp_put_enable_key(Version version) noexcept;
+
+}  // namespace threechains::ucx_compat

@@ -1,0 +1,47 @@
+// The version decisions of src/ucx/compat.hpp, each held here: the table
+// itself, and that the UCX this test runs on takes what it decides. What
+// each decision protects is proven by the attack suite (tests/attack/),
+// which scripts/ucx-matrix.sh runs on every supported UCX.
+#include "ucx/compat.hpp"
+
+#include <threechains/ucx/context.hpp>
+
+#include <catch2/catch.hpp>
+#include <ucp/api/ucp.h>
+
+#include <cstring>
+
+using threechains::ucx_compat::Version;
+namespace compat = threechains::ucx_compat;
+
+TEST_CASE("the UCX this runs on is one this library supports, and says which", "[ucx][compat]") {
+  const Version running = compat::running();
+  INFO("UCX " << running.text());
+  CHECK(running >= compat::kOldestSupported);
+  // The soname promises that what it was built against still runs.
+  CHECK(running >= Version{UCP_API_MAJOR, UCP_API_MINOR, 0});
+  WARN("running on UCX " << running.text() << " (built against " << UCP_API_MAJOR << "."
+                         << UCP_API_MINOR << ")");
+}
+
+TEST_CASE("tcp's PUT is turned off by the name each UCX matches", "[ucx][compat][security]") {
+  // Before 1.17 a uct key is matched by its bare name; from 1.17
+  // (bca427bea3) with its table's prefix, the bare name ignored until 1.21
+  // (2af4ba642b) refuses it.
+  CHECK(std::strcmp(compat::tcp_put_enable_key({1, 13, 1}), "PUT_ENABLE") == 0);
+  CHECK(std::strcmp(compat::tcp_put_enable_key({1, 16, 0}), "PUT_ENABLE") == 0);
+  CHECK(std::strcmp(compat::tcp_put_enable_key({1, 17, 0}), "TCP_PUT_ENABLE") == 0);
+  CHECK(std::strcmp(compat::tcp_put_enable_key({1, 18, 1}), "TCP_PUT_ENABLE") == 0);
+  CHECK(std::strcmp(compat::tcp_put_enable_key({1, 22, 0}), "TCP_PUT_ENABLE") == 0);
+  CHECK(std::strcmp(compat::tcp_put_enable_key({2, 0, 0}), "TCP_PUT_ENABLE") == 0);
+
+  // The running UCX takes the name chosen for it (1.21+ refuses one it
+  // does not know), and a Context over tcp starts with it.
+  ucp_config_t* config = nullptr;
+  REQUIRE(ucp_config_read(nullptr, nullptr, &config) == UCS_OK);
+  const ucs_status_t status =
+      ucp_config_modify(config, compat::tcp_put_enable_key(compat::running()), "n");
+  ucp_config_release(config);
+  CHECK(status == UCS_OK);
+  CHECK_NOTHROW(threechains::Context({.transport = threechains::Transport::tcp}));
+}
