@@ -125,7 +125,8 @@ std::optional<ConfinedTrap> Engine::run_entry(const CachedIfunc& ifunc, CodeId i
   t.counted_bytes += size;
   // One call in 1024: at 1 in 64 the shm rate fell 12% (the clock reads
   // cost more than their count says), at 1 in 1024 it is within a few
-  // percent of no statistics at all (docs/performance.md, issue 23).
+  // percent of no statistics at all (docs/performance.md, "Observability:
+  // what watching ifuncs costs").
   const bool timed = (++t.sample_tick & 1023) == 0;
   const auto started =
       timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
