@@ -539,8 +539,16 @@ int run_rma(const Options& options) {
     ucp_request_param_t atomic{};
     atomic.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
     atomic.datatype = ucp_dt_make_contig(sizeof(uint64_t));
-    report("atomic", worker,
-           ucp_atomic_op_nbx(ep.get(), UCP_ATOMIC_OP_ADD, &one, 1, options.address + 16, rkey.get(), &atomic));
+    // UCX 1.22 spins for ever inside ucp_atomic_op_nbx on an endpoint that
+    // failed (ucp_proto_reconfig_progress); 1.13 returned at once. Nothing
+    // reaches the target over a failed endpoint either way.
+    if (ep.failed()) {
+      std::printf("atomic: skipped (endpoint failed: %s)\n", str(ep.error()));
+    } else {
+      report("atomic", worker,
+             ucp_atomic_op_nbx(ep.get(), UCP_ATOMIC_OP_ADD, &one, 1, options.address + 16,
+                               rkey.get(), &atomic));
+    }
   } else {
     std::printf("put: skipped (no rkey)\nget: skipped (no rkey)\natomic: skipped (no rkey)\n");
   }
@@ -659,9 +667,13 @@ int run_granted(const Options& options) {
     ucp_request_param_t atomic{};
     atomic.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
     atomic.datatype = ucp_dt_make_contig(sizeof(uint64_t));
-    report("atomic", worker,
-           ucp_atomic_op_nbx(ep.get(), UCP_ATOMIC_OP_ADD, &one, 1, options.address + 16,
-                             rkey.get(), &atomic));
+    if (ep.failed()) {  // as in run_rma: UCX 1.22 would spin for ever
+      std::printf("atomic: skipped (endpoint failed: %s)\n", str(ep.error()));
+    } else {
+      report("atomic", worker,
+             ucp_atomic_op_nbx(ep.get(), UCP_ATOMIC_OP_ADD, &one, 1, options.address + 16,
+                               rkey.get(), &atomic));
+    }
   }
   ucp_request_param_t flush{};
   report("flush", worker, ucp_ep_flush_nbx(ep.get(), &flush));
