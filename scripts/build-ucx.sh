@@ -10,7 +10,10 @@
 # THREECHAINS_UCX_CACHE (default /var/cache/threechains/ucx) is the cache;
 # THREECHAINS_UCX_SOURCES (default ../shared/ucx next to the checkout) holds
 # the tarballs. The build is UCX's own release configuration
-# (contrib/configure-release) without the GPU and language bindings.
+# (contrib/configure-release) with the transports this project tests over
+# (tcp, posix/sysv/cma shared memory, self) and no RDMA, GPU or language
+# bindings. THREECHAINS_UCX_CONFIGURE adds flags
+# (e.g. --with-verbs for an RDMA machine); the cache key includes them.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 sources="${THREECHAINS_UCX_SOURCES:-$here/../shared/ucx}"
@@ -25,7 +28,12 @@ else
 fi
 [[ -f "$tarball" ]] || { echo "build-ucx: no tarball $tarball" >&2; exit 2; }
 name="$(basename "$tarball" .tar.xz)"  # ucx-X.Y.Z
-hash="$(sha256sum "$tarball" | cut -c1-16)"
+flags=(--without-java --without-go --without-cuda --without-rocm --without-ze --without-gdrcopy
+  --without-verbs --without-rdmacm --without-knem --without-xpmem --without-fuse3 --without-mad
+  --without-ugni --without-efa --without-valgrind --disable-doxygen-doc)
+read -r -a extra <<<"${THREECHAINS_UCX_CONFIGURE:-}"
+flags+=("${extra[@]}")
+hash="$({ sha256sum <"$tarball"; echo "${flags[*]}"; } | sha256sum | cut -c1-16)"
 prefix="$cache/$name-$hash"
 
 if [[ -f "$prefix/.complete" ]]; then
@@ -53,8 +61,7 @@ tar -xJf "$tarball" -C "$work"
 cd "$work/$name"
 {
   ./autogen.sh
-  ./contrib/configure-release --prefix="$prefix" --without-java --without-go \
-    --without-cuda --without-rocm --without-ze --without-gdrcopy --disable-doxygen-doc
+  ./contrib/configure-release --prefix="$prefix" "${flags[@]}"
   make -j"$jobs"
   rm -rf "$prefix"
   make install
