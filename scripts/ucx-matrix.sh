@@ -26,14 +26,24 @@ summary=build/ucx-matrix.txt
 : >"$summary"
 
 # Runs the suite in `dir` with the UCX libraries in `libdir` (empty: the
-# system's), and records the result under `label`.
+# system's), and records the result under `label`. With another UCX under a
+# build (`libdir` set for `build/`), two kinds of test cannot mean anything
+# and are left out, said so in the summary: package.* builds consumers, and
+# its linker would mix the two UCX's libraries; hetero.* talks to an aarch64
+# process whose UCX is the cross sysroot's 1.13, and UCX 1.13 and 1.22 peers
+# cannot connect (ucp_ep_create(accept): Invalid parameter, both ways).
 run_suite() {
   local label=$1 dir=$2 libdir=$3
-  local log="$dir/ucx-matrix-${label// /_}.log"
+  local exclude=()
+  if [[ -n $libdir && $dir == build ]]; then
+    exclude=(-E 'package\.|hetero\.')
+    label="$label (package.* and hetero.* left out)"
+  fi
+  local log="$dir/ucx-matrix-${label//[^A-Za-z0-9.]/_}.log"
   local start=$SECONDS status=passed
   echo "ucx-matrix: $label ..."
   if ! LD_LIBRARY_PATH="${libdir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-      ctest --test-dir "$dir" -j"$jobs" --output-on-failure "${ctest_args[@]}" >"$log" 2>&1; then
+      ctest --test-dir "$dir" -j"$jobs" --output-on-failure "${exclude[@]}" "${ctest_args[@]}" >"$log" 2>&1; then
     status=FAILED
   fi
   local tally

@@ -10,7 +10,12 @@
 // |---------------------------------------------|-----------|-----------|-----------|
 // | name that turns tcp's PUT zcopy off         | PUT_ENABLE | TCP_PUT_ENABLE (PUT_ENABLE ignored, silently) | TCP_PUT_ENABLE (PUT_ENABLE refused) |
 // | rkey unpack reads past the md blobs         | no        | no        | 1.20+: sys-dev distances, to a 0xff terminator, unbounded |
+// | ucp_worker_fence (UCX_FENCE_MODE=auto, 1.16+) | weak (1.13) / strong with new protocols | strong | strong: waits for the puts before it to complete |
+// | wire protocol between versions              | 1.13 and 1.22 peers cannot connect (measured) | | |
 //
+// The rkey tail is handled the same on every version (remote_checks.cpp).
+// Not handled yet (docs/ucx-versions.md): the strong fence blocks a put
+// delivery source over tcp on 1.16+ while its target is not polling.
 // The rest of what docs/security.md leans on reads the same in all four
 // (checked in 1.16.0, 1.18.1 and 1.22.0's source): the software RMA/AMO
 // handlers are registered only with UCP_FEATURE_RMA/AMO, uct_mm_rkey_ptr
