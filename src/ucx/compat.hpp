@@ -10,12 +10,12 @@
 // |---------------------------------------------|-----------|-----------|-----------|
 // | name that turns tcp's PUT zcopy off         | PUT_ENABLE | TCP_PUT_ENABLE (PUT_ENABLE ignored, silently) | TCP_PUT_ENABLE (PUT_ENABLE refused) |
 // | rkey unpack reads past the md blobs         | no        | no        | 1.20+: sys-dev distances, to a 0xff terminator, unbounded |
-// | ucp_worker_fence (UCX_FENCE_MODE=auto, 1.16+) | weak (1.13) / strong with new protocols | strong | strong: waits for the puts before it to complete |
+// | ucp_worker_fence, UCX_FENCE_MODE=auto       | weak (1.13-1.15); strong (1.16: new protocols on) | strong | strong: waits for the puts before it |
 // | wire protocol between versions              | 1.13 and 1.22 peers cannot connect (measured) | | |
 //
 // The rkey tail is handled the same on every version (remote_checks.cpp).
-// Not handled yet (docs/ucx-versions.md): the strong fence blocks a put
-// delivery source over tcp on 1.16+ while its target is not polling.
+// The fence: put_delivery_fence_mode. The wire protocol: not ours to
+// bridge (docs/ucx-versions.md).
 // The rest of what docs/security.md leans on reads the same in all four
 // (checked in 1.16.0, 1.18.1 and 1.22.0's source): the software RMA/AMO
 // handlers are registered only with UCP_FEATURE_RMA/AMO, uct_mm_rkey_ptr
@@ -49,5 +49,16 @@ inline constexpr Version kOldestSupported{1, 13, 0};
 // checking ucs_config_global_list_has_field) ignores the bare name without
 // a word: on 1.17-1.20 "PUT_ENABLE" would leave the PUT on.
 [[nodiscard]] const char* tcp_put_enable_key(Version version) noexcept;
+
+// The fence a Context with remote memory access asks for (put delivery
+// fences between a frame and its commit word, Worker::fence), or nullptr
+// to leave UCX's own. UCX_FENCE_MODE came in 1.14 (45bf647ff9); its
+// `auto` is strong (flush the worker: wait until every put before it
+// completed, so a source blocks on a target that is not polling) when the
+// new protocols are on, the default from 1.16. With one RMA rail (UCX's
+// default) our puts share one lane, where a weak fence orders them: UCX's
+// own `ep_based` fence (1.19, 0ccdfbecde) takes the weak one in exactly
+// that case and flushes only the endpoint otherwise, so from 1.19 that.
+[[nodiscard]] const char* put_delivery_fence_mode(Version version) noexcept;
 
 }  // namespace threechains::ucx_compat

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 namespace threechains {
 
@@ -48,6 +49,18 @@ Context::Context(const ContextOptions& options)
   // (ucp_worker_arm) does, once per sleep. A value the user set in the
   // environment wins.
   if (std::getenv("UCX_USE_MT_MUTEX") == nullptr) modify("USE_MT_MUTEX", "y");
+  // Put delivery fences between a frame and its commit word; UCX 1.16+
+  // would make that fence wait for the target (compat.hpp). `ep_based`
+  // needs the new protocols, which a user may have turned off (then UCX's
+  // own choice is the weak fence anyway). A fence mode the user set wins.
+  if (options.remote_memory_access && std::getenv("UCX_FENCE_MODE") == nullptr) {
+    const char* fence = ucx_compat::put_delivery_fence_mode(ucx);
+    const char* protocols = std::getenv("UCX_PROTO_ENABLE");
+    const bool protocols_off = protocols != nullptr && (protocols[0] == 'n' || protocols[0] == 'N' ||
+                                                        protocols[0] == '0');
+    if (fence != nullptr && !(protocols_off && std::string_view(fence) == "ep_based"))
+      modify("FENCE_MODE", fence);
+  }
   if (options.reuse_address) {
     // UCX (1.13 to 1.22: uct_cm.c's REUSEADDR) reads its connection
     // managers' settings from the environment when a worker opens them
