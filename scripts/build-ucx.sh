@@ -44,14 +44,14 @@ fi
 
 # What building UCX from a git archive needs (no generated configure).
 need=()
-for tool in autoconf automake libtoolize make gcc g++ pkg-config; do
+for tool in xz autoconf automake libtoolize make gcc g++ pkg-config; do
   command -v "$tool" >/dev/null || need+=("$tool")
 done
 if ((${#need[@]})); then
-  echo "build-ucx: installing autoconf automake libtool (missing: ${need[*]})" >&2
+  echo "build-ucx: installing what building UCX needs (missing: ${need[*]})" >&2
   if [[ $(id -u) -ne 0 ]]; then echo "build-ucx: run as root or install them" >&2; exit 2; fi
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-    autoconf automake libtool make gcc g++ pkg-config >&2
+    xz-utils autoconf automake libtool make gcc g++ pkg-config >&2
 fi
 
 work="$(mktemp -d /tmp/build-ucx.XXXXXX)"
