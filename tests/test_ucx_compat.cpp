@@ -46,17 +46,19 @@ TEST_CASE("tcp's PUT is turned off by the name each UCX matches", "[ucx][compat]
   CHECK_NOTHROW(threechains::Context({.transport = threechains::Transport::tcp}));
 }
 
-TEST_CASE("put delivery's fence does not wait for its target, on any UCX", "[ucx][compat]") {
+TEST_CASE("our fences order and never wait for a peer, on any UCX", "[ucx][compat]") {
   // 1.13-1.15: UCX's own choice is weak. 1.16-1.18: auto is strong with the
   // new protocols, so weak (one RMA rail: one lane). 1.19+: ep_based.
-  CHECK(compat::put_delivery_fence_mode({1, 13, 1}) == nullptr);
-  CHECK(compat::put_delivery_fence_mode({1, 15, 0}) == nullptr);
-  CHECK(std::strcmp(compat::put_delivery_fence_mode({1, 16, 0}), "weak") == 0);
-  CHECK(std::strcmp(compat::put_delivery_fence_mode({1, 18, 1}), "weak") == 0);
-  CHECK(std::strcmp(compat::put_delivery_fence_mode({1, 19, 0}), "ep_based") == 0);
-  CHECK(std::strcmp(compat::put_delivery_fence_mode({1, 22, 0}), "ep_based") == 0);
-  // The running UCX takes what is chosen for it: a Context with RMA starts.
+  CHECK(compat::fence_mode({1, 13, 1}) == nullptr);
+  CHECK(compat::fence_mode({1, 15, 0}) == nullptr);
+  CHECK(std::strcmp(compat::fence_mode({1, 16, 0}), "weak") == 0);
+  CHECK(std::strcmp(compat::fence_mode({1, 18, 1}), "weak") == 0);
+  CHECK(std::strcmp(compat::fence_mode({1, 19, 0}), "ep_based") == 0);
+  CHECK(std::strcmp(compat::fence_mode({1, 22, 0}), "ep_based") == 0);
+  // The running UCX takes what is chosen for it: every Context starts.
   CHECK_NOTHROW(threechains::Context(
       {.transport = threechains::Transport::tcp, .remote_memory_access = true}));
+  CHECK_NOTHROW(threechains::Context({.transport = threechains::Transport::tcp}));
+  CHECK_NOTHROW(threechains::Context({.transport = threechains::Transport::shared_memory}));
 }
 

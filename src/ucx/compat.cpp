@@ -21,7 +21,7 @@ const char* tcp_put_enable_key(Version version) noexcept {
   return version < Version{1, 17, 0} ? "PUT_ENABLE" : "TCP_PUT_ENABLE";
 }
 
-const char* put_delivery_fence_mode(Version version) noexcept {
+const char* fence_mode(Version version) noexcept {
   if (version < Version{1, 16, 0}) return nullptr;  // weak unless the user asked otherwise
   return version < Version{1, 19, 0} ? "weak" : "ep_based";
 }

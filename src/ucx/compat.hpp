@@ -14,7 +14,7 @@
 // | wire protocol between versions              | 1.13 and 1.22 peers cannot connect (measured) | | |
 //
 // The rkey tail is handled the same on every version (remote_checks.cpp).
-// The fence: put_delivery_fence_mode. The wire protocol: not ours to
+// The fence: fence_mode. The wire protocol: not ours to
 // bridge (docs/ucx-versions.md).
 // The rest of what docs/security.md leans on reads the same in all four
 // (checked in 1.16.0, 1.18.1 and 1.22.0's source): the software RMA/AMO
@@ -50,15 +50,19 @@ inline constexpr Version kOldestSupported{1, 13, 0};
 // a word: on 1.17-1.20 "PUT_ENABLE" would leave the PUT on.
 [[nodiscard]] const char* tcp_put_enable_key(Version version) noexcept;
 
-// The fence a Context with remote memory access asks for (put delivery
-// fences between a frame and its commit word, Worker::fence), or nullptr
-// to leave UCX's own. UCX_FENCE_MODE came in 1.14 (45bf647ff9); its
-// `auto` is strong (flush the worker: wait until every put before it
-// completed, so a source blocks on a target that is not polling) when the
-// new protocols are on, the default from 1.16. With one RMA rail (UCX's
-// default) our puts share one lane, where a weak fence orders them: UCX's
-// own `ep_based` fence (1.19, 0ccdfbecde) takes the weak one in exactly
-// that case and flushes only the endpoint otherwise, so from 1.19 that.
-[[nodiscard]] const char* put_delivery_fence_mode(Version version) noexcept;
+// The fence every Context asks for, or nullptr to leave UCX's own. We
+// fence for order only: a source between a frame and its commit word (put
+// delivery, Worker::fence), a target between a code refusal and the credit
+// behind it. UCX_FENCE_MODE came in 1.14 (45bf647ff9); its `auto` is strong
+// when the new protocols are on, the default from 1.16, and a strong fence
+// flushes the whole worker and waits for it (flush.c:
+// ucp_worker_fence_strong): a source then blocked on a target that was not
+// polling, and a target on any peer that was not (1.16.0 over tcp: 30 s,
+// every other peer unserved). With one RMA rail (UCX's default) our puts
+// share one lane, and our control AMs one AM lane, where a weak fence orders
+// them: UCX's own `ep_based` fence (1.19, 0ccdfbecde) takes the weak one in
+// exactly that case and flushes only the endpoint otherwise, so from 1.19
+// that.
+[[nodiscard]] const char* fence_mode(Version version) noexcept;
 
 }  // namespace threechains::ucx_compat

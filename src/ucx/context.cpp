@@ -49,12 +49,17 @@ Context::Context(const ContextOptions& options)
   // (ucp_worker_arm) does, once per sleep. A value the user set in the
   // environment wins.
   if (std::getenv("UCX_USE_MT_MUTEX") == nullptr) modify("USE_MT_MUTEX", "y");
-  // Put delivery fences between a frame and its commit word; UCX 1.16+
-  // would make that fence wait for the target (compat.hpp). `ep_based`
-  // needs the new protocols, which a user may have turned off (then UCX's
-  // own choice is the weak fence anyway). A fence mode the user set wins.
-  if (options.remote_memory_access && std::getenv("UCX_FENCE_MODE") == nullptr) {
-    const char* fence = ucx_compat::put_delivery_fence_mode(ucx);
+  // Every fence we ask for orders, never waits: put delivery fences between
+  // a frame and its commit word (a source), and a target fences a code
+  // refusal ahead of the credit behind it. UCX 1.16+ would make that fence a
+  // flush of the whole worker, which waits for every peer's endpoint: a
+  // source waited for its target, and a target for whichever peer was not
+  // progressing (compat.hpp). `ep_based` needs the new protocols, which a
+  // user may have turned off (then UCX's own choice is the weak fence
+  // anyway). A fence mode the user set wins (docs/ucx-versions.md says what
+  // `strong` then costs).
+  if (std::getenv("UCX_FENCE_MODE") == nullptr) {
+    const char* fence = ucx_compat::fence_mode(ucx);
     const char* protocols = std::getenv("UCX_PROTO_ENABLE");
     const bool protocols_off = protocols != nullptr && (protocols[0] == 'n' || protocols[0] == 'N' ||
                                                         protocols[0] == '0');
