@@ -165,7 +165,8 @@ void ucp_ifunc_forget_ep(ucp_context_h context, ucp_ep_h ep);
  * source arguments bytes of payload, filled by <name>_payload_init (a library
  * without them gets a copy of the source arguments; then source_args may be
  * NULL only if source_args_size is 0). UCS_ERR_CANCELED if payload_init
- * fails, UCS_ERR_EXCEEDS_LIMIT for a payload over 4 GiB. */
+ * fails, UCS_ERR_EXCEEDS_LIMIT for a payload over 4 GiB. On any error
+ * *msg_p is left empty, and ucp_ifunc_msg_free of it does nothing. */
 ucs_status_t ucp_ifunc_msg_create(ucp_ifunc_h ifunc_h, void* source_args, size_t source_args_size,
                                   ucp_ifunc_msg_t* msg_p);
 /* The message's payload, to change it between sends. */

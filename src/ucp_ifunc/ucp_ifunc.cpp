@@ -503,7 +503,12 @@ void ucp_ifunc_forget_ep(ucp_context_h context, ucp_ep_h ep) {
 
 ucs_status_t ucp_ifunc_msg_create(ucp_ifunc_h ifunc_h, void* source_args, size_t source_args_size,
                                   ucp_ifunc_msg_t* msg_p) {
-  if (ifunc_h == nullptr || msg_p == nullptr) return UCS_ERR_INVALID_PARAM;
+  if (msg_p == nullptr) return UCS_ERR_INVALID_PARAM;
+  // Whatever happens below, the message is one ucp_ifunc_msg_free takes:
+  // the prototypes' programs free it even when the create failed, and
+  // theirs is often an uninitialised local.
+  *msg_p = ucp_ifunc_msg_t{};
+  if (ifunc_h == nullptr) return UCS_ERR_INVALID_PARAM;
   if (ifunc_h->owner == nullptr || ifunc_h->registrations == 0) {
     return failed("msg_create: ifunc '" + ifunc_h->name + "' is not registered",
                   UCS_ERR_INVALID_PARAM);

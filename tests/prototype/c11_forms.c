@@ -3,7 +3,8 @@
  * ucp_poll_ifunc (4 and 5 arguments) are picked by the call's shape. One
  * process: both registrations of b must give the same handle, both polls of
  * an empty buffer must say there is nothing, and a library with a refused
- * import must be refused as a policy decision. Built with the same -include
+ * import must be refused as a policy decision, and a failed message must
+ * free safely. Built with the same -include
  * as the C++ programs; includes only <ucp/api/ucp.h>. */
 #include <ucp/api/ucp.h>
 
@@ -56,6 +57,17 @@ int main(void) {
          "a library importing getpid is refused as a policy decision");
   expect(ucp_register_ifunc(context, "no-such-library", &refused) == UCS_ERR_IO_ERROR,
          "a missing library is an I/O error");
+
+  /* The prototypes' programs free a message whose create failed, often an
+   * uninitialised local: a failed create leaves it empty, and the free of an
+   * empty message does nothing. */
+  ucp_ifunc_msg_t failed;
+  memset(&failed, 0xa5, sizeof(failed));
+  expect(ucp_ifunc_msg_create(NULL, NULL, 8, &failed) == UCS_ERR_INVALID_PARAM,
+         "a message of no ifunc is refused");
+  expect(failed.frame == NULL && failed.ifunc_h == NULL && failed.frame_size == 0,
+         "a failed create leaves the message empty");
+  ucp_ifunc_msg_free(failed);
 
   ucp_deregister_ifunc(context, by_name);
   ucp_deregister_ifunc(context, by_param);
