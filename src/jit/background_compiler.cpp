@@ -2,6 +2,7 @@
 
 #include "jit/bitcode_checks.hpp"
 #include "jit/host_optimiser.hpp"
+#include "jit/process_symbols.hpp"
 
 #include <threechains/error.hpp>
 
@@ -109,7 +110,9 @@ BackgroundCompiler::Result BackgroundCompiler::compile(Job& job) {
                               "' (tier 1 would start with a fresh copy)";
       return result;
     }
-    const HostOptimiser optimiser(std::move(*optimiser_machine), optimisation_level_);
+    const HostOptimiser optimiser(
+        std::move(*optimiser_machine), optimisation_level_,
+        [this](std::string_view name) { return binds_in_process(policy_, name); });
     (void)optimiser.run(**module);
     llvm::orc::SimpleCompiler compiler(**codegen_machine);
     auto object = compiler(**module);

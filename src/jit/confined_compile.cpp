@@ -4,6 +4,7 @@
 #include "jit/confined_compile.hpp"
 
 #include "jit/bitcode_checks.hpp"
+#include "jit/confined_runtime.hpp"
 #include "jit/confinement.hpp"
 #include "jit/host_description.hpp"
 #include "jit/host_optimiser.hpp"
@@ -47,8 +48,11 @@ ConfinedCompiler::ConfinedCompiler(const Options& options)
   if (!codegen_machine)
     throw Error(errc::jit_failed, "cannot describe this host to LLVM: " +
                                       message_of(codegen_machine.takeError()));
+  // Confined code calls the confined runtime's imports only (confinement.cpp
+  // renames them); the optimiser must not write a call to anything else.
   machines_->optimiser =
-      std::make_unique<HostOptimiser>(std::move(*optimiser_machine), options.optimisation_level);
+      std::make_unique<HostOptimiser>(std::move(*optimiser_machine), options.optimisation_level,
+                                      [](std::string_view name) { return confined::is_confined_import(name); });
   machines_->codegen = std::move(*codegen_machine);
 }
 

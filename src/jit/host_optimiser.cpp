@@ -74,8 +74,19 @@ llvm::OptimizationLevel pipeline(int level) {
 
 }  // namespace
 
-HostOptimiser::HostOptimiser(std::unique_ptr<llvm::TargetMachine> machine, int level)
-    : machine_(std::move(machine)), level_(level) {}
+HostOptimiser::HostOptimiser(std::unique_ptr<llvm::TargetMachine> machine, int level,
+                             const CallsBinding& binds)
+    : machine_(std::move(machine)), level_(level) {
+  if (!binds) return;
+  library_ = std::make_unique<llvm::TargetLibraryInfoImpl>(machine_->getTargetTriple());
+  const llvm::TargetLibraryInfo names(*library_);
+  for (unsigned i = 0; i < llvm::LibFunc::NumLibFuncs; ++i) {
+    const auto function = static_cast<llvm::LibFunc>(i);
+    const llvm::StringRef name = names.getName(function);
+    if (!name.empty() && !binds(std::string_view(name.data(), name.size())))
+      library_->setUnavailable(function);
+  }
+}
 HostOptimiser::~HostOptimiser() = default;
 
 HostFit HostOptimiser::run(llvm::Module& module) const {
@@ -105,6 +116,10 @@ HostFit HostOptimiser::run(llvm::Module& module) const {
   llvm::CGSCCAnalysisManager sccs;
   llvm::ModuleAnalysisManager modules;
   llvm::PassBuilder builder(machine_.get());
+  // Registered first, so the builder's default (the whole platform library)
+  // is not: a pass that would write a call to an unavailable function
+  // leaves the code as it was.
+  if (library_) functions.registerPass([this] { return llvm::TargetLibraryAnalysis(*library_); });
   builder.registerModuleAnalyses(modules);
   builder.registerCGSCCAnalyses(sccs);
   builder.registerFunctionAnalyses(functions);

@@ -11,6 +11,7 @@
 #include "jit/jit_observers.hpp"
 #include "jit/object_store.hpp"
 #include "jit/prelinked_image.hpp"
+#include "jit/process_symbols.hpp"
 
 #include <threechains/runtime.h>
 #include <threechains/error.hpp>
@@ -102,17 +103,6 @@ std::string hex_id(CodeId id) {
 }  // namespace
 
 namespace {
-// The loaded object (link_map) that defines `address`, or nullptr.
-const link_map* object_defining(const void* address) {
-  Dl_info info;
-  void* map = nullptr;
-  if (address == nullptr || dladdr1(address, &info, &map, RTLD_DL_LINKMAP) == 0) return nullptr;
-  return static_cast<const link_map*>(map);
-}
-
-}  // namespace
-
-namespace {
 // <threechains/runtime.h>: what injected code of any kind may call here.
 const std::array<std::pair<const char*, void*>, 6>& public_runtime() {
   static const std::array<std::pair<const char*, void*>, 6> functions{{
@@ -198,7 +188,7 @@ struct JitCache::Impl {
       LLVMGetVersion(&llvm_major, &llvm_minor, &llvm_patch);  // the libLLVM loaded, not the headers
       // kChecks: bump when the bitcode checks or the host pipeline change, so
       // objects compiled under the old rules are not linked under the new.
-      constexpr int kChecks = 2;
+      constexpr int kChecks = 3;
       host_key = "threechains " THREECHAINS_VERSION_STRING "\nchecks " + std::to_string(kChecks) +
                  "\nllvm-runtime " + std::to_string(llvm_major) + "." + std::to_string(llvm_minor) +
                  "." + std::to_string(llvm_patch) + "\nhost " + builder->getTargetTriple().str() +
@@ -213,8 +203,9 @@ struct JitCache::Impl {
     if (!optimiser_machine)
       throw Error(errc::jit_failed, "cannot describe this host to LLVM: " +
                                         message_of(optimiser_machine.takeError()));
-    optimiser =
-        std::make_unique<HostOptimiser>(std::move(*optimiser_machine), options.optimisation_level);
+    optimiser = std::make_unique<HostOptimiser>(
+        std::move(*optimiser_machine), options.optimisation_level,
+        [this](std::string_view name) { return binds_in_process(policy, name); });
     // One TargetMachine for the life of the cache (LLJIT's single-threaded
     // compiler owns one), built for this host's CPU name and features. No
     // compile threads: materialisation runs on the thread that looks up,

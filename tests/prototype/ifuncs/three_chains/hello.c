@@ -1,7 +1,9 @@
 /* A first ifunc in Three-Chains' shape: payload_bound, and payload_init with
  * the source arguments first and the payload size by pointer. It prints, as
  * the prototype's does (printf is allowed only where the operator allows it:
- * THREECHAINS_IFUNC_ALLOW_IMPORTS=printf), and reports to the target. */
+ * THREECHAINS_IFUNC_ALLOW_IMPORTS=printf), and reports to the target. Its
+ * second printf is one LLVM's optimiser likes to make a puts: the target's
+ * optimiser must not, where only printf binds. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,6 +38,7 @@ void hello_main(void* payload, size_t payload_size, void* target_args) {
   struct hello_result* result = (struct hello_result*)target_args;
   printf("Hello: payload_size %zu, fib(17) + 42 = %llu\n", payload_size,
          (unsigned long long)(fib(17) + hello_global));
+  printf("Hello: done\n");
   result->fib = fib(17) + hello_global;
   result->payload_size = payload_size;
   uint64_t ok = 1;
