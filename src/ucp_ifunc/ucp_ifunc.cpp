@@ -5,6 +5,7 @@
 // message is rewritten while an earlier put of it may still be reading.
 #include "jit/payload_abi.hpp"
 #include "trust/envelope.hpp"
+#include "ucp_ifunc/library_files.hpp"
 #include "ucp_ifunc/wire.hpp"
 
 #include <threechains/ifunc.h>
@@ -65,23 +66,36 @@ bool valid_name(const char* name) {
 // new messages (frames of that code may still arrive, and messages still
 // send it). Those still in use by a message when the state goes
 // (ucp_ifunc_context_release) are detached and die with their last message.
+// Calls `take` with each entry of a `:`-separated list (empty ones skipped).
+template <class Take>
+void for_each_listed(const std::string& list, Take take) {
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t end = std::min(list.find(':', start), list.size());
+    if (end > start) take(list.substr(start, end - start));
+    start = end + 1;
+  }
+}
+
 // What code loaded by this layer may import: the safe set, the prototype's
 // own calls an ifunc uses to send one onward (its pointer chase does), and
-// what the operator names in THREECHAINS_IFUNC_ALLOW_IMPORTS.
+// what the operator names: symbols in THREECHAINS_IFUNC_ALLOW_IMPORTS,
+// libraries (sonames or absolute paths, as ImportPolicy::allow_library
+// takes them) in THREECHAINS_IFUNC_ALLOW_LIBRARIES.
 tc::JitOptions jit_options() {
   tc::JitOptions options;
   options.imports.allow_symbol("ucp_ifunc_msg_get_payload_ptr").allow_symbol("ucp_ifunc_send_nbix");
   if (const char* names = std::getenv("THREECHAINS_IFUNC_ALLOW_IMPORTS")) {
-    const std::string list = names;
-    std::size_t start = 0;
-    while (start <= list.size()) {
-      const std::size_t end = std::min(list.find(':', start), list.size());
-      if (end > start) options.imports.allow_symbol(list.substr(start, end - start));
-      start = end + 1;
-    }
+    for_each_listed(names, [&](std::string name) { options.imports.allow_symbol(std::move(name)); });
     // Said once per context: what injected code may call beyond the safe set.
     warn(std::string("injected code may also import: ") + names +
          " (THREECHAINS_IFUNC_ALLOW_IMPORTS)");
+  }
+  if (const char* libraries = std::getenv("THREECHAINS_IFUNC_ALLOW_LIBRARIES")) {
+    for_each_listed(libraries,
+                    [&](std::string library) { options.imports.allow_library(std::move(library)); });
+    warn(std::string("injected code may also load and call libraries: ") + libraries +
+         " (THREECHAINS_IFUNC_ALLOW_LIBRARIES)");
   }
   return options;
 }
@@ -89,14 +103,9 @@ tc::JitOptions jit_options() {
 struct ContextState {
   ContextState() : cache(jit_options()) {
     if (const char* keys = std::getenv("THREECHAINS_IFUNC_TRUSTED_KEYS")) {
-      std::string list = keys;
-      std::size_t start = 0;
-      while (start <= list.size()) {
-        const std::size_t end = std::min(list.find(':', start), list.size());
-        if (end > start)
-          trust.allow_native_code_signer(tc::PublicKey::load(list.substr(start, end - start)));
-        start = end + 1;
-      }
+      for_each_listed(keys, [&](const std::string& path) {
+        trust.allow_native_code_signer(tc::PublicKey::load(path));
+      });
     }
   }
   ContextState(const ContextState&) = delete;
@@ -274,14 +283,15 @@ void count_registration(ucp_ifunc* handle, tc::PayloadInitOrder program_order) {
   ++handle->registrations;
 }
 
-// Loads and registers <dir>/<name>.tcc (the name is valid). Throws Error.
+// Loads and registers the library `name` of the context's directory (the
+// name is valid; library_files.hpp says which files). Throws Error.
 ucp_ifunc* register_library(ContextState& state, const std::string& name,
                             tc::PayloadInitOrder program_order) {
-  const std::string path = library_directory(state) + "/" + name + ".tcc";
-  tc::Ifunc ifunc = tc::Ifunc::load(path);
+  const std::string directory = library_directory(state);
+  tc::Ifunc ifunc = tc::ucp_ifunc::load_library_file(directory, name);
   if (ifunc.name() != name) {
-    throw tc::Error(tc::errc::bad_container,
-                    path + " holds ifunc '" + ifunc.name() + "', not '" + name + "'");
+    throw tc::Error(tc::errc::bad_container, directory + "/" + name + ".tcc holds ifunc '" +
+                                                 ifunc.name() + "', not '" + name + "'");
   }
   return register_ifunc(state, name, std::move(ifunc), program_order);
 }

@@ -3,12 +3,14 @@
  * ucp_poll_ifunc (4 and 5 arguments) are picked by the call's shape. One
  * process: both registrations of b must give the same handle, both polls of
  * an empty buffer must say there is nothing, and a library with a refused
- * import must be refused as a policy decision, and a failed message must
- * free safely. Built with the same -include
+ * import must be refused as a policy decision, so must one needing libz
+ * unless THREECHAINS_IFUNC_ALLOW_LIBRARIES names it, and a failed message
+ * must free safely. Built with the same -include
  * as the C++ programs; includes only <ucp/api/ucp.h>. */
 #include <ucp/api/ucp.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int failures = 0;
@@ -57,6 +59,18 @@ int main(void) {
          "a library importing getpid is refused as a policy decision");
   expect(ucp_register_ifunc(context, "no-such-library", &refused) == UCS_ERR_IO_ERROR,
          "a missing library is an I/O error");
+
+  /* A library that needs libz loads only where the operator allows it. */
+  ucp_ifunc_h zver = NULL;
+  const char* libraries = getenv("THREECHAINS_IFUNC_ALLOW_LIBRARIES");
+  if (libraries != NULL && strstr(libraries, "libz.so.1") != NULL) {
+    expect(ucp_register_ifunc(context, "zver", &zver) == UCS_OK && zver != NULL,
+           "a library needing libz registers where libz is allowed");
+    if (zver != NULL) ucp_deregister_ifunc(context, zver);
+  } else {
+    expect(ucp_register_ifunc(context, "zver", &zver) == UCS_ERR_REJECTED && zver == NULL,
+           "a library needing libz is refused as a policy decision");
+  }
 
   /* The prototypes' programs free a message whose create failed, often an
    * uninitialised local: a failed create leaves it empty, and the free of an
