@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <ucp/api/ucp.h>
 
+#include <cstdlib>
 #include <cstring>
 
 using threechains::ucx_compat::Version;
@@ -62,3 +63,18 @@ TEST_CASE("our fences order and never wait for a peer, on any UCX", "[ucx][compa
   CHECK_NOTHROW(threechains::Context({.transport = threechains::Transport::shared_memory}));
 }
 
+
+TEST_CASE("the components this UCX has are told apart from those it lacks", "[ucx][compat]") {
+  // tcp (its transport and connection manager) is in every UCX we run on;
+  // the answer for rdmacm depends on the build (Debian's has it, a UCX
+  // built without rdma-core has not), so only its consistency is checked:
+  // a Context with reuse_address sets the rdmacm variable exactly when the
+  // component is there (or the user had set it).
+  CHECK(compat::has_component("tcp"));
+  CHECK_FALSE(compat::has_component("no-such-component"));
+  const bool preset = std::getenv("UCX_RDMA_CM_REUSEADDR") != nullptr;
+  {
+    threechains::Context context({.transport = threechains::Transport::tcp, .reuse_address = true});
+  }
+  if (!preset) CHECK((std::getenv("UCX_RDMA_CM_REUSEADDR") != nullptr) == compat::has_component("rdmacm"));
+}

@@ -2,6 +2,7 @@
 #include "ucx/compat.hpp"
 
 #include <ucp/api/ucp.h>
+#include <uct/api/uct.h>
 
 namespace threechains::ucx_compat {
 
@@ -19,6 +20,20 @@ Version running() noexcept {
 
 const char* tcp_put_enable_key(Version version) noexcept {
   return version < Version{1, 17, 0} ? "PUT_ENABLE" : "TCP_PUT_ENABLE";
+}
+
+bool has_component(std::string_view name) noexcept {
+  uct_component_h* components = nullptr;
+  unsigned count = 0;
+  if (uct_query_components(&components, &count) != UCS_OK) return false;
+  bool found = false;
+  for (unsigned i = 0; i < count && !found; ++i) {
+    uct_component_attr_t attr{};
+    attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
+    found = uct_component_query(components[i], &attr) == UCS_OK && name == attr.name;
+  }
+  uct_release_component_list(components);
+  return found;
 }
 
 const char* fence_mode(Version version) noexcept {

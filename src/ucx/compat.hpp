@@ -24,6 +24,7 @@
 
 #include <compare>
 #include <string>
+#include <string_view>
 
 namespace threechains::ucx_compat {
 
@@ -49,6 +50,11 @@ inline constexpr Version kOldestSupported{1, 13, 0};
 // checking ucs_config_global_list_has_field) ignores the bare name without
 // a word: on 1.17-1.20 "PUT_ENABLE" would leave the PUT on.
 [[nodiscard]] const char* tcp_put_enable_key(Version version) noexcept;
+
+// Whether this UCX has the uct component `name` ("tcp", "rdmacm", "posix"):
+// a build without rdma-core has no "rdmacm", and UCX then warns about every
+// UCX_RDMA_CM_* variable as unused. Loads UCX's modules if they were not.
+[[nodiscard]] bool has_component(std::string_view name) noexcept;
 
 // The fence every Context asks for, or nullptr to leave UCX's own. We
 // fence for order only: a source between a frame and its commit word (put

@@ -70,9 +70,11 @@ Context::Context(const ContextOptions& options)
     // UCX (1.13 to 1.22: uct_cm.c's REUSEADDR) reads its connection
     // managers' settings from the environment when a worker opens them
     // (ucp_config_modify does not reach them). overwrite = 0: a value the
-    // user set explicitly wins.
+    // user set explicitly wins. rdmacm's only where this UCX has it: a
+    // build without it warns of the variable as unused, in every process.
     setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
-    setenv("UCX_RDMA_CM_REUSEADDR", "y", 0);
+    static const bool has_rdma_cm = ucx_compat::has_component("rdmacm");
+    if (has_rdma_cm) setenv("UCX_RDMA_CM_REUSEADDR", "y", 0);
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
