@@ -2,7 +2,6 @@
 
 #include "jit/bitcode_checks.hpp"
 #include "jit/host_optimiser.hpp"
-#include "jit/process_symbols.hpp"
 
 #include <threechains/error.hpp>
 
@@ -22,10 +21,11 @@ namespace threechains {
 
 BackgroundCompiler::BackgroundCompiler(llvm::orc::JITTargetMachineBuilder host,
                                        int optimisation_level, ImportPolicy policy,
-                                       const ObjectStore* store)
+                                       LibraryCalls calls, const ObjectStore* store)
     : host_(std::move(host)),
       optimisation_level_(optimisation_level),
       policy_(std::move(policy)),
+      calls_(std::move(calls)),
       store_(store),
       thread_([this](const std::stop_token& stop) { run(stop); }) {}
 
@@ -110,9 +110,7 @@ BackgroundCompiler::Result BackgroundCompiler::compile(Job& job) {
                               "' (tier 1 would start with a fresh copy)";
       return result;
     }
-    const HostOptimiser optimiser(
-        std::move(*optimiser_machine), optimisation_level_,
-        [this](std::string_view name) { return binds_in_process(policy_, name); });
+    const HostOptimiser optimiser(std::move(*optimiser_machine), optimisation_level_, calls_);
     (void)optimiser.run(**module);
     llvm::orc::SimpleCompiler compiler(**codegen_machine);
     auto object = compiler(**module);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "jit/container_images.hpp"
+#include "jit/host_optimiser.hpp"
 #include "jit/object_store.hpp"
 
 #include <threechains/import_policy.hpp>
@@ -42,10 +43,11 @@ class BackgroundCompiler {
     std::string stays_at_tier0;
   };
 
-  // `host` describes this host exactly as the JIT's compiler does; `store`
-  // (may be null, outlives this) keeps what is compiled for a restart.
+  // `host` describes this host exactly as the JIT's compiler does; `calls`,
+  // the library functions `policy` lets optimised code call (the JIT's own);
+  // `store` (may be null, outlives this) keeps what is compiled for a restart.
   BackgroundCompiler(llvm::orc::JITTargetMachineBuilder host, int optimisation_level,
-                     ImportPolicy policy, const ObjectStore* store);
+                     ImportPolicy policy, LibraryCalls calls, const ObjectStore* store);
   // Stops the thread: a compile under way finishes first (milliseconds).
   ~BackgroundCompiler();
   BackgroundCompiler(const BackgroundCompiler&) = delete;
@@ -65,6 +67,7 @@ class BackgroundCompiler {
   llvm::orc::JITTargetMachineBuilder host_;
   int optimisation_level_;
   ImportPolicy policy_;
+  LibraryCalls calls_;
   const ObjectStore* store_;
 
   std::mutex mutex_;

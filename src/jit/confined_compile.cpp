@@ -50,9 +50,10 @@ ConfinedCompiler::ConfinedCompiler(const Options& options)
                                       message_of(codegen_machine.takeError()));
   // Confined code calls the confined runtime's imports only (confinement.cpp
   // renames them); the optimiser must not write a call to anything else.
-  machines_->optimiser =
-      std::make_unique<HostOptimiser>(std::move(*optimiser_machine), options.optimisation_level,
-                                      [](std::string_view name) { return confined::is_confined_import(name); });
+  LibraryCalls calls = library_calls((*optimiser_machine)->getTargetTriple(),
+                                     [](std::string_view name) { return confined::is_confined_import(name); });
+  machines_->optimiser = std::make_unique<HostOptimiser>(std::move(*optimiser_machine),
+                                                         options.optimisation_level, std::move(calls));
   machines_->codegen = std::move(*codegen_machine);
 }
 

@@ -74,19 +74,21 @@ llvm::OptimizationLevel pipeline(int level) {
 
 }  // namespace
 
-HostOptimiser::HostOptimiser(std::unique_ptr<llvm::TargetMachine> machine, int level,
-                             const CallsBinding& binds)
-    : machine_(std::move(machine)), level_(level) {
-  if (!binds) return;
-  library_ = std::make_unique<llvm::TargetLibraryInfoImpl>(machine_->getTargetTriple());
-  const llvm::TargetLibraryInfo names(*library_);
+LibraryCalls library_calls(const llvm::Triple& triple, const CallsBinding& binds) {
+  auto calls = std::make_shared<llvm::TargetLibraryInfoImpl>(triple);
+  const llvm::TargetLibraryInfo names(*calls);
   for (unsigned i = 0; i < llvm::LibFunc::NumLibFuncs; ++i) {
     const auto function = static_cast<llvm::LibFunc>(i);
     const llvm::StringRef name = names.getName(function);
     if (!name.empty() && !binds(std::string_view(name.data(), name.size())))
-      library_->setUnavailable(function);
+      calls->setUnavailable(function);
   }
+  return calls;
 }
+
+HostOptimiser::HostOptimiser(std::unique_ptr<llvm::TargetMachine> machine, int level,
+                             LibraryCalls calls)
+    : machine_(std::move(machine)), level_(level), library_(std::move(calls)) {}
 HostOptimiser::~HostOptimiser() = default;
 
 HostFit HostOptimiser::run(llvm::Module& module) const {

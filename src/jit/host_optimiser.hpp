@@ -25,17 +25,24 @@ enum class HostFit {
   as_shipped,   // kept the CPU the source chose: its interface passes wide vectors
 };
 
+// Whether a call to the C library function `name` would bind where the code
+// runs (the import policy's answer).
+using CallsBinding = std::function<bool(std::string_view name)>;
+
+// The library functions an optimised module may call: the platform's for
+// `triple`, less those `binds` says would not bind. Made once and shared
+// (read only, by any thread): with the JIT's policy it asks the process about
+// each of LLVM's ~530 library functions, 2.6-2.9 ms on the 2-core machine.
+using LibraryCalls = std::shared_ptr<const llvm::TargetLibraryInfoImpl>;
+[[nodiscard]] LibraryCalls library_calls(const llvm::Triple& triple, const CallsBinding& binds);
+
 class HostOptimiser {
  public:
-  // Whether a call to the C library function `name` would bind where the
-  // code runs (the import policy's answer). Empty: LLVM's own idea of the
-  // platform's library, all of it.
-  using CallsBinding = std::function<bool(std::string_view name)>;
-
   // `machine` describes this host (CPU name and features); `level` is the
-  // middle-end pipeline: 0 none (code generation only), 1..3 O1..O3.
+  // middle-end pipeline: 0 none (code generation only), 1..3 O1..O3;
+  // `calls`, the library functions it may call (null: all the platform's).
   HostOptimiser(std::unique_ptr<llvm::TargetMachine> machine, int level,
-                const CallsBinding& binds = {});
+                LibraryCalls calls = nullptr);
   ~HostOptimiser();
   HostOptimiser(const HostOptimiser&) = delete;
   HostOptimiser& operator=(const HostOptimiser&) = delete;
@@ -46,9 +53,7 @@ class HostOptimiser {
  private:
   std::unique_ptr<llvm::TargetMachine> machine_;
   int level_;
-  // The library functions the pipeline may call, made once: the platform's,
-  // less those that would not bind. Null: the platform's.
-  std::unique_ptr<llvm::TargetLibraryInfoImpl> library_;
+  LibraryCalls library_;  // null: the platform's
 };
 
 }  // namespace threechains

@@ -203,9 +203,10 @@ struct JitCache::Impl {
     if (!optimiser_machine)
       throw Error(errc::jit_failed, "cannot describe this host to LLVM: " +
                                         message_of(optimiser_machine.takeError()));
-    optimiser = std::make_unique<HostOptimiser>(
-        std::move(*optimiser_machine), options.optimisation_level,
-        [this](std::string_view name) { return binds_in_process(policy, name); });
+    calls = library_calls(builder->getTargetTriple(),
+                          [this](std::string_view name) { return binds_in_process(policy, name); });
+    optimiser = std::make_unique<HostOptimiser>(std::move(*optimiser_machine),
+                                                options.optimisation_level, calls);
     // One TargetMachine for the life of the cache (LLJIT's single-threaded
     // compiler owns one), built for this host's CPU name and features. No
     // compile threads: materialisation runs on the thread that looks up,
@@ -570,7 +571,7 @@ struct JitCache::Impl {
   void submit(CodeId id, Promotion& promotion) {
     if (!compiler) {
       compiler = std::make_unique<BackgroundCompiler>(*host_builder, optimisation_level, policy,
-                                                      store ? &*store : nullptr);
+                                                      calls, store ? &*store : nullptr);
     }
     // The bytes go to the compiler; name, triple and deps stay for the link.
     ParsedImage image{promotion.ir.name, promotion.ir.triple, promotion.ir.kind, promotion.ir.deps,
@@ -866,6 +867,7 @@ struct JitCache::Impl {
   [[nodiscard]] static const ParsedImage& confinable(CodecId codec, const ParsedImage* object,
                                                      const ParsedImage* ir);
   std::unordered_map<CodeId, confined::Code> confined_codes;  // node-based: stable for CachedIfunc
+  LibraryCalls calls;  // what optimised code may call: shared with the background compiler
   std::unique_ptr<HostOptimiser> optimiser;
   // Before the JIT: its plugins write to these.
   jit::FunctionTable functions;  // what fault reports name an instruction after
