@@ -1,8 +1,8 @@
 // threechains-bench-libm-worst: what one call of libm costs at worst, on the
 // inputs that make each function take its slow path. Confined code may call
-// these functions as they are (src/jit/confined_runtime.cpp, kPointerFree),
+// these functions as they are (src/confine/runtime.cpp, kPointerFree),
 // and the confinement pass charges such a call a fixed amount of fuel
-// (confinement.cpp, kImportCallCost units of at most kWorstUnitNs): this
+// (confine/fuel.cpp, kImportCallCost units of at most kWorstUnitNs): this
 // checks that no call takes longer than that charge. Prints the least time
 // per call over many rounds (the call's own cost, without the machine's
 // noise), and one JSON line per function to --json.

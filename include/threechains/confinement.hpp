@@ -76,4 +76,10 @@ enum class TrapReason : uint32_t {
 
 [[nodiscard]] std::string_view to_string(TrapReason reason) noexcept;
 
+// Why a confined invocation ended early, and where.
+struct ConfinedTrap {
+  TrapReason reason;
+  uintptr_t address;  // the address it reached for, where there is one
+};
+
 }  // namespace threechains

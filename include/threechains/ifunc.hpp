@@ -14,6 +14,9 @@
 
 namespace threechains {
 
+// The C ABI of an ifunc's entry point, <name>_main.
+using IfuncMain = void (*)(void* payload, std::size_t payload_size, void* target_args);
+
 class Ifunc {
  public:
   // Takes a packed container (see pack_container / threechains-pack).

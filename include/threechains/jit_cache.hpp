@@ -8,7 +8,9 @@
 #include <threechains/confinement.hpp>
 #include <threechains/error.hpp>
 #include <threechains/frame.hpp>
+#include <threechains/ifunc.hpp>  // IfuncMain
 #include <threechains/import_policy.hpp>
+#include <threechains/trust.hpp>  // Confine
 
 #include <chrono>
 #include <cstddef>
@@ -26,9 +28,6 @@ namespace confined {
 struct Code;  // what the runtime knows of a loaded confined ifunc
 }
 
-// The C ABI of an ifunc's entry point, <name>_main.
-using IfuncMain = void (*)(void* payload, std::size_t payload_size, void* target_args);
-
 // A loaded ifunc as a dispatch loop runs it (JitCache::invoke).
 struct CachedIfunc {
   IfuncMain main = nullptr;
@@ -38,18 +37,6 @@ struct CachedIfunc {
   // Both belong to the Receiver's engine, which evicts them together.
   const void* gpu = nullptr;
   IfuncMain gpu_complete = nullptr;
-};
-
-// How a load runs the code it is given.
-enum class Confine : uint8_t {
-  no,   // as it is: code from a fully trusted signer (or Trust::anyone())
-  yes,  // bitcode only, through the confinement pass; binary code is refused
-};
-
-// Why a confined invocation ended early, and where.
-struct ConfinedTrap {
-  TrapReason reason;
-  uintptr_t address;  // the address it reached for, where there is one
 };
 
 // What a target runs of a tiered container (both an object and IR per triple).

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -65,6 +66,14 @@ class KeyPair {
 
 [[nodiscard]] bool verify_signature(const PublicKey& key, std::span<const std::byte> message,
                                     std::span<const std::byte> signature) noexcept;
+
+// How a target runs code, as its signer's trust decides: a key trusted with
+// native code, or Trust::anyone(), runs as it is; other accepted code runs
+// confined.
+enum class Confine : uint8_t {
+  no,   // as it is: code from a fully trusted signer (or Trust::anyone())
+  yes,  // bitcode only, through the confinement pass; binary code is refused
+};
 
 // What a Receiver accepts. Default-constructed, it accepts nobody and no code.
 class Trust {

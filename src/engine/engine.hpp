@@ -21,7 +21,7 @@
 #include "engine/admission.hpp"
 #include "engine/link.hpp"
 #include "engine/outbox.hpp"
-#include "engine/runtime_hooks.hpp"
+#include "runtime/hooks.hpp"
 #include "trust/sodium.hpp"
 
 #include <threechains/channel.hpp>

@@ -4,8 +4,8 @@
 #include "jit/confined_compile.hpp"
 
 #include "jit/bitcode_checks.hpp"
-#include "jit/confined_runtime.hpp"
-#include "jit/confinement.hpp"
+#include "confine/runtime.hpp"
+#include "confine/pass.hpp"
 #include "jit/host_description.hpp"
 #include "jit/host_optimiser.hpp"
 
@@ -48,7 +48,7 @@ ConfinedCompiler::ConfinedCompiler(const Options& options)
   if (!codegen_machine)
     throw Error(errc::jit_failed, "cannot describe this host to LLVM: " +
                                       message_of(codegen_machine.takeError()));
-  // Confined code calls the confined runtime's imports only (confinement.cpp
+  // Confined code calls the confined runtime's imports only (confine/screen.cpp
   // renames them); the optimiser must not write a call to anything else.
   LibraryCalls calls = library_calls((*optimiser_machine)->getTargetTriple(),
                                      [](std::string_view name) { return confined::is_confined_import(name); });

@@ -1,7 +1,7 @@
 // JitCache: ORC LLJIT behind a pimpl. One JITDylib + ResourceTracker per ifunc.
 #include "jit/background_compiler.hpp"
 #include "jit/bitcode_checks.hpp"
-#include "jit/confined_runtime.hpp"
+#include "confine/runtime.hpp"
 #include "jit/compile_worker.hpp"
 #include "jit/container_images.hpp"
 #include "jit/function_table.hpp"
@@ -127,7 +127,7 @@ std::unique_ptr<llvm::orc::AbsoluteSymbolsMaterializationUnit> runtime_symbols(
   for (const auto& [name, address] : public_runtime())
     symbols[jit.mangleAndIntern(name)] = entry(address);
   // What confined code links against: this cache's runner state, the
-  // runtime's checks, and the confined imports (confinement.cpp renames a
+  // runtime's checks, and the confined imports (confine/screen.cpp renames a
   // confined module's imports to these names; nothing else resolves them).
   for (const confined::Symbol& symbol : confined::runtime_symbols(confined_state)) {
     symbols[jit.mangleAndIntern(symbol.name)] = llvm::orc::ExecutorSymbolDef(

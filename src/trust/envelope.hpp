@@ -7,7 +7,6 @@
 // (xxHash is fast, not collision-resistant).
 #pragma once
 
-#include <threechains/jit_cache.hpp>
 #include <threechains/trust.hpp>
 
 #include <cstddef>

@@ -2,14 +2,14 @@
 // that gives each invocation its bounds and catches its traps.
 //
 // The first fields of ConfinedState are an ABI with the code the confinement
-// pass (confinement.cpp) emits: it reads them at fixed offsets through the
+// pass (confine/instrument.cpp) emits: it reads them at fixed offsets through the
 // absolute symbol __threechains_confined_state, which each JitCache binds to
 // its own ConfinedRunner's state. Confined code can never address the state
 // itself: it lies in no region.
 #pragma once
 
 #include <threechains/confinement.hpp>
-#include <threechains/jit_cache.hpp>
+#include <threechains/ifunc.hpp>
 
 #include <csetjmp>
 #include <cstddef>
@@ -51,7 +51,7 @@ inline constexpr const char* kImportPrefix = "__threechains_confined_import_";
 // Names no confined module may define or declare itself.
 inline constexpr const char* kReservedPrefix = "__threechains_confined";
 
-// Byte offsets the pass reads; static_asserts in confined_runtime.cpp keep
+// Byte offsets the pass reads; static_asserts in confine/runtime.cpp keep
 // them equal to the struct's.
 inline constexpr uint64_t kPayloadBegin = 0;
 inline constexpr uint64_t kPayloadSize = 8;
@@ -62,7 +62,7 @@ inline constexpr uint64_t kNativeLimit = 40;
 inline constexpr uint64_t kFuel = 48;
 
 // Fuel counts between two looks at the clock, at most. A unit is one
-// instruction on the longest path between two fuel points (confinement.cpp)
+// instruction on the longest path between two fuel points (confine/fuel.cpp)
 // or 64 bytes of a checked import's work; kWorstUnitNs is what we take one
 // to cost at worst (a load that misses every cache and the TLB), so that a
 // chunk is kept under an eighth of the time budget (Runner::Runner).

@@ -23,7 +23,7 @@ void screen_for_confinement(llvm::Module& module, const std::string& ifunc,
                             std::size_t max_global_bytes);
 
 // Rewrites `module` so that, once compiled, it touches only what the runtime
-// (jit/confined_runtime.hpp) lets one invocation touch, calls only its own
+// (confine/runtime.hpp) lets one invocation touch, calls only its own
 // functions and the confined imports, and stops when its fuel runs out;
 // what breaks a rule calls the runtime's trap. Every symbol but
 // `<ifunc>_main` is made internal. Throws errc::import_refused, naming what

@@ -2,7 +2,7 @@
 // polling on this thread. Exported with C linkage so the JIT resolves them from
 // the process.
 #include <threechains/runtime.h>
-#include "engine/runtime_hooks.hpp"
+#include "runtime/hooks.hpp"
 
 #include <utility>
 

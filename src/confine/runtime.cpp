@@ -1,6 +1,6 @@
 // The run-time half of confinement: the slow-path region check, traps, the
 // fuel clock, checked imports, and the runner around each invocation.
-#include "jit/confined_runtime.hpp"
+#include "confine/runtime.hpp"
 
 #include <threechains/runtime.h>
 #include <threechains/error.hpp>
@@ -471,8 +471,7 @@ void Runner::wipe_stack(uint64_t caller) noexcept {
   caller_ = caller;
   // MADV_DONTNEED on private anonymous memory: the pages read as zero next
   // time, and only the pages that were touched cost anything.
-  if (madvise(stack_, stack_mapped_, MADV_DONTNEED) != 0)
-    std::memset(stack_, 0, stack_mapped_);
+  if (madvise(stack_, stack_mapped_, MADV_DONTNEED) != 0) std::memset(stack_, 0, stack_mapped_);
 }
 
 void Code::remember_initial_globals() {
