@@ -1,11 +1,11 @@
 // What confined_compile.hpp says. The same steps, in the same order, as the
-// JIT's own load of bitcode (jit_cache.cpp), with confinement's two passes
-// around the host optimiser.
+// JIT's own load of bitcode (JitCache::Impl::link, jit_cache_linking.cpp),
+// with confinement's two passes around the host optimiser.
 #include "jit/confined_compile.hpp"
 
-#include "jit/bitcode_checks.hpp"
-#include "confine/runtime.hpp"
 #include "confine/pass.hpp"
+#include "confine/runtime.hpp"
+#include "jit/bitcode_checks.hpp"
 #include "jit/host_description.hpp"
 #include "jit/host_optimiser.hpp"
 

@@ -1,0 +1,302 @@
+// JitCache's state (the pimpl), for the files that implement it:
+//   jit_cache.cpp          the cache: its set-up and the calls of JitCache;
+//   jit_cache_imports.cpp  what injected code's imports bind to (the
+//                          process, dependency libraries), through the ImportPolicy;
+//   jit_cache_linking.cpp  code into JITDylibs: linked, from the store, pre-linked,
+//                          confined, evicted;
+//   jit_cache_tiers.cpp    tiered code: tier 0 at once, tier 1 compiled later.
+// Private to the library: LLVM's types stay out of the public headers.
+#pragma once
+
+#include "confine/runtime.hpp"
+#include "jit/background_compiler.hpp"
+#include "jit/bitcode_checks.hpp"
+#include "jit/compile_worker.hpp"
+#include "jit/container_images.hpp"
+#include "jit/function_table.hpp"
+#include "jit/host_description.hpp"
+#include "jit/host_optimiser.hpp"
+#include "jit/image_memory.hpp"
+#include "jit/jit_observers.hpp"
+#include "jit/object_store.hpp"
+#include "jit/prelinked_image.hpp"
+#include "jit/process_symbols.hpp"
+
+#include <threechains/runtime.h>
+#include <threechains/error.hpp>
+#include <threechains/jit_cache.hpp>
+
+#include "trust/sodium.hpp"
+
+#include <llvm-c/Core.h>
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/Config/llvm-config.h>
+#include <llvm/ExecutionEngine/Orc/DebugUtils.h>
+#include <llvm/ExecutionEngine/Orc/EHFrameRegistrationPlugin.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/MapperJITLinkMemoryManager.h>
+#include <llvm/ExecutionEngine/Orc/MemoryMapper.h>
+#include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
+#include <llvm/ExecutionEngine/Orc/ObjectTransformLayer.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/DiagnosticInfo.h>
+#include <llvm/IR/DiagnosticPrinter.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/DynamicLibrary.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/TargetSelect.h>
+
+#include <dlfcn.h>
+#include <link.h>
+#include <sodium.h>
+
+#include <algorithm>
+#include <array>
+#include <initializer_list>
+#include <mutex>
+#include <optional>
+
+namespace threechains {
+
+// Hidden: JitCache's own helpers, shared by its files, never part of the
+// library's ABI.
+#pragma GCC visibility push(hidden)
+namespace jit_cache_detail {
+
+inline std::string message_of(llvm::Error error) {
+  return llvm::toString(std::move(error));
+}
+
+// What went wrong while loading one ifunc, gathered from every LLVM error the
+// load produced (the session's error reporter and the final lookup).
+struct LoadFailure {
+  errc code = errc::jit_failed;
+  std::string message;
+  bool needs_native_tls = false;
+  std::vector<std::string> refused;  // imports the ImportPolicy turned away somewhere
+  std::vector<std::string> missing;  // what the link could not resolve in the end
+
+  // The one place LLVM's errors become ours: classified by their type.
+  void absorb(llvm::Error error) {
+    llvm::handleAllErrors(
+        std::move(error),
+        [this](const llvm::orc::SymbolsNotFound& not_found) {
+          code = errc::symbol_not_found;
+          for (const llvm::orc::SymbolStringPtr& name : not_found.getSymbols()) {
+            // Native TLS resolves through the ORC runtime's TLS entry points.
+            const llvm::StringRef symbol = *name;
+            missing.push_back(symbol.str());
+            if (symbol.contains("_TLS") || symbol == "__tls_get_addr") needs_native_tls = true;
+          }
+          append(not_found.message());
+        },
+        [this](const llvm::ErrorInfoBase& other) {
+          // JITLink refuses native TLS relocations (R_X86_64_TLSGD, ...) by name.
+          const std::string text = other.message();
+          if (llvm::StringRef(text).contains("TLS")) needs_native_tls = true;
+          append(text);
+        });
+  }
+
+  void append(const std::string& text) { message += (message.empty() ? "" : "; ") + text; }
+  [[nodiscard]] bool empty() const noexcept { return message.empty(); }
+};
+
+inline std::string hex_id(CodeId id) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, id >>= 4) s[static_cast<std::size_t>(i)] = digits[id & 0xf];
+  return s;
+}
+
+// <threechains/runtime.h>: what injected code of any kind may call here
+// (src/runtime/), by name and address.
+const std::array<std::pair<const char*, void*>, 6>& public_runtime();
+
+}  // namespace jit_cache_detail
+#pragma GCC visibility pop
+
+using jit_cache_detail::hex_id;
+using jit_cache_detail::LoadFailure;
+using jit_cache_detail::message_of;
+using jit_cache_detail::public_runtime;
+
+// Hidden, as its helpers above: the pimpl is no part of the ABI.
+struct __attribute__((visibility("hidden"))) JitCache::Impl {
+  explicit Impl(const JitOptions& options);
+  ~Impl();
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  // Whether injected code may import `name` from this process: by name, or
+  // because an allowed library defines it. A refusal is remembered so the
+  // load's error names the symbol (a symbol the process lacks is just missing).
+  bool allow_process_symbol(llvm::StringRef name);
+
+  // Whether `symbol` may be bound to `address` (what the generator at hand
+  // would bind): allowed by name, or defined by an allowed object.
+  bool allow_binding(const std::string& symbol, const void* address);
+
+  // A dependency library becomes a JITDylib of its own, shared by every ifunc
+  // that names it. Only what the library itself defines resolves there: dlsym
+  // on a library also finds what its own dependencies (libc) define, which
+  // must go through the policy like any process symbol.
+  llvm::orc::JITDylib& dependency(const std::string& library, const std::string& ifunc);
+
+  // A dependency library, loaded for good: LLVM's handle (what its generator
+  // searches) and ours, with its link_map to tell its own symbols from those
+  // of its dependencies.
+  struct DependencyObject {
+    llvm::sys::DynamicLibrary library;
+    void* handle = nullptr;
+    const link_map* self = nullptr;
+  };
+
+  // Whether `symbol`, found at `address` by a search of `object`, may bind:
+  // the library's own symbols may; what its dependencies (libc) define goes
+  // through the policy like any process symbol.
+  bool allow_from(const DependencyObject& object, const std::string& symbol, const void* address);
+
+  const DependencyObject& dependency_object(const std::string& library, const std::string& ifunc);
+
+  // Maps a pre-linked image (prelinked_image.hpp): no JIT, no linker. Its
+  // imports resolve in the JIT's order (a JITDylib's link order: LLJIT's
+  // process JITDylib, then the dependencies): the runtime, the process,
+  // then its dependency libraries, each through the ImportPolicy.
+  IfuncMain link_prelinked(CodeId id, const ParsedImage& image);
+
+  // Forgets `id`'s pre-linked image, if it has one.
+  bool release_prelinked(CodeId id);
+
+  // The store's key for `image`: the code's identity (and, since XXH3 is no
+  // cryptographic hash, the image's BLAKE2b), and everything of this host and
+  // build that decides the object's bytes or what was checked before.
+  [[nodiscard]] std::string store_key(CodeId id, const ParsedImage& image,
+                                      Confine confine = Confine::no) const;
+
+  // The entry of `image` (IR) linked from the store under `key`, or nullptr.
+  IfuncMain link_stored(CodeId id, const ParsedImage& image, const std::string& key,
+                        Confine confine = Confine::no);
+
+  // Compiles or links `image`; with a store, bitcode is first looked up there.
+  IfuncMain load(CodeId id, CodecId codec, const ParsedImage& image, bool& from_store,
+                 Confine confine = Confine::no);
+
+  // Confined bitcode: from the store, else compiled by a worker process
+  // (compile_worker.hpp) while this thread waits, then linked here.
+  IfuncMain load_confined(CodeId id, const ParsedImage& image, bool& from_store);
+
+  // Links what a worker compiled for `image` (or throws why it did not) and
+  // keeps it in the store under `key`, if there is one.
+  IfuncMain link_compiled(CodeId id, const ParsedImage& image, CompileWorkers::Outcome& compiled,
+                          const std::string& key);
+
+  // A tiered load: the object at once (tier 0) and the IR compiled later, or
+  // what JitOptions::tiering asks for; `object` or `ir` may be missing.
+  IfuncMain load_tiered(CodeId id, const ParsedImage* object, const ParsedImage* ir,
+                        LoadResult& result);
+
+  struct Promotion {
+    uint64_t serial = 0;
+    uint32_t calls_left = 0;
+    bool due = false;  // called often enough: to be submitted (start_due_compiles)
+    bool submitted = false;
+    ParsedImage ir;  // its bytes go to the compiler; name, triple and deps stay
+    std::string store_key;
+  };
+
+  void submit(CodeId id, Promotion& promotion);
+
+  void note_call(CodeId id);
+
+  // Forgets `id`'s promotion (a compile under way is dropped when it finishes).
+  void drop_promotion(CodeId id);
+
+  void start_due_compiles();
+
+  // Links finished tier-1 code; returns the new entries and what failed.
+  std::vector<std::pair<CodeId, IfuncMain>> promote_ready(std::vector<std::string>& failures,
+                                                          unsigned& kept_at_tier0);
+
+  // Links `image` (or, for bitcode, `object` compiled from it earlier) into a
+  // JITDylib of its own and returns its entry point.
+  IfuncMain link(CodeId id, CodecId codec, const ParsedImage& image,
+                 const std::vector<std::byte>* object, Confine confine = Confine::no);
+
+  // What the runner needs of a confined ifunc just linked into `jd`: its
+  // globals, from the table the confinement pass emitted.
+  confined::Code confined_code(llvm::orc::JITDylib& jd, CodeId id, const std::string& name);
+
+  // A JITDylib for one ifunc's code (each its own, so helper symbols of two
+  // ifuncs never clash): an emptied one if there is one, else a new one.
+  // Making one costs more than linking a small object (threechains-bench-jit,
+  // perf), so evicted ones are emptied and kept.
+  llvm::orc::JITDylib& acquire_dylib();
+
+  // Empties `jd` for reuse (or removes it, if emptying fails).
+  llvm::Error release_dylib(llvm::orc::JITDylib& jd);
+
+  // Whether code for `image_triple` runs on this host: LLVM parses both
+  // triples the first time a container names it (a fifth of a pre-linked
+  // load, cold), and the answer is kept.
+  bool runs_here(const std::string& image_triple);
+
+  bool evict(CodeId id);
+
+  ImportPolicy policy;
+  confined::Runner runner;  // before the JIT: its state is bound into every JITDylib
+  CompileWorkers workers;   // where confined bitcode compiles
+  struct PendingLoad {
+    ParsedImage image;  // name, triple and deps for the link (its bytes went to the worker)
+    std::string store_key;
+    std::chrono::steady_clock::time_point started;
+  };
+  std::unordered_map<CodeId, PendingLoad> pending_loads;  // confined code compiling in a worker
+
+  [[nodiscard]] std::vector<ParsedImage> images_for_host(CodeId id, std::span<const std::byte> code,
+                                                         const ParsedImage*& object,
+                                                         const ParsedImage*& ir);
+  [[nodiscard]] static const ParsedImage& confinable(CodecId codec, const ParsedImage* object,
+                                                     const ParsedImage* ir);
+  std::unordered_map<CodeId, confined::Code> confined_codes;  // node-based: stable for CachedIfunc
+  LibraryCalls calls;  // what optimised code may call: shared with the background compiler
+  std::unique_ptr<HostOptimiser> optimiser;
+  // Before the JIT: its plugins write to these.
+  jit::FunctionTable functions;  // what fault reports name an instruction after
+  jit::Observers observers;      // the perf session
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  std::string triple;
+  std::unordered_map<std::string, bool> runs_on_host;  // image triple -> runs_here
+  LoadFailure failure;               // what the session reported during the current load
+  std::optional<ObjectStore> store;  // JitOptions::code_cache_directory
+  std::string host_key;              // this host's part of a store key
+  std::optional<llvm::orc::DumpObjects> dumper;
+  bool capturing = false;           // a compile for the store is running
+  std::vector<std::byte> captured;  // the object it produced
+  int captured_objects = 0;
+  std::optional<llvm::orc::JITTargetMachineBuilder> host_builder;  // for the background compiler
+  int optimisation_level = 2;
+  Tiering tiering = Tiering::tiered;
+  uint32_t promote_after_calls = 2;
+  std::unordered_map<CodeId, Promotion> promotions;  // tier-0 ifuncs with IR to compile
+  std::vector<CodeId> due;                           // promotions to submit (start_due_compiles)
+  std::size_t awaiting = 0;                          // promotions waiting for calls
+  std::size_t in_progress = 0;                       // due, submitted or compiled, not yet linked
+  uint64_t next_serial = 1;
+  std::unique_ptr<BackgroundCompiler> compiler;  // started by the first promotion
+  std::unordered_map<CodeId, std::vector<llvm::orc::JITDylib*>> dylibs;  // tier 0 first
+  std::vector<llvm::orc::JITDylib*> spare_dylibs;  // emptied by evictions, for reuse
+  llvm::orc::JITDylibSearchOrder default_links;    // LLJIT's links of a new JITDylib
+  std::size_t dylib_count = 0;
+  std::unordered_map<std::string, llvm::orc::JITDylib*> dependencies;    // live as long as the JIT
+  std::unordered_map<std::string, DependencyObject> dependency_objects;  // loaded for good
+  // Pre-linked images (binary code packed PRELINKED), released on eviction
+  // into image_memory, which is declared first so it outlives them.
+  jit::ImageMemory image_memory;
+  std::unordered_map<CodeId, jit::PrelinkedImage> prelinked;
+};
+
+}  // namespace threechains
