@@ -29,7 +29,11 @@ class Ifunc {
   [[nodiscard]] CodecId codec() const noexcept { return state_->info.codec; }
   [[nodiscard]] CodeId id() const noexcept { return state_->id; }
   [[nodiscard]] const ContainerInfo& info() const noexcept { return state_->info; }
-  [[nodiscard]] std::span<const std::byte> code() const noexcept { return state_->code; }
+  [[nodiscard]] std::span<const std::byte> code() const noexcept {
+    // From pointer and size: the range constructor's concept checks cost
+    // every includer tens of milliseconds of compile time.
+    return {state_->code.data(), state_->code.size()};
+  }
 
  private:
   struct State {
