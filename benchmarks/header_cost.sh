@@ -63,18 +63,18 @@ for unit in "${units[@]}"; do times[$unit]=""; done
 for _ in $(seq "$rounds"); do
   for unit in "${units[@]}"; do times[$unit]+="$(seconds "$unit") "; done
 done
-declare -A med
+declare -A least_of
 for unit in "${units[@]}"; do
-  med[$unit]=$(tr ' ' '\n' <<<"${times[$unit]}" | grep . | least)
-  printf '%-9s %.3f s  (runs: %s)\n' "$unit" "${med[$unit]}" "${times[$unit]}"
+  least_of[$unit]=$(tr ' ' '\n' <<<"${times[$unit]}" | grep . | least)
+  printf '%-9s %.3f s  (runs: %s)\n' "$unit" "${least_of[$unit]}" "${times[$unit]}"
 done
-over=$(awk -v a="${med[umbrella]}" -v b="${med[baseline]}" 'BEGIN {printf "%.4f", a - b}')
+over=$(awk -v a="${least_of[umbrella]}" -v b="${least_of[baseline]}" 'BEGIN {printf "%.4f", a - b}')
 printf 'umbrella over baseline: %.3f s (%s, %s rounds)\n' "$over" "$("$cxx" --version | head -1)" "$rounds"
 if [[ -n $json ]]; then
   commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
   for unit in "${units[@]}"; do
     printf '{"unit":"%s","seconds":%.4f,"compiler":"%s","rounds":%d,"commit":"%s"}\n' \
-      "$unit" "${med[$unit]}" "$cxx" "$rounds" "$commit" >>"$json"
+      "$unit" "${least_of[$unit]}" "$cxx" "$rounds" "$commit" >>"$json"
   done
   printf '{"unit":"umbrella_over_baseline","seconds":%.4f,"compiler":"%s","rounds":%d,"commit":"%s"}\n' \
     "$over" "$cxx" "$rounds" "$commit" >>"$json"

@@ -64,7 +64,6 @@ while IFS= read -r file; do
       target=$(layer_of_public "${BASH_REMATCH[1]}")
     fi
     [[ -z $target ]] && continue
-    [[ $target == src ]] && continue
     target_rank=$(rank_of_layer "$target")
     if ((target_rank > from_rank)); then
       echo "$file ($from) includes up into $target: $line"

@@ -18,11 +18,7 @@ using namespace tc::ucp_ifunc_detail;  // this room's own internals (context_sta
 
 namespace {
 
-using tc::ucp_ifunc_wire::CommitMark;
-using tc::ucp_ifunc_wire::frame_checksum;
-using tc::ucp_ifunc_wire::kFrameStart;
-using tc::ucp_ifunc_wire::kMarkMagic;
-using tc::ucp_ifunc_wire::kPayloadStart;
+using namespace tc::ucp_ifunc_wire;  // the buffer layout (wire.hpp)
 constexpr std::size_t kPrefix = 64;  // cached mark + cached header + padding
 static_assert(kPrefix % 16 == 0 && kPayloadStart % 16 == 0, "payloads stay 16-byte aligned");
 

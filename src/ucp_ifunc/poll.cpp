@@ -15,11 +15,7 @@ using namespace tc::ucp_ifunc_detail;  // this room's own internals (context_sta
 
 namespace {
 
-using tc::ucp_ifunc_wire::CommitMark;
-using tc::ucp_ifunc_wire::frame_checksum;
-using tc::ucp_ifunc_wire::kFrameStart;
-using tc::ucp_ifunc_wire::kMarkMagic;
-using tc::ucp_ifunc_wire::kPayloadStart;
+using namespace tc::ucp_ifunc_wire;  // the buffer layout (wire.hpp)
 
 // Code that arrived in a frame, compiled if it may run here: it is the code
 // of our own library of that name (registered now if it was not), or it is
