@@ -204,11 +204,7 @@ class JitCache {
   // Makes the ifunc `id` a GPU kernel (CachedIfunc::gpu): the CPU code loaded
   // as `id`, if any, stays loaded for `complete`. The caller owns `kernel`
   // and evicts it with evict(id).
-  void adopt_gpu(CodeId id, const void* kernel, IfuncMain complete) {
-    CachedIfunc& entry = entries_[id];
-    entry.gpu = kernel;
-    entry.gpu_complete = complete;
-  }
+  void adopt_gpu(CodeId id, const void* kernel, IfuncMain complete);
 
   // Removes an ifunc and frees its code (every tier). Returns false if it was
   // not cached. A tier-1 compile under way for it is dropped.

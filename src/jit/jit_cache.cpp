@@ -184,6 +184,14 @@ const std::string* JitCache::function_at(const void* address,
   return name;
 }
 
+// Out of line: cold, and its entries_[id] costs every includer of the header
+// the hash table's insertion code (docs/performance.md, "Other figures").
+void JitCache::adopt_gpu(CodeId id, const void* kernel, IfuncMain complete) {
+  CachedIfunc& entry = entries_[id];
+  entry.gpu = kernel;
+  entry.gpu_complete = complete;
+}
+
 JitCache::JitCache(const JitOptions& options) : impl_(std::make_unique<Impl>(options)) {}
 JitCache::~JitCache() = default;
 JitCache::JitCache(JitCache&&) noexcept = default;
