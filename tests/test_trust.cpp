@@ -3,6 +3,7 @@
 // refusal is checked on both sides: the target counts and reports it, the
 // source sees why.
 #include "engine/testing.hpp"
+#include "ucx/remote_checks.hpp"
 #include "support/counter_target.hpp"
 #include "support/two_process.hpp"
 

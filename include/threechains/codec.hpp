@@ -50,14 +50,7 @@ struct ContainerCodec {
   // Packs the library's images (all of this codec's kind; both kinds for
   // tiered) into a fat container.
   [[nodiscard]] static std::vector<std::byte> encode(const IfuncLibrary& library) {
-    for (const CodeImage& image : library.images) {
-      if (Id != CodecId::tiered && image.kind != Id && !is_gpu_triple(image.triple)) {
-        throw Error(errc::bad_container, "image for " + image.triple + " is " +
-                                             to_string(image.kind) + ", but this codec ships " +
-                                             to_string(Id));
-      }
-    }
-    return pack_container(library);
+    return pack_container_as(Id, library);
   }
 
   // Compiles (bitcode) or links (binary) the image for this host.

@@ -48,6 +48,13 @@ struct ContainerInfo {
 // table, ident), and the whole container is one zstd
 // frame when that is smaller (the usual case).
 [[nodiscard]] std::vector<std::byte> pack_container(const IfuncLibrary& library);
+namespace detail {
+// The same, for a codec (codec.hpp): throws errc::bad_container if a CPU
+// image is not of `codec`'s kind (tiered takes both kinds; GPU images ride
+// along in any).
+[[nodiscard]] std::vector<std::byte> pack_container_as(CodecId codec,
+                                                       const IfuncLibrary& library);
+}  // namespace detail
 
 // The container as plain concatenated OffloadBinary images (inflated if it was
 // compressed), as `llvm-offload-binary` reads them.

@@ -39,83 +39,14 @@ enum class errc {
   gpu_failed,              // GPU code could not run: no GPU, driver, PTX JIT, kernel fault, timeout
 };
 
-[[nodiscard]] inline const std::error_category& threechains_category() noexcept {
-  struct category final : std::error_category {
-    [[nodiscard]] const char* name() const noexcept override { return "threechains"; }
-    [[nodiscard]] std::string message(int value) const override {
-      switch (static_cast<errc>(value)) {
-        case errc::ok:
-          return "ok";
-        case errc::bad_magic:
-          return "bad frame magic";
-        case errc::bad_version:
-          return "unsupported frame version";
-        case errc::bad_codec:
-          return "unknown codec";
-        case errc::truncated_frame:
-          return "truncated frame";
-        case errc::bad_sequence:
-          return "frame sequence mismatch";
-        case errc::code_identity_mismatch:
-          return "code section does not match its identity";
-        case errc::frame_too_large:
-          return "frame larger than a ring slot";
-        case errc::bad_container:
-          return "malformed code container";
-        case errc::no_image_for_target:
-          return "no code image for this target";
-        case errc::jit_failed:
-          return "JIT compilation or linking failed";
-        case errc::symbol_not_found:
-          return "symbol not found";
-        case errc::dependency_not_found:
-          return "dependency library not found";
-        case errc::unknown_code:
-          return "source does not hold the requested code";
-        case errc::protocol:
-          return "protocol violation";
-        case errc::invalid_argument:
-          return "invalid argument";
-        case errc::peer_gone:
-          return "peer went away";
-        case errc::timeout:
-          return "timed out";
-        case errc::io:
-          return "I/O error";
-        case errc::peer_refused:
-          return "peer refused";
-        case errc::code_refused:
-          return "code refused";
-        case errc::import_refused:
-          return "import refused";
-        case errc::limit_exceeded:
-          return "limit exceeded";
-        case errc::code_trapped:
-          return "code trapped";
-        case errc::gpu_failed:
-          return "GPU ifunc failed";
-      }
-      return "unknown threechains error";
-    }
-  };
-  static const category instance;
-  return instance;
-}
+// The categories of the library's error codes (defined in the library, so
+// there is one of each in a process: codes compare by category address).
+[[nodiscard]] const std::error_category& threechains_category() noexcept;
+// UCX statuses are negative ints; the category keeps them as they are.
+[[nodiscard]] const std::error_category& ucs_category() noexcept;
 
 [[nodiscard]] inline std::error_code make_error_code(errc e) noexcept {
   return {static_cast<int>(e), threechains_category()};
-}
-
-// UCX statuses are negative ints; the category keeps them as they are.
-[[nodiscard]] inline const std::error_category& ucs_category() noexcept {
-  struct category final : std::error_category {
-    [[nodiscard]] const char* name() const noexcept override { return "ucs"; }
-    [[nodiscard]] std::string message(int value) const override {
-      return ucs_status_string(static_cast<ucs_status_t>(value));
-    }
-  };
-  static const category instance;
-  return instance;
 }
 
 [[nodiscard]] inline std::error_code make_error_code(ucs_status_t s) noexcept {
@@ -133,15 +64,7 @@ class Error : public std::system_error {
   [[nodiscard]] bool is(errc e) const noexcept { return code() == make_error_code(e); }
   // what() without the code's message at its end: the context alone, to wrap
   // into another Error without saying the message twice.
-  [[nodiscard]] std::string context() const {
-    const std::string text = what();
-    const std::string suffix = ": " + code().message();
-    if (text.size() >= suffix.size() &&
-        text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0) {
-      return text.substr(0, text.size() - suffix.size());
-    }
-    return text;
-  }
+  [[nodiscard]] std::string context() const;
   // The UCX status this error carries, if it came from UCX.
   [[nodiscard]] std::optional<ucs_status_t> ucs_status() const noexcept {
     if (code().category() != ucs_category()) return std::nullopt;

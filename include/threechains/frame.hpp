@@ -132,7 +132,6 @@ class FrameView {
     return view;
   }
 
-  // A human-readable account of why `bytes` was rejected with `e`.
   // What is wrong with `bytes`, as parse() found `e`, in words (cold: in the
   // library).
   [[nodiscard]] static std::string describe(errc e, std::span<const std::byte> bytes);

@@ -16,7 +16,6 @@
 
 #include <string>
 #include <string_view>
-#include <unordered_set>
 #include <vector>
 
 namespace threechains {
@@ -48,7 +47,7 @@ class ImportPolicy {
 
  private:
   bool unrestricted_ = false;
-  std::unordered_set<std::string> symbols_;
+  std::vector<std::string> symbols_;  // sorted, unique: looked up at link time only
   std::vector<std::string> libraries_;
 };
 

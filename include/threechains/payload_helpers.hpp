@@ -20,14 +20,7 @@ class CPayloadHelpers {
  public:
   // Loads `ifunc` into `cache` (which must outlive the helpers) and finds its
   // helpers; std::nullopt when the library does not define both.
-  [[nodiscard]] static std::optional<CPayloadHelpers> find(const Ifunc& ifunc, JitCache& cache) {
-    (void)cache.load(ifunc.id(), ifunc.codec(), ifunc.code());
-    void* max_size = cache.lookup(ifunc.id(), ifunc.name() + "_payload_get_max_size");
-    void* init = cache.lookup(ifunc.id(), ifunc.name() + "_payload_init");
-    if (max_size == nullptr || init == nullptr) return std::nullopt;
-    return CPayloadHelpers(reinterpret_cast<threechains_payload_get_max_size_fn>(max_size),
-                           reinterpret_cast<threechains_payload_init_fn>(init), ifunc.name());
-  }
+  [[nodiscard]] static std::optional<CPayloadHelpers> find(const Ifunc& ifunc, JitCache& cache);
 
   [[nodiscard]] std::size_t max_size(void* source_args, std::size_t source_args_size) const {
     return max_size_(source_args, source_args_size);
@@ -37,9 +30,8 @@ class CPayloadHelpers {
   std::size_t init(void* source_args, std::size_t source_args_size, void* payload,
                    std::size_t capacity) const {
     std::size_t size = capacity;
-    if (const int rc = init_(source_args, source_args_size, payload, &size); rc != 0) {
-      throw Error(errc::protocol, name_ + "_payload_init failed with " + std::to_string(rc));
-    }
+    if (const int rc = init_(source_args, source_args_size, payload, &size); rc != 0)
+      throw_init_failed(rc);
     return size;
   }
 
@@ -47,18 +39,15 @@ class CPayloadHelpers {
   CPayloadHelpers(threechains_payload_get_max_size_fn m, threechains_payload_init_fn i,
                   std::string name)
       : max_size_(m), init_(i), name_(std::move(name)) {}
+  [[noreturn]] void throw_init_failed(int rc) const;
+
   threechains_payload_get_max_size_fn max_size_;
   threechains_payload_init_fn init_;
   std::string name_;
 };
 
 // Sends `ifunc` with a payload its C helpers build from `source_args`, in place.
-inline SendStatus send_init(Channel& channel, const Ifunc& ifunc, const CPayloadHelpers& helpers,
-                            void* source_args, std::size_t source_args_size) {
-  const std::size_t reserve = helpers.max_size(source_args, source_args_size);
-  return channel.send_with(ifunc, reserve, [&](std::byte* payload) -> std::size_t {
-    return helpers.init(source_args, source_args_size, payload, reserve);
-  });
-}
+SendStatus send_init(Channel& channel, const Ifunc& ifunc, const CPayloadHelpers& helpers,
+                     void* source_args, std::size_t source_args_size);
 
 }  // namespace threechains

@@ -244,6 +244,19 @@ std::vector<std::byte> pack_container(const IfuncLibrary& library) {
   return packed.size() < out.size() ? packed : out;
 }
 
+namespace detail {
+std::vector<std::byte> pack_container_as(CodecId codec, const IfuncLibrary& library) {
+  for (const CodeImage& image : library.images) {
+    if (codec != CodecId::tiered && image.kind != codec && !is_gpu_triple(image.triple)) {
+      throw Error(errc::bad_container, "image for " + image.triple + " is " +
+                                           to_string(image.kind) + ", but this codec ships " +
+                                           to_string(codec));
+    }
+  }
+  return pack_container(library);
+}
+}  // namespace detail
+
 std::vector<std::byte> unpacked_container(std::span<const std::byte> signed_or_not) {
   const std::span<const std::byte> container = container_body(signed_or_not);
   if (is_compressed(container)) return decompress(container);

@@ -47,7 +47,9 @@ std::string_view file_name(std::string_view path) {
 }  // namespace
 
 ImportPolicy::ImportPolicy() {
-  symbols_.insert(kSafeSymbols.begin(), kSafeSymbols.end());
+  symbols_.assign(kSafeSymbols.begin(), kSafeSymbols.end());
+  std::sort(symbols_.begin(), symbols_.end());
+  symbols_.erase(std::unique(symbols_.begin(), symbols_.end()), symbols_.end());
   libraries_.assign(kSafeLibraries.begin(), kSafeLibraries.end());
 }
 
@@ -58,7 +60,8 @@ ImportPolicy ImportPolicy::unrestricted() {
 }
 
 ImportPolicy& ImportPolicy::allow_symbol(std::string name) {
-  symbols_.insert(std::move(name));
+  const auto at = std::lower_bound(symbols_.begin(), symbols_.end(), name);
+  if (at == symbols_.end() || *at != name) symbols_.insert(at, std::move(name));
   return *this;
 }
 
@@ -69,7 +72,10 @@ ImportPolicy& ImportPolicy::allow_library(std::string library) {
 }
 
 bool ImportPolicy::allows_symbol(std::string_view name) const {
-  return unrestricted_ || symbols_.contains(std::string(name));
+  if (unrestricted_) return true;
+  const auto at = std::lower_bound(symbols_.begin(), symbols_.end(), name,
+                                   [](const std::string& a, std::string_view b) { return a < b; });
+  return at != symbols_.end() && *at == name;
 }
 
 bool ImportPolicy::allows_dependency(std::string_view library) const {

@@ -21,6 +21,8 @@
 // ring. The range must lie in the one shared mapping that unpacking this
 // rkey attached (UCX 1.13 attaches a segment afresh on every unpack, shmat
 // or mmap, and detaches it with the rkey): unpack_rkey says how we know.
+#include "ucx/remote_checks.hpp"
+
 #include <threechains/ucx/memory.hpp>
 
 #include <fcntl.h>

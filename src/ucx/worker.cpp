@@ -6,6 +6,11 @@
 
 namespace threechains {
 
+detail::Deadline::Deadline(std::chrono::milliseconds limit) noexcept
+    : at_(std::chrono::steady_clock::now() + limit) {}
+
+bool detail::Deadline::passed() const noexcept { return std::chrono::steady_clock::now() > at_; }
+
 Worker::Worker(Context context, const WorkerOptions& options) : context_(std::move(context)) {
   ucp_worker_params_t params{};
   params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_AM_ALIGNMENT;
@@ -14,6 +19,10 @@ Worker::Worker(Context context, const WorkerOptions& options) : context_(std::mo
   ucp_worker_h handle = nullptr;
   check(ucp_worker_create(context_.handle(), &params, &handle), "ucp_worker_create");
   handle_ = std::shared_ptr<ucp_worker>(handle, [](ucp_worker_h h) { ucp_worker_destroy(h); });
+}
+
+void Worker::throw_timed_out(const char* what) {
+  throw Error(errc::timeout, std::string(what) + ": timed out");
 }
 
 void Worker::set_am_handler(unsigned id, ucp_am_recv_callback_t callback, void* arg) const {

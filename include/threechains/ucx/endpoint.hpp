@@ -7,17 +7,11 @@
 #include <threechains/ucx/request.hpp>
 #include <threechains/ucx/worker.hpp>
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
 #include <atomic>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -27,29 +21,10 @@ class Endpoint {
  public:
   // Client side: connect to a Listener at host:port.
   [[nodiscard]] static Endpoint connect(const Worker& worker, const std::string& host,
-                                        uint16_t port) {
-    sockaddr_storage address{};
-    const socklen_t length = resolve(host, port, address);
-    auto state = std::make_shared<State>(worker);
-    ucp_ep_params_t params = base_params(state.get());
-    params.field_mask |= UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
-    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&address);
-    params.sockaddr.addrlen = length;
-    check(ucp_ep_create(worker.handle(), &params, &state->handle),
-          ("ucp_ep_create(" + host + ":" + std::to_string(port) + ")").c_str());
-    return Endpoint(std::move(state));
-  }
+                                        uint16_t port);
 
   // Server side: accept a connection request a Listener handed over.
-  [[nodiscard]] static Endpoint accept(const Worker& worker, ucp_conn_request_h request) {
-    auto state = std::make_shared<State>(worker);
-    ucp_ep_params_t params = base_params(state.get());
-    params.field_mask |= UCP_EP_PARAM_FIELD_CONN_REQUEST;
-    params.conn_request = request;
-    check(ucp_ep_create(worker.handle(), &params, &state->handle), "ucp_ep_create(accept)");
-    return Endpoint(std::move(state));
-  }
+  [[nodiscard]] static Endpoint accept(const Worker& worker, ucp_conn_request_h request);
 
   [[nodiscard]] ucp_ep_h handle() const noexcept { return state_->handle; }
   [[nodiscard]] const Worker& worker() const noexcept { return state_->worker; }
@@ -63,17 +38,7 @@ class Endpoint {
   }
 
   // UCX's own description of this endpoint's lanes (which transport carries AM, RMA).
-  [[nodiscard]] std::string describe() const {
-    char* text = nullptr;
-    std::size_t size = 0;
-    FILE* stream = open_memstream(&text, &size);
-    if (stream == nullptr) return {};
-    ucp_ep_print_info(state_->handle, stream);
-    std::fclose(stream);
-    std::string out(text, size);
-    std::free(text);
-    return out;
-  }
+  [[nodiscard]] std::string describe() const;
 
   // Sends Active Message `id` (eager, with this endpoint as the reply
   // endpoint, so the handler knows who spoke). `header` and `data` must stay
@@ -110,7 +75,9 @@ class Endpoint {
   // Starts closing the connection (flushing, or forced if the peer failed) and
   // returns at once; the Request completes when UCX has let go of it. Once
   // called, handle() is null. Safe to call more than once.
-  [[nodiscard]] Request start_close() noexcept { return state_->start_close(); }
+  [[nodiscard]] Request start_close() noexcept {
+    return state_->start_close(state_->status != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0);
+  }
   // Closes without flushing: for a connection that gets nothing from us.
   [[nodiscard]] Request start_force_close() noexcept {
     return state_->start_close(UCP_EP_CLOSE_FLAG_FORCE);
@@ -123,33 +90,16 @@ class Endpoint {
   }
 
  private:
+  // Shared by the copies of one Endpoint; made and destroyed in
+  // src/ucx/endpoint.cpp (the last copy force-closes the connection).
   struct State {
     explicit State(Worker w) : worker(std::move(w)) {}
     State(const State&) = delete;
     State& operator=(const State&) = delete;
-    ~State() { close(UCP_EP_CLOSE_FLAG_FORCE, std::chrono::milliseconds(200)); }
+    ~State();
 
-    Request start_close(uint32_t flags) noexcept {
-      if (handle == nullptr) return {};
-      ucp_request_param_t params{};
-      params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      params.flags = flags;
-      ucs_status_ptr_t request = ucp_ep_close_nbx(handle, &params);
-      handle = nullptr;
-      if (UCS_PTR_IS_ERR(request)) {
-        if (status == UCS_OK) status = UCS_PTR_STATUS(request);
-        return {};
-      }
-      return {request, "ucp_ep_close_nbx"};
-    }
-    Request start_close() noexcept {
-      return start_close(status != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0);
-    }
-
-    void close(uint32_t flags, std::chrono::milliseconds limit) noexcept {
-      Request request = start_close(flags);
-      if (request.wait(worker, limit) != UCS_OK && status == UCS_OK) status = UCS_ERR_CANCELED;
-    }
+    Request start_close(uint32_t flags) noexcept;
+    void close(uint32_t flags, std::chrono::milliseconds limit) noexcept;
 
     Worker worker;
     ucp_ep_h handle = nullptr;
@@ -159,33 +109,7 @@ class Endpoint {
   static inline std::atomic<uint64_t> failures_{0};
 
   explicit Endpoint(std::shared_ptr<State> state) : state_(std::move(state)) {}
-
-  static ucp_ep_params_t base_params(State* state) {
-    ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    params.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t status) {
-      static_cast<State*>(arg)->status = status;
-      failures_.fetch_add(1, std::memory_order_release);  // after the status
-    };
-    params.err_handler.arg = state;
-    return params;
-  }
-
-  static socklen_t resolve(const std::string& host, uint16_t port, sockaddr_storage& out) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* result = nullptr;
-    const std::string service = std::to_string(port);
-    if (const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &result); rc != 0) {
-      throw Error(UCS_ERR_INVALID_ADDR, "cannot resolve '" + host + "': " + gai_strerror(rc));
-    }
-    const socklen_t length = result->ai_addrlen;
-    std::memcpy(&out, result->ai_addr, length);
-    freeaddrinfo(result);
-    return length;
-  }
+  static Endpoint create(const Worker& worker, ucp_ep_params_t& params, const char* what);
 
   std::shared_ptr<State> state_;
 };

@@ -51,31 +51,12 @@ class Request {
 
   // Progresses `worker` until the request completes; after `limit` cancels it
   // and returns UCS_ERR_TIMED_OUT. Frees it either way.
-  ucs_status_t wait(const Worker& worker, std::chrono::milliseconds limit) noexcept {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    ucs_status_t status = UCS_OK;
-    while ((status = reap()) == UCS_INPROGRESS) {
-      if (worker.progress() == 0 && std::chrono::steady_clock::now() > deadline) {
-        cancel(worker);
-        return UCS_ERR_TIMED_OUT;
-      }
-    }
-    return status;
-  }
+  ucs_status_t wait(const Worker& worker, std::chrono::milliseconds limit) noexcept;
 
   // Cancels what can be cancelled and frees the request. Progresses a bounded
   // number of rounds for UCX to let go; past that the request is released to
   // complete inside UCX.
-  void cancel(const Worker& worker) noexcept {
-    if (handle_ == nullptr) return;
-    if (ucp_request_check_status(handle_) == UCS_INPROGRESS)
-      ucp_request_cancel(worker.handle(), handle_);
-    for (int round = 0; round < 1000 && ucp_request_check_status(handle_) == UCS_INPROGRESS;
-         ++round) {
-      worker.progress();
-    }
-    release();
-  }
+  void cancel(const Worker& worker) noexcept;
 
  private:
   void release() noexcept {

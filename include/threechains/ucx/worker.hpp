@@ -15,6 +15,17 @@ namespace threechains {
 
 namespace detail {
 class Engine;
+
+// `limit` from now, on the steady clock; asked only when a wait found nothing
+// to do, so out of line (no clock arithmetic in every includer).
+class Deadline {
+ public:
+  explicit Deadline(std::chrono::milliseconds limit) noexcept;
+  [[nodiscard]] bool passed() const noexcept;
+
+ private:
+  std::chrono::steady_clock::time_point at_;
+};
 }  // namespace detail
 
 struct WorkerOptions {
@@ -41,11 +52,11 @@ class Worker {
   template <class Predicate>
   void progress_until(Predicate&& done, std::chrono::milliseconds limit,
                       const char* what = "progress_until") const {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
+    const detail::Deadline deadline(limit);
     while (!done()) {
-      if (progress() == 0 && std::chrono::steady_clock::now() > deadline) {
+      if (progress() == 0 && deadline.passed()) {
         if (done()) return;
-        throw Error(errc::timeout, std::string(what) + ": timed out");
+        throw_timed_out(what);
       }
     }
   }
@@ -62,6 +73,8 @@ class Worker {
 
  private:
   friend class detail::Engine;
+  // Throws errc::timeout naming `what` (out of line: cold).
+  [[noreturn]] static void throw_timed_out(const char* what);
   void set_library_am_handler(unsigned id, ucp_am_recv_callback_t callback, void* arg) const;
 
   Context context_;
