@@ -75,7 +75,9 @@ std::string Endpoint::describe() const {
   return out;
 }
 
-Endpoint::State::~State() { close(UCP_EP_CLOSE_FLAG_FORCE, std::chrono::milliseconds(200)); }
+Endpoint::State::~State() {
+  close(UCP_EP_CLOSE_FLAG_FORCE, std::chrono::milliseconds(200));
+}
 
 Request Endpoint::State::start_close(uint32_t flags) noexcept {
   if (handle == nullptr) return {};

@@ -27,8 +27,7 @@ MemoryRegion::MemoryRegion(Context context, std::size_t size)
 std::vector<std::byte> MemoryRegion::pack_rkey() const {
   void* buffer = nullptr;
   std::size_t length = 0;
-  check(ucp_rkey_pack(state_->context.handle(), state_->handle, &buffer, &length),
-        "ucp_rkey_pack");
+  check(ucp_rkey_pack(state_->context.handle(), state_->handle, &buffer, &length), "ucp_rkey_pack");
   std::vector<std::byte> packed(static_cast<std::byte*>(buffer),
                                 static_cast<std::byte*>(buffer) + length);
   ucp_rkey_buffer_release(buffer);

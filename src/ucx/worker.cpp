@@ -9,7 +9,9 @@ namespace threechains {
 detail::Deadline::Deadline(std::chrono::milliseconds limit) noexcept
     : at_(std::chrono::steady_clock::now() + limit) {}
 
-bool detail::Deadline::passed() const noexcept { return std::chrono::steady_clock::now() > at_; }
+bool detail::Deadline::passed() const noexcept {
+  return std::chrono::steady_clock::now() > at_;
+}
 
 Worker::Worker(Context context, const WorkerOptions& options) : context_(std::move(context)) {
   ucp_worker_params_t params{};
