@@ -10,6 +10,19 @@
 #include <cstring>
 
 namespace threechains::detail {
+namespace {
+
+// The source maps the ring: it reads the credit where we store it, and beside
+// it how many refusals we sent, so that its flush waits for them.
+void store_credit(Inbound& in) noexcept {
+  in.credit_value = in.expected - 1;
+  std::atomic_ref<uint64_t>(in.credit_line[kCreditLineRefusals])
+      .store(in.refusals_sent, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(*in.credit_line).store(in.credit_value, std::memory_order_release);
+  in.reported = in.credit_value;
+}
+
+}  // namespace
 
 unsigned Engine::poll() {
   const unsigned dispatched = poll_without_credits();
@@ -72,6 +85,14 @@ void Engine::return_credits(CreditTiming timing) {
 unsigned Engine::drain(Link& link) {
   Inbound& in = link.in;
   unsigned dispatched = 0;
+  // Where the credit is a store the source reads in place (shared memory),
+  // each quarter ring consumed is handed back at once: the source refills
+  // those slots while the rest run, so the two sides overlap instead of
+  // taking turns by the burst.
+  const bool stored_credit = in.credit_line != nullptr && !in.by_active_message &&
+                             !in.credit.has_value() && !in.fence_before_credit;
+  const uint32_t credit_every = std::max<uint32_t>(in.slots / 4, 1);
+  uint32_t since_credit = 0;
   for (uint32_t budget = target_->options.dispatch_burst; budget != 0; --budget) {
     std::byte* slot = in.ring->data() + ((in.expected - 1) % in.slots) * in.slot_size;
     const uint64_t commit = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot))
@@ -93,6 +114,10 @@ unsigned Engine::drain(Link& link) {
     if (!dispatch(link, slot + kCommitWordSize, in.slot_size - kCommitWordSize)) break;
     ++in.expected;
     ++dispatched;
+    if (stored_credit && ++since_credit == credit_every && !in.fence_before_credit) {
+      since_credit = 0;
+      store_credit(in);
+    }
   }
   if (dispatched != 0) {
     in.active = true;
@@ -358,11 +383,7 @@ void Engine::return_credit(Link& link) {
       in.credit_request = link.endpoint.put(&in.credit_value, sizeof(uint64_t),
                                             in.credit->address(), in.credit->rkey());
     } else {
-      // The source maps the ring: it reads the credit where we store it, and
-      // beside it how many refusals we sent, so that its flush waits for them.
-      std::atomic_ref<uint64_t>(in.credit_line[kCreditLineRefusals])
-          .store(in.refusals_sent, std::memory_order_relaxed);
-      std::atomic_ref<uint64_t>(*in.credit_line).store(in.credit_value, std::memory_order_release);
+      store_credit(in);
     }
     in.reported = in.credit_value;
   } catch (const Error&) {
