@@ -75,6 +75,7 @@ struct Options {
   std::string am_address;  // the target's strong-baseline worker, in hex
   int port_fd = -1;
   double floor_us = 0;  // the transport's physical floor, one way (floor.hpp); 0: not measured
+  double floor_mps = 0;  // shm: a bare ring's rate in the same window (floor.hpp); 0: not measured
   bool confined = false;  // the target trusts the key as a (confined) code signer only
   int hogs = 0;           // processes that only spin beside the pair while it is measured
 };
@@ -552,10 +553,14 @@ int run_source(const Options& o) {
                ? std::string()
                : fmt::format("{:.2f}x", r.value / it->second);
   };
-  // Latency against the physical floor (one way, like the latency figures).
+  // Latency against the physical floor (one way, like the latency figures);
+  // an 8-byte rate against a bare ring's (a fraction: 1.0 is the ring's).
   const auto floor_ratio = [&](const Result& r) {
-    return r.metric != "latency" || o.floor_us <= 0 ? std::string()
-                                                    : fmt::format("{:.1f}x", r.value / o.floor_us);
+    if (r.metric == "latency" && o.floor_us > 0)
+      return fmt::format("{:.1f}x", r.value / o.floor_us);
+    if (r.metric == "rate" && r.size <= 8 && o.floor_mps > 0)
+      return fmt::format("{:.2f}x", r.value / o.floor_mps);
+    return std::string();
   };
   fmt::print("  {:<24} {:<8} {:>9} {:>12} {:>8} {:>10} {:>9} {:>10}  (delivery: {})\n", "mode",
              "metric", "payload", "value", "vs am", "vs strong", "vs floor", "frame B", delivery);
@@ -566,6 +571,9 @@ int run_source(const Options& o) {
     if (r.metric == "latency" && o.floor_us > 0)
       json.write_ratio(transport, r.mode + "_latency_" + std::to_string(r.size) + "_vs_floor",
                        r.value / o.floor_us);
+    if (r.metric == "rate" && r.size <= 8 && o.floor_mps > 0)
+      json.write_ratio(transport, r.mode + "_rate_" + std::to_string(r.size) + "_vs_ring_floor",
+                       r.value / o.floor_mps);
   }
   std::fflush(stdout);
   channel.flush();
@@ -682,11 +690,13 @@ int main(int argc, char** argv) {
   app.add_option("--port", o.port);
   app.add_option("--am-address", o.am_address);
   app.add_option("--port-fd", o.port_fd);
+  // The driver's measurements of the floors, passed to the source.
   app.add_option("--floor-us", o.floor_us);
+  app.add_option("--floor-mps", o.floor_mps);
   app.add_option("--hog", o.hogs,
                  "processes that only spin beside source and target while they are measured");
   app.add_flag("--confined", o.confined,
-               "the target runs the counter confined (use bitcode modes: binary is refused)");  // the driver's measurement, passed to the source
+               "the target runs the counter confined (use bitcode modes: binary is refused)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (o.role == "target") return run_target(o);
@@ -724,6 +734,15 @@ int main(int argc, char** argv) {
                                 : "one cache line ping-ponged between two processes",
                      floor);
           args.push_back("--floor-us");
+          args.push_back(fmt::format("{:.6f}", floor));
+        }
+        const bool rate = std::find(steady.begin(), steady.end(), "rate") != steady.end();
+        if (rate && t == "shm" && o.floor_mps <= 0) {
+          const double floor = bench::ring_rate_floor_mps(o.window, 2000000, 3);
+          fmt::print("== floor over shm: a bare ring of {} slots between two processes, {:.3f} "
+                     "M frames/s ==\n",
+                     o.window, floor);
+          args.push_back("--floor-mps");
           args.push_back(fmt::format("{:.6f}", floor));
         }
         args.push_back("--modes");

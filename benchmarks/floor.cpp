@@ -69,6 +69,55 @@ double cache_line_floor_us(uint64_t iterations, int rounds) {
   return median(one_way);
 }
 
+double ring_rate_floor_mps(uint32_t window, uint64_t iterations, int rounds) {
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> commit;
+    uint64_t payload;
+  };
+  const std::size_t bytes = (window + 1) * sizeof(Slot);
+  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) throw std::runtime_error("mmap");
+  auto* slots = static_cast<Slot*>(memory);
+  auto* consumed = new (slots + window) Line{};  // the consumer's count: the credit line
+  for (uint32_t i = 0; i < window; ++i) new (slots + i) Slot{};
+  const uint64_t total = iterations * static_cast<uint64_t>(rounds);
+  const pid_t child = fork();
+  if (child == 0) {
+    uint64_t sum = 0;
+    for (uint64_t i = 1; i <= total; ++i) {
+      Slot& slot = slots[(i - 1) % window];
+      while (slot.commit.load(std::memory_order_acquire) != i) {
+      }
+      sum += slot.payload;
+      consumed->value.store(i, std::memory_order_release);
+    }
+    _exit(sum == total ? 0 : 1);
+  }
+  std::vector<double> rates;
+  uint64_t n = 0;
+  for (int r = 0; r < rounds; ++r) {
+    const auto start = Clock::now();
+    for (uint64_t i = 0; i < iterations; ++i) {
+      ++n;
+      while (n - consumed->value.load(std::memory_order_acquire) > window) {
+      }
+      Slot& slot = slots[(n - 1) % window];
+      slot.payload = 1;
+      slot.commit.store(n, std::memory_order_release);
+    }
+    while (consumed->value.load(std::memory_order_acquire) != n) {
+    }
+    rates.push_back(static_cast<double>(iterations) /
+                    std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  munmap(memory, bytes);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw std::runtime_error("ring floor: the consumer lost frames");
+  return median(rates);
+}
+
 double tcp_loopback_floor_us(uint64_t iterations, int rounds) {
   const int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};

@@ -8,6 +8,12 @@
 //        recv (as UCX's own progress spins).
 // Both return one way (half the round trip), in microseconds, the median of
 // `rounds` runs of `iterations` round trips.
+//
+// And the floor a streaming rate is held against over shm: a bare ring of
+// `window` slots between two processes (a 64-byte line per slot: a commit
+// word and an 8-byte payload; the consumer adds each payload up and stores
+// its count after every frame; the producer waits while `window` frames are
+// unconsumed), in million frames a second, the median of `rounds` runs.
 #pragma once
 
 #include <cstdint>
@@ -16,5 +22,6 @@ namespace bench {
 
 [[nodiscard]] double cache_line_floor_us(uint64_t iterations, int rounds);
 [[nodiscard]] double tcp_loopback_floor_us(uint64_t iterations, int rounds);
+[[nodiscard]] double ring_rate_floor_mps(uint32_t window, uint64_t iterations, int rounds);
 
 }  // namespace bench
