@@ -153,6 +153,52 @@ TEMPLATE_TEST_CASE("a full ring pushes back instead of losing frames", "[ucx][fl
   CHECK(result.counter == 100);
 }
 
+// A target hands credits back as it drains (over shared memory, every quarter
+// ring). A frame that must wait in its slot for its code stops that: no
+// credit may count it or the frames behind it, or the source, which sends
+// more than a ring's worth at once here, would overwrite them before they ran.
+TEMPLATE_TEST_CASE("frames behind one that waits for its code are credited only once they ran",
+                   "[ucx][cache-miss][flow]", Shm, ShmPut, Tcp) {
+  const Ifunc one = Ifunc::load(TC_COUNTER_BITCODE);
+  const Ifunc two = Ifunc::load(TC_COUNTER_BY_TWO);  // adds twice its payload
+  const CodeId evicted = two.id();
+  auto target = counter_target(context_for<TestType>(), [evicted](ChildContext& context) {
+    // Evict `two` when told, then stop polling until told: a burst fills the ring.
+    REQUIRE(ChildTarget<CounterResult>::wait_command(context) == 'e');
+    if (!context.receiver.cache().evict(evicted)) throw std::runtime_error("nothing to evict");
+    context.ack();
+    char c = 0;
+    if (read(context.commands, &c, 1) != 1 || c != 'g') throw std::runtime_error("expected go");
+  });
+  TestSource source(context_for<TestType>(), target.port(),
+                    options_for<TestType>({.slots = 16, .slot_size = 16 * 1024}));
+  REQUIRE(source.channel.slots() == 16);
+  CHECK(send(source.channel, one, uint64_t{1}) == SendStatus::sent_with_code);
+  CHECK(send(source.channel, two, uint64_t{1}) == SendStatus::sent_with_code);
+  source.channel.flush();
+  target.command_and_wait('e');
+  // Committed before the target looks: a quarter ring of `one` (a credit
+  // goes back right after it), `two` (whose code the target no longer
+  // holds), 8 more of `one`.
+  for (int i = 0; i < 4; ++i)
+    CHECK(try_send(source.channel, one, uint64_t{1}) == SendStatus::sent_cached);
+  CHECK(try_send(source.channel, two, uint64_t{1}) == SendStatus::sent_cached);
+  for (int i = 0; i < 8; ++i)
+    CHECK(try_send(source.channel, one, uint64_t{1}) == SendStatus::sent_cached);
+  target.command('g');
+  for (int i = 0; i < 40; ++i) (void)send(source.channel, one, uint64_t{1});  // blocks on credits
+  source.channel.flush();
+  CHECK(source.channel.stats().code_requests_served == 1);
+  source.channel.close();
+
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.counter == 1 + 2 + 4 + 2 + 8 + 40);
+  CHECK(result.misses == 1);
+  CHECK(result.rejected == 0);
+  CHECK(result.errors == 0);
+}
+
 TEMPLATE_TEST_CASE("bad frames are rejected and the Receiver keeps serving", "[ucx][reject]", Shm,
                    Tcp, TcpPut, ShmPut, ShmAm) {
   auto target = counter_target(context_for<TestType>());
