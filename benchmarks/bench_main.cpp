@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -608,13 +609,24 @@ int drive(const std::string& transport, const std::vector<std::string>& args, in
   int fds[2];
   if (pipe(fds) != 0) return 2;
   const auto exec_self = [&](const std::string& role, const std::vector<std::string>& extra) {
-    std::vector<std::string> argv{"/proc/self/exe", "--role", role, "--transports", transport};
+    // THREECHAINS_BENCH_WRAP_TARGET / _SOURCE: a command (words split at
+    // spaces) that runs that side, to profile one side alone, e.g.
+    // "valgrind --tool=callgrind --callgrind-out-file=target.out".
+    char self[4096] = {};
+    if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) _exit(127);
+    std::vector<std::string> argv;
+    if (const char* wrap = std::getenv(role == "target" ? "THREECHAINS_BENCH_WRAP_TARGET"
+                                                        : "THREECHAINS_BENCH_WRAP_SOURCE")) {
+      std::istringstream words(wrap);
+      for (std::string word; words >> word;) argv.push_back(word);
+    }
+    argv.insert(argv.end(), {self, "--role", role, "--transports", transport});
     argv.insert(argv.end(), args.begin(), args.end());
     argv.insert(argv.end(), extra.begin(), extra.end());
     std::vector<char*> c;
     for (std::string& a : argv) c.push_back(a.data());
     c.push_back(nullptr);
-    execv("/proc/self/exe", c.data());
+    execvp(c[0], c.data());
     _exit(127);
   };
   const pid_t target = fork();
@@ -667,7 +679,8 @@ int main(int argc, char** argv) {
                  "messages per rate measurement (latency: a quarter)");
   app.add_option("--warmup", o.warmup, "messages before each measurement");
   app.add_option("--first-rounds", o.first_rounds, "fresh-code first calls per codec");
-  app.add_option("--window", o.window, "unconsumed messages allowed (ring slots)");
+  app.add_option("--window", o.window, "unconsumed messages allowed (ring slots)")
+      ->check(CLI::Range(1, 64));  // a Receiver grants at most 64 (ReceiverOptions::max_slots)
   app.add_option("--rounds", o.rounds,
                  "measurements per figure, modes taking turns; the median is reported")
       ->check(CLI::Range(1, 1000));

@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -70,6 +71,7 @@ double cache_line_floor_us(uint64_t iterations, int rounds) {
 }
 
 double ring_rate_floor_mps(uint32_t window, uint64_t iterations, int rounds) {
+  if (window == 0) throw std::invalid_argument("ring floor: a window of 0 slots");
   struct alignas(64) Slot {
     std::atomic<uint64_t> commit;
     uint64_t payload;
@@ -83,6 +85,7 @@ double ring_rate_floor_mps(uint32_t window, uint64_t iterations, int rounds) {
   const uint64_t total = iterations * static_cast<uint64_t>(rounds);
   const pid_t child = fork();
   if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a driver that failed
     uint64_t sum = 0;
     for (uint64_t i = 1; i <= total; ++i) {
       Slot& slot = slots[(i - 1) % window];
@@ -93,6 +96,18 @@ double ring_rate_floor_mps(uint32_t window, uint64_t iterations, int rounds) {
     }
     _exit(sum == total ? 0 : 1);
   }
+  // A consumer that died would leave us spinning: look for it now and then.
+  uint64_t spins = 0;
+  const auto consumer_alive = [&] {
+    if ((++spins & 0xFFFFF) != 0) return true;
+    int status = 0;
+    return waitpid(child, &status, WNOHANG) == 0;
+  };
+  const auto fail = [&](const char* what) {
+    reap(child);
+    munmap(memory, bytes);
+    throw std::runtime_error(what);
+  };
   std::vector<double> rates;
   uint64_t n = 0;
   for (int r = 0; r < rounds; ++r) {
@@ -100,12 +115,14 @@ double ring_rate_floor_mps(uint32_t window, uint64_t iterations, int rounds) {
     for (uint64_t i = 0; i < iterations; ++i) {
       ++n;
       while (n - consumed->value.load(std::memory_order_acquire) > window) {
+        if (!consumer_alive()) fail("ring floor: the consumer died");
       }
       Slot& slot = slots[(n - 1) % window];
       slot.payload = 1;
       slot.commit.store(n, std::memory_order_release);
     }
     while (consumed->value.load(std::memory_order_acquire) != n) {
+      if (!consumer_alive()) fail("ring floor: the consumer died");
     }
     rates.push_back(static_cast<double>(iterations) /
                     std::chrono::duration<double, std::micro>(Clock::now() - start).count());

@@ -7,7 +7,6 @@
 
 #include <threechains/ifunc.h>
 #include <threechains/channel.hpp>
-#include <threechains/error.hpp>
 #include <threechains/ifunc.hpp>
 #include <threechains/jit_cache.hpp>
 

@@ -3,7 +3,6 @@
 // Holds its Worker alive; notes when the peer goes away instead of crashing.
 #pragma once
 
-#include <threechains/error.hpp>
 #include <threechains/ucx/request.hpp>
 #include <threechains/ucx/worker.hpp>
 

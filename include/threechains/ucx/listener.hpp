@@ -2,7 +2,6 @@
 // are handed to a callback during Worker::progress().
 #pragma once
 
-#include <threechains/error.hpp>
 #include <threechains/ucx/worker.hpp>
 
 #include <ucp/api/ucp.h>

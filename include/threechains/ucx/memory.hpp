@@ -4,7 +4,6 @@
 // Endpoint (an rkey is unpacked per endpoint, so it belongs to that Endpoint).
 #pragma once
 
-#include <threechains/error.hpp>
 #include <threechains/ucx/context.hpp>
 #include <threechains/ucx/endpoint.hpp>
 
@@ -46,7 +45,6 @@ class MemoryRegion {
   };
   std::shared_ptr<State> state_;
 };
-
 
 class RemoteBuffer {
  public:
