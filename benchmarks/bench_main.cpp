@@ -300,6 +300,14 @@ class JsonOut {
         r.frame_bytes, delivery, r.protocol);
     std::fflush(file_);
   }
+  // A floor measured by the driver (floor.hpp), in its own unit.
+  void write_floor(const std::string& transport, const std::string& name, double value,
+                   const char* unit) {
+    if (file_ == nullptr) return;
+    fmt::print(file_, "{{\"transport\":\"{}\",\"floor\":\"{}\",\"value\":{:.4f},\"unit\":\"{}\"}}\n",
+               transport, name, value, unit);
+    std::fflush(file_);
+  }
   void write_ratio(const std::string& transport, const std::string& name, double value) {
     if (file_ == nullptr) return;
     fmt::print(file_, "{{\"transport\":\"{}\",\"ratio\":\"{}\",\"value\":{:.4f}}}\n", transport,
@@ -563,6 +571,8 @@ int run_source(const Options& o) {
       return fmt::format("{:.2f}x", r.value / o.floor_mps);
     return std::string();
   };
+  if (o.floor_us > 0) json.write_floor(transport, "one_way_latency", o.floor_us, "us");
+  if (o.floor_mps > 0) json.write_floor(transport, "ring_rate", o.floor_mps, "Mmsg/s");
   fmt::print("  {:<24} {:<8} {:>9} {:>12} {:>8} {:>10} {:>9} {:>10}  (delivery: {})\n", "mode",
              "metric", "payload", "value", "vs am", "vs strong", "vs floor", "frame B", delivery);
   for (const Result& r : results) {
