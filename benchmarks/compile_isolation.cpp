@@ -8,7 +8,11 @@
 //   quiet    nothing else runs;
 //   hog      a process spinning at nice 10 beside it (the floor: what any
 //            third busy process costs on a machine with few cores);
-//   compile  a second peer (this program again, --send) sends tests/ifuncs/heavy.c
+//   connect  second peers (this program again, --send counter), one after
+//            another, each connecting, running the counter (already
+//            compiled: no worker starts) once and leaving: what a peer's
+//            arrival and departure alone cost the honest peer;
+//   compile  a second peer (this program again, --send heavy) sends tests/ifuncs/heavy.c
 //            with 8 blocks,
 //            which takes the worker (at nice 10, beside two busy processes) about a
 //            minute; the round trips are taken
@@ -68,13 +72,18 @@ Trips round_trips(tc::Channel& channel, const tc::Ifunc& counter, uint64_t& sent
 }
 
 // --send: the second peer. Sends `container` once and says how it went.
-int send_once(const std::string& transport, uint16_t port, const std::string& container) {
+int send_once(const std::string& transport, uint16_t port, const std::string& what) {
+  const std::string container = what == "counter" ? THREECHAINS_BENCH_BITCODE : THREECHAINS_BENCH_HEAVY;
   tc::Worker worker(tc::Context({.transport = tc::parse_transport(transport)}));
   tc::Source source(worker);
   tc::Channel channel =
       source.connect("127.0.0.1", port, {.identity = tc::KeyPair::load(THREECHAINS_DEV_KEY)});
   const tc::Ifunc heavy = tc::Ifunc::load(container);
-  std::vector<std::byte> payload(64);
+  // The measuring side starts its compile window here: a peer's arrival
+  // is the connect phase's to measure.
+  std::printf("connected\n");
+  std::fflush(stdout);
+  std::vector<std::byte> payload(64);  // the counter reads its first 8 bytes: 0
   const auto started = Clock::now();
   std::string outcome = "ran";
   try {
@@ -108,7 +117,9 @@ int main(int argc, char** argv) try {
   long limit_ms = 600'000;
   std::string json;
   std::string send_transport;
+  std::string send_what = "heavy";
   int send_port = 0;
+  int churn_peers = 20;
   CLI::App app{"An honest peer's round trips while another peer's code compiles"};
   app.add_option("--transports", transports, "shm and/or tcp")->delimiter(',');
   app.add_option("--seconds", quiet_seconds, "length of the quiet phase");
@@ -116,9 +127,12 @@ int main(int argc, char** argv) try {
   app.add_option("--json", json, "append one JSON line per transport");
   app.add_option("--send", send_transport, "(internal) be the second peer over this transport");
   app.add_option("--port", send_port, "(internal) the target's port, with --send");
+  app.add_option("--what", send_what, "(internal) with --send: heavy or counter")
+      ->check(CLI::IsMember({"heavy", "counter"}));
+  app.add_option("--peers", churn_peers, "second peers that connect and leave in the connect phase");
   CLI11_PARSE(app, argc, argv);
   if (!send_transport.empty())
-    return send_once(send_transport, static_cast<uint16_t>(send_port), THREECHAINS_BENCH_HEAVY);
+    return send_once(send_transport, static_cast<uint16_t>(send_port), send_what);
 
   const tc::KeyPair key = tc::KeyPair::load(THREECHAINS_DEV_KEY);
   const tc::Ifunc counter = tc::Ifunc::load(THREECHAINS_BENCH_BITCODE);
@@ -153,11 +167,26 @@ int main(int argc, char** argv) try {
     });
     ::kill(hog, SIGKILL);
     waitpid(hog, nullptr, 0);
-    tc::test::Process attacker({argv[0], "--send", transport, "--port", port});
+    // Peers that come and go without compiling anything.
+    Trips churn;
+    for (int peer = 0; peer < churn_peers; ++peer) {
+      tc::test::Process visitor({argv[0], "--send", transport, "--port", port, "--what", "counter"});
+      Trips trips = round_trips(channel, counter, sent, [&] { return !visitor.running(); });
+      churn.us.insert(churn.us.end(), trips.us.begin(), trips.us.end());
+      const std::string said = visitor.read_rest(10000ms);
+      if (said.find(": ran") == std::string::npos)
+        throw std::runtime_error("a connecting peer's counter did not run: " + said);
+    }
+    tc::test::Process attacker({argv[0], "--send", transport, "--port", port, "--what", "heavy"});
+    // Its arrival is measured above: round trips meanwhile go uncounted.
+    (void)round_trips(channel, counter, sent, [&] {
+      return attacker.read_line_starting("connected", 5ms).has_value() || !attacker.running();
+    });
     const auto compile_start = Clock::now();
     const Trips during = round_trips(channel, counter, sent, [&] { return !attacker.running(); });
     const double compile_seconds = std::chrono::duration<double>(Clock::now() - compile_start).count();
-    const std::string said = attacker.read_rest(10000ms);
+    std::string said = attacker.read_rest(10000ms);
+    if (const std::size_t at = said.find("sent:"); at != std::string::npos) said.erase(0, at);
     channel.close();
     const uint64_t counted = bench::attack_target_counter(target);
     if (counted != sent)
@@ -170,6 +199,9 @@ int main(int argc, char** argv) try {
     fmt::print("  hog     {} round trips: p50 {:.1f} us  p99 {:.1f} us  longest {:.1f} us"
                "  (a spinning process at nice 10 beside it)\n",
                hogged.us.size(), hogged.at(0.5), hogged.at(0.99), hogged.at(1.0));
+    fmt::print("  connect {} round trips: p50 {:.1f} us  p99 {:.1f} us  longest {:.1f} us"
+               "  ({} peers connecting, running the counter once, leaving)\n",
+               churn.us.size(), churn.at(0.5), churn.at(0.99), churn.at(1.0), churn_peers);
     fmt::print("  compile {} round trips: p50 {:.1f} us  p99 {:.1f} us  longest {:.1f} us\n",
                during.us.size(), during.at(0.5), during.at(0.99), during.at(1.0));
     fmt::print("  longest during the compile / quiet p99: {:.2f}x (goal: within 2x); "
@@ -184,10 +216,11 @@ int main(int argc, char** argv) try {
           "\"quiet_trips\":{},\"quiet_p50_us\":{:.2f},\"quiet_p99_us\":{:.2f},\"quiet_max_us\":{:.2f},"
           "\"compile_trips\":{},\"compile_p50_us\":{:.2f},\"compile_p99_us\":{:.2f},"
           "\"compile_max_us\":{:.2f},\"max_vs_quiet_p99\":{:.3f},\"hog_p99_us\":{:.2f},"
-          "\"hog_max_us\":{:.2f}}}\n",
+          "\"hog_max_us\":{:.2f},\"connect_peers\":{},\"connect_p99_us\":{:.2f},"
+          "\"connect_max_us\":{:.2f}}}\n",
           transport, compile_seconds, quiet.us.size(), quiet.at(0.5), quiet.at(0.99), quiet.at(1.0),
           during.us.size(), during.at(0.5), during.at(0.99), during.at(1.0), worst_vs_p99,
-          hogged.at(0.99), hogged.at(1.0));
+          hogged.at(0.99), hogged.at(1.0), churn_peers, churn.at(0.99), churn.at(1.0));
     }
   }
   return 0;
