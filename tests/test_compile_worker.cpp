@@ -1,4 +1,5 @@
-// The compile worker's clock, driven directly: a worker whose CPU time
+// The compile worker's clock, driven directly (and, at the end, the
+// JitCache's preparation of large confined containers for it): a worker whose CPU time
 // stands still is stopped as blocked (the code's fault: refused), one that
 // gets too little CPU to finish is given up without blaming its code. The
 // worker is real (threechains-compile-worker compiling heavy); what it is
@@ -6,9 +7,12 @@
 // signal never reaches a process that reused its number.
 #include "jit/compile_worker.hpp"
 #include "jit/container_images.hpp"
+#include "support/temp_dir.hpp"
 
 #include <threechains/container.hpp>
 #include <threechains/error.hpp>
+#include <threechains/ifunc.hpp>
+#include <threechains/jit_cache.hpp>
 
 #include <catch2/catch.hpp>
 #include <signal.h>
@@ -67,7 +71,7 @@ bool signal_worker(int pidfd, int signal) {
 template <typename Deny>
 CompileWorkers::Outcome compile_denied(CompileWorkers& workers, Deny deny) {
   const std::vector<std::byte> bitcode = heavy_bitcode();
-  workers.submit(1, "heavy", bitcode);
+  workers.submit(1, workers.prepare("heavy", bitcode));
   std::vector<std::pair<uint64_t, CompileWorkers::Outcome>> finished = workers.poll();
   int pidfd = -1;
   const auto deadline = std::chrono::steady_clock::now() + 5s;
@@ -136,4 +140,67 @@ TEST_CASE("a compile worker the machine starves is given up at 16x its limit, wi
   CHECK(outcome.target_failed);  // nothing banned, no trap counted
   CHECK(outcome.took >= 6400ms);
   CHECK(outcome.took < 8000ms);
+}
+
+// A large confined container (big_table: over 256 KiB, compiling in
+// milliseconds) is checked, inflated, parsed and written out for its worker
+// on the JitCache's preparation thread, not on the thread that loads it:
+// start_load returns at once whatever the container holds, and what became
+// of it (linked, found in the object store, refused) comes from finish_loads.
+namespace {
+
+std::vector<JitCache::FinishedLoad> finish_within(JitCache& cache, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  std::vector<JitCache::FinishedLoad> finished;
+  while (finished.empty() && std::chrono::steady_clock::now() < deadline) {
+    finished = cache.finish_loads();
+    if (finished.empty()) std::this_thread::sleep_for(1ms);
+  }
+  return finished;
+}
+
+}  // namespace
+
+TEST_CASE("a large confined container is prepared beside the thread that loads it",
+          "[jit][compile]") {
+  const Ifunc big = Ifunc::load(TC_BIG_TABLE);
+  REQUIRE(big.code().size() >= std::size_t{64} << 10);
+  const test::TempDir dir("prepared-aside");
+  const JitOptions options{.code_cache_directory = (dir.path() / "objects").string()};
+  {
+    JitCache cache(options);
+    CHECK_FALSE(cache.start_load(big.id(), big.codec(), big.code(), Confine::yes).has_value());
+    CHECK(cache.loading(big.id()));
+    const std::vector<JitCache::FinishedLoad> finished = finish_within(cache, 120s);
+    REQUIRE(finished.size() == 1);
+    INFO((finished[0].error ? finished[0].error->what() : "linked"));
+    REQUIRE(finished[0].result.has_value());
+    CHECK_FALSE(finished[0].result->from_code_cache);
+    CHECK(finished[0].result->name == "big_table");
+    CHECK(cache.find_ifunc(big.id()) != nullptr);
+  }
+  SECTION("a restarted cache finds its object in the store, beside the thread too") {
+    JitCache restarted(options);
+    // Before: the store was looked up, and the object linked, inside start_load.
+    CHECK_FALSE(restarted.start_load(big.id(), big.codec(), big.code(), Confine::yes).has_value());
+    const std::vector<JitCache::FinishedLoad> finished = finish_within(restarted, 60s);
+    REQUIRE(finished.size() == 1);
+    REQUIRE(finished[0].result.has_value());
+    CHECK(finished[0].result->from_code_cache);
+    CHECK(restarted.find_ifunc(big.id()) != nullptr);
+  }
+  SECTION("machine code is refused from finish_loads, not thrown by start_load") {
+    const Ifunc binary = Ifunc::load(TC_BIG_TABLE_BINARY);
+    REQUIRE(binary.code().size() >= std::size_t{64} << 10);
+    JitCache cache;
+    // Before: parsed in start_load, which threw this at once.
+    CHECK_FALSE(cache.start_load(binary.id(), binary.codec(), binary.code(), Confine::yes).has_value());
+    const std::vector<JitCache::FinishedLoad> finished = finish_within(cache, 60s);
+    REQUIRE(finished.size() == 1);
+    REQUIRE(finished[0].error.has_value());
+    CHECK(finished[0].error->is(errc::code_refused));
+    CHECK_THAT(finished[0].error->what(), Catch::Contains("only bitcode runs confined"));
+    CHECK_FALSE(finished[0].target_failed);
+    CHECK_FALSE(cache.loading(binary.id()));
+  }
 }

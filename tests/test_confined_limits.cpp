@@ -262,6 +262,26 @@ TEMPLATE_TEST_CASE("a confined compile past its time is stopped, and other peers
   CHECK(result.refused == (by_cpu ? 1 : 0));  // a starved compile bans nothing
 }
 
+// big_table's word `i`, as tests/ifuncs/big_table.c makes it.
+static uint32_t big_table_word(uint32_t i) {
+  return (i * 2654435761u) ^ ((i * 40503u) >> 7);
+}
+
+TEMPLATE_TEST_CASE("confined code in a large container is prepared beside the serving thread and runs",
+                   "[confinement][limits][compile][ucx]", Shm, Tcp) {
+  auto target = limited_target(TestType::transport, 1);
+  const Ifunc big = Ifunc::load(TC_BIG_TABLE);
+  REQUIRE(big.code().size() >= std::size_t{64} << 10);
+  TestSource source(TestType::transport, target.port(), options_for<TestType>());
+  CHECK_FALSE(carry_out(source.channel, big, {5, 0}).has_value());      // prepared, compiled
+  CHECK_FALSE(carry_out(source.channel, big, {70000, 0}).has_value());  // cached: word 4464
+  const LimitsResult result = closed(target, {&source});
+  INFO(result.first_error);
+  CHECK(result.counter == uint64_t{big_table_word(5)} + big_table_word(70000 % 65536));
+  CHECK(result.refused == 0);
+  CHECK(result.trapped == 0);
+}
+
 TEMPLATE_TEST_CASE("a confined compile that needs more memory than it may have costs its worker only",
                    "[confinement][limits][compile][ucx]", Shm, Tcp) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)

@@ -118,9 +118,43 @@ CompileWorkers::~CompileWorkers() {
   if (running_) stop(*running_);
 }
 
-void CompileWorkers::submit(uint64_t ticket, const std::string& name,
-                            std::span<const std::byte> bitcode) {
-  queued_.push_back({ticket, name, {bitcode.begin(), bitcode.end()}});
+CompileWorkers::Job& CompileWorkers::Job::operator=(Job&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+CompileWorkers::Job::~Job() {
+  if (fd_ >= 0) close(fd_);
+}
+
+CompileWorkers::Job CompileWorkers::prepare(const std::string& name,
+                                            std::span<const std::byte> bitcode) const {
+  Job job(new_memfd("threechains-compile-job"));
+  worker::JobHeader header;
+  header.optimisation_level = settings_.optimisation_level;
+  header.codegen_level = settings_.codegen_level;
+  header.max_global_bytes = settings_.max_global_bytes;
+  header.memory_limit = settings_.memory_limit;
+  // The parent reads the worker's CPU time; this stops a worker whose
+  // parent is not looking (two seconds past it, rounded down).
+  header.cpu_seconds =
+      static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::seconds>(settings_.time_limit).count()) +
+      2;
+  header.output_limit = settings_.output_limit;
+  header.name_bytes = name.size();
+  header.bitcode_bytes = bitcode.size();
+  write_exactly(job.fd(), &header, sizeof(header));
+  write_exactly(job.fd(), name.data(), name.size());
+  write_exactly(job.fd(), bitcode.data(), bitcode.size());
+  return job;
+}
+
+void CompileWorkers::submit(uint64_t ticket, Job job) {
+  queued_.push_back({ticket, std::move(job)});
   start_next();
 }
 
@@ -137,6 +171,10 @@ std::vector<std::pair<uint64_t, CompileWorkers::Outcome>> CompileWorkers::poll()
   std::vector<std::pair<uint64_t, Outcome>> done = std::move(failed_to_start_);
   failed_to_start_.clear();
   if (running_) {
+    // A worker's end is seen within kLookEvery, which no compile notices.
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_look_) return done;
+    next_look_ = now + kLookEvery;
     Running& worker = *running_;
     (void)stop_if_late(worker);
     int status = 0;
@@ -169,7 +207,7 @@ void CompileWorkers::start_next() {
     Queued job = std::move(queued_.front());
     queued_.pop_front();
     try {
-      running_ = start(job.ticket, job.name, job.bitcode);
+      running_ = start(job.ticket, job.job);
     } catch (const Error& error) {
       failed_to_start_.emplace_back(job.ticket, Outcome{{}, error, {}, true});
     }
@@ -178,7 +216,7 @@ void CompileWorkers::start_next() {
 
 CompileWorkers::Outcome CompileWorkers::compile(const std::string& name,
                                                 std::span<const std::byte> bitcode) {
-  Running worker = start(0, name, bitcode);
+  Running worker = start(0, prepare(name, bitcode));
   int status = 0;
   for (;;) {
     const bool stopped = stop_if_late(worker);
@@ -204,8 +242,7 @@ CompileWorkers::Outcome CompileWorkers::compile(const std::string& name,
   return finish(worker, status);
 }
 
-CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const std::string& name,
-                                              std::span<const std::byte> bitcode) const {
+CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const Job& job) const {
   if (program_.empty()) {
     throw Error(errc::jit_failed,
                 "confined code compiles in threechains-compile-worker, which is neither beside "
@@ -214,31 +251,11 @@ CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const std::string
   }
   Running worker;
   worker.ticket = ticket;
-  int job = -1;
   try {
-    job = new_memfd("threechains-compile-job");
     worker.object = new_memfd("threechains-compile-object");
     worker.refusal = new_memfd("threechains-compile-refusal");
     worker.messages = new_memfd("threechains-compile-messages");
-    worker::JobHeader header;
-    header.optimisation_level = settings_.optimisation_level;
-    header.codegen_level = settings_.codegen_level;
-    header.max_global_bytes = settings_.max_global_bytes;
-    header.memory_limit = settings_.memory_limit;
-    // The parent reads the worker's CPU time; this stops a worker whose
-    // parent is not looking (two seconds past it, rounded down).
-    header.cpu_seconds =
-        static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::seconds>(settings_.time_limit).count()) +
-        2;
-    header.output_limit = settings_.output_limit;
-    header.name_bytes = name.size();
-    header.bitcode_bytes = bitcode.size();
-    write_exactly(job, &header, sizeof(header));
-    write_exactly(job, name.data(), name.size());
-    write_exactly(job, bitcode.data(), bitcode.size());
   } catch (...) {
-    if (job >= 0) close(job);
     worker.pid = -1;
     stop(worker);
     throw;
@@ -248,7 +265,7 @@ CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const std::string
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, worker.messages, 1);  // dup2 clears close-on-exec
   posix_spawn_file_actions_adddup2(&actions, worker.messages, 2);
-  posix_spawn_file_actions_adddup2(&actions, job, worker::kJobFd);
+  posix_spawn_file_actions_adddup2(&actions, job.fd(), worker::kJobFd);
   posix_spawn_file_actions_adddup2(&actions, worker.object, worker::kObjectFd);
   posix_spawn_file_actions_adddup2(&actions, worker.refusal, worker::kRefusalFd);
   posix_spawn_file_actions_addclosefrom_np(&actions, worker::kRefusalFd + 1);
@@ -287,7 +304,6 @@ CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const std::string
       posix_spawn(&worker.pid, program_.c_str(), &actions, &attributes, argv, environment.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attributes);
-  close(job);
   if (spawned != 0) {
     worker.pid = -1;
     stop(worker);

@@ -201,7 +201,8 @@ JitCache& JitCache::operator=(JitCache&&) noexcept = default;
 // not both), or throws why none does.
 std::vector<ParsedImage> JitCache::Impl::images_for_host(CodeId id, std::span<const std::byte> code,
                                                          const ParsedImage*& object,
-                                                         const ParsedImage*& ir) {
+                                                         const ParsedImage*& ir,
+                                                         const RunsHere& runs_here) const {
   if (code_identity(code) != id) {
     throw Error(errc::code_identity_mismatch, "code section of " + std::to_string(code.size()) +
                                                   " bytes does not hash to its identity " +
@@ -230,6 +231,24 @@ std::vector<ParsedImage> JitCache::Impl::images_for_host(CodeId id, std::span<co
                                                triple + " (it carries: " + available + ")");
   }
   return images;
+}
+
+void JitCache::Impl::prepare_confined(ConfinedPreparation::Job& job,
+                                      ConfinedPreparation::Prepared& out) const {
+  const ParsedImage* object = nullptr;
+  const ParsedImage* ir = nullptr;
+  // runs_here's cache belongs to the serving thread: this asks LLVM afresh.
+  const std::vector<ParsedImage> images =
+      images_for_host(job.id, job.code, object, ir, [this](const std::string& image) {
+        return image == triple || same_target(image, triple);
+      });
+  const ParsedImage& image = confinable(job.codec, object, ir);
+  out.job = workers.prepare(image.name, image.bytes);
+  if (store) {
+    out.store_key = store_key(job.id, image, Confine::yes);
+    out.stored = store->find(out.store_key);
+  }
+  out.image = ParsedImage{image.name, image.triple, image.kind, image.deps, {}};
 }
 
 // The cached entry for `id`, if it is loaded the way `confine` asks.
@@ -315,6 +334,23 @@ std::optional<LoadResult> JitCache::start_load(CodeId id, CodecId codec,
   if (std::optional<LoadResult> cached = already_loaded(id, confine)) return *cached;
   if (impl_->pending_loads.contains(id)) return std::nullopt;
   const auto start = std::chrono::steady_clock::now();
+  if (code.size() >= Impl::kPreparedAside) {
+    // Its checks, inflating, parsing and job run beside this thread;
+    // finish_loads() takes it from there.
+    if (!impl_->preparation) {
+      impl_->preparation = std::make_unique<ConfinedPreparation>(
+          [impl = impl_.get()](ConfinedPreparation::Job& job, ConfinedPreparation::Prepared& out) {
+            impl->prepare_confined(job, out);
+          });
+    }
+    impl_->preparation->submit({id, codec, {code.begin(), code.end()}});
+    Impl::PendingLoad pending;
+    pending.started = start;
+    pending.preparing = true;
+    impl_->pending_loads.emplace(id, std::move(pending));
+    sync_promotion_counts();
+    return std::nullopt;
+  }
   const ParsedImage* object = nullptr;
   const ParsedImage* ir = nullptr;
   std::vector<ParsedImage> images = impl_->images_for_host(id, code, object, ir);
@@ -326,7 +362,7 @@ std::optional<LoadResult> JitCache::start_load(CodeId id, CodecId codec,
     return LoadResult{
         entry, std::chrono::steady_clock::now() - start, image.triple, image.name, true, 1};
   }
-  impl_->workers.submit(id, image.name, image.bytes);
+  impl_->workers.submit(id, impl_->workers.prepare(image.name, image.bytes));
   std::vector<std::byte>().swap(pending.image.bytes);  // the worker has its copy
   impl_->pending_loads.emplace(id, std::move(pending));
   sync_promotion_counts();
@@ -336,6 +372,36 @@ std::optional<LoadResult> JitCache::start_load(CodeId id, CodecId codec,
 std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
   std::vector<FinishedLoad> finished;
   if (impl_->pending_loads.empty()) return finished;
+  if (impl_->preparation && impl_->preparation->has_finished()) {
+    for (ConfinedPreparation::Prepared& prepared : impl_->preparation->take_finished()) {
+      const auto it = impl_->pending_loads.find(prepared.id);
+      if (it == impl_->pending_loads.end() || !it->second.preparing) continue;  // cancelled
+      Impl::PendingLoad& pending = it->second;
+      if (prepared.error) {
+        // What the content alone decides (not a container, no image for
+        // this host, machine code): refused as its compile would be.
+        finished.push_back({prepared.id, std::nullopt, std::move(prepared.error), false});
+        impl_->pending_loads.erase(it);
+        continue;
+      }
+      pending.image = std::move(prepared.image);
+      pending.store_key = std::move(prepared.store_key);
+      pending.preparing = false;
+      if (prepared.stored) {
+        if (const IfuncMain entry =
+                impl_->link_stored_object(prepared.id, pending.image, *prepared.stored)) {
+          entries_.emplace(prepared.id, CachedIfunc{entry, &impl_->confined_codes.at(prepared.id)});
+          finished.push_back({prepared.id,
+                              LoadResult{entry, std::chrono::steady_clock::now() - pending.started,
+                                         pending.image.triple, pending.image.name, true, 1},
+                              std::nullopt, false});
+          impl_->pending_loads.erase(it);
+          continue;
+        }
+      }
+      impl_->workers.submit(prepared.id, std::move(prepared.job));
+    }
+  }
   for (auto& [id, compiled] : impl_->workers.poll()) {
     const auto it = impl_->pending_loads.find(id);
     if (it == impl_->pending_loads.end()) continue;  // evicted meanwhile

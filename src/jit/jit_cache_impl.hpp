@@ -12,6 +12,7 @@
 #include "jit/background_compiler.hpp"
 #include "jit/bitcode_checks.hpp"
 #include "jit/compile_worker.hpp"
+#include "jit/confined_preparation.hpp"
 #include "jit/container_images.hpp"
 #include "jit/function_table.hpp"
 #include "jit/host_description.hpp"
@@ -27,6 +28,8 @@
 #include <threechains/jit_cache.hpp>
 
 #include "trust/sodium.hpp"
+
+#include <functional>
 
 #include <llvm-c/Core.h>
 #include <llvm/Bitcode/BitcodeReader.h>
@@ -253,12 +256,32 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
     ParsedImage image;  // name, triple and deps for the link (its bytes went to the worker)
     std::string store_key;
     std::chrono::steady_clock::time_point started;
+    bool preparing = false;  // still with `preparation`: image and store_key not yet known
   };
   std::unordered_map<CodeId, PendingLoad> pending_loads;  // confined code compiling in a worker
+  // Containers from this size up are prepared for their worker on the
+  // preparation thread: below it, the copying and hashing cost less than
+  // handing them over (a few microseconds).
+  static constexpr std::size_t kPreparedAside = std::size_t{64} << 10;
 
+  // `runs_here` says whether an image's triple runs on this host.
+  using RunsHere = std::function<bool(const std::string&)>;
   [[nodiscard]] std::vector<ParsedImage> images_for_host(CodeId id, std::span<const std::byte> code,
                                                          const ParsedImage*& object,
-                                                         const ParsedImage*& ir);
+                                                         const ParsedImage*& ir,
+                                                         const RunsHere& runs_here) const;
+  [[nodiscard]] std::vector<ParsedImage> images_for_host(CodeId id, std::span<const std::byte> code,
+                                                         const ParsedImage*& object,
+                                                         const ParsedImage*& ir) {
+    return images_for_host(id, code, object, ir,
+                           [this](const std::string& image) { return runs_here(image); });
+  }
+  // On the preparation thread: reads only what is set at construction
+  // (triple, host_key, store, workers' settings).
+  void prepare_confined(ConfinedPreparation::Job& job, ConfinedPreparation::Prepared& out) const;
+  // Links `object` (from the store) for confined `image`; null if it does not link here.
+  IfuncMain link_stored_object(CodeId id, const ParsedImage& image,
+                               const std::vector<std::byte>& object);
   [[nodiscard]] static const ParsedImage& confinable(CodecId codec, const ParsedImage* object,
                                                      const ParsedImage* ir);
   std::unordered_map<CodeId, confined::Code> confined_codes;  // node-based: stable for CachedIfunc
@@ -297,6 +320,8 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   // into image_memory, which is declared first so it outlives them.
   jit::ImageMemory image_memory;
   std::unordered_map<CodeId, jit::PrelinkedImage> prelinked;
+  // Last: its thread reads the members above, and is stopped before they go.
+  std::unique_ptr<ConfinedPreparation> preparation;  // started by the first large confined load
 };
 
 }  // namespace threechains

@@ -105,6 +105,15 @@ IfuncMain JitCache::Impl::link_stored(CodeId id, const ParsedImage& image, const
   return nullptr;
 }
 
+IfuncMain JitCache::Impl::link_stored_object(CodeId id, const ParsedImage& image,
+                                             const std::vector<std::byte>& object) {
+  try {
+    return link(id, CodecId::bitcode, image, &object, Confine::yes);
+  } catch (const Error&) {
+    return nullptr;  // as link_stored: compile instead
+  }
+}
+
 IfuncMain JitCache::Impl::load(CodeId id, CodecId codec, const ParsedImage& image, bool& from_store,
                                Confine confine) {
   from_store = false;

@@ -1,0 +1,78 @@
+// ConfinedPreparation: what precedes a large confined compile, on a thread of
+// its own. Confined code arrives as a container; before a worker can compile
+// it, the target checks its identity, inflates it, splits it into images,
+// picks this host's IR image, keys it for the object store (and looks there)
+// and writes the worker's job. For a 500 KB container (2.2 MB of bitcode)
+// that is tens of milliseconds of copying and hashing, which on the thread
+// that serves frames stalls every other peer for as long
+// (threechains-bench-compile-isolation). Here it runs beside that thread, at
+// nice 10 like the tier-1 compiler; the JitCache hands in the bytes and
+// takes back what finished between dispatches.
+#pragma once
+
+#include "jit/compile_worker.hpp"
+#include "jit/container_images.hpp"
+
+#include <threechains/error.hpp>
+#include <threechains/frame.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace threechains {
+
+class ConfinedPreparation {
+ public:
+  struct Job {
+    CodeId id = 0;
+    CodecId codec = CodecId::bitcode;
+    std::vector<std::byte> code;  // the container: a private copy, which nobody else writes
+  };
+  struct Prepared {
+    CodeId id = 0;
+    ParsedImage image;      // name, triple and deps for the link; its bytes went into `job`
+    std::string store_key;  // empty without an object store
+    std::optional<std::vector<std::byte>> stored;  // the object the store held under it
+    CompileWorkers::Job job;                       // for the worker, if the stored one fails
+    std::optional<Error> error;  // why it cannot compile (then nothing else is set)
+  };
+  // Runs on the thread, one job at a time. It may read only what does not
+  // change while this object lives (the owner's host description, its
+  // store, its CompileWorkers' settings).
+  using Prepare = std::function<void(Job&, Prepared&)>;
+
+  explicit ConfinedPreparation(Prepare prepare);
+  // Stops the thread: a preparation under way finishes first (milliseconds);
+  // queued jobs are dropped.
+  ~ConfinedPreparation();
+  ConfinedPreparation(const ConfinedPreparation&) = delete;
+  ConfinedPreparation& operator=(const ConfinedPreparation&) = delete;
+
+  void submit(Job job);
+  // Cheap enough for every poll: whether take_finished() has anything.
+  [[nodiscard]] bool has_finished() const noexcept {
+    return finished_count_.load(std::memory_order_acquire) != 0;
+  }
+  [[nodiscard]] std::vector<Prepared> take_finished();
+
+ private:
+  void run(const std::stop_token& stop);
+
+  Prepare prepare_;
+  std::mutex mutex_;
+  std::condition_variable_any wake_;
+  std::deque<Job> jobs_;
+  std::vector<Prepared> finished_;
+  std::atomic<std::size_t> finished_count_{0};
+  std::jthread thread_;  // last: started after, and stopped before, what it uses
+};
+
+}  // namespace threechains
