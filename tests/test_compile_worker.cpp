@@ -201,6 +201,22 @@ TEST_CASE("a large confined container is prepared beside the thread that loads i
     CHECK(finished[0].error->is(errc::code_refused));
     CHECK_THAT(finished[0].error->what(), Catch::Contains("only bitcode runs confined"));
     CHECK_FALSE(finished[0].target_failed);
+    // As start_load refuses a small container: not a failed compile, which
+    // a Receiver would count against the code and its key.
+    CHECK(finished[0].before_compile);
     CHECK_FALSE(cache.loading(binary.id()));
+  }
+  SECTION("a load evicted while it is prepared, and started again, is answered once") {
+    JitCache cache;
+    CHECK_FALSE(cache.start_load(big.id(), big.codec(), big.code(), Confine::yes).has_value());
+    (void)cache.evict(big.id());
+    CHECK_FALSE(cache.loading(big.id()));
+    CHECK_FALSE(cache.start_load(big.id(), big.codec(), big.code(), Confine::yes).has_value());
+    const std::vector<JitCache::FinishedLoad> finished = finish_within(cache, 120s);
+    REQUIRE(finished.size() == 1);
+    REQUIRE(finished[0].result.has_value());
+    CHECK(cache.find_ifunc(big.id()) != nullptr);
+    std::this_thread::sleep_for(200ms);  // a stale answer, had one come, is ignored
+    CHECK(cache.finish_loads().empty());
   }
 }

@@ -189,6 +189,10 @@ class JitCache {
     // The target could not compile it (no worker could run): no fault of
     // the code's, and it may be sent again.
     bool target_failed = false;
+    // Refused for what the container holds before any compile started
+    // (machine code, no image for this host), as load() refuses it at once:
+    // not a failed compile, so a Receiver does not count it against the code.
+    bool before_compile = false;
   };
   // Never blocks on a compile: links what finished since the last call and
   // says what became of each. compiles_in_progress() is true while any runs.

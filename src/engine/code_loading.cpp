@@ -191,8 +191,9 @@ void Engine::finish_compiles() {
       // on it: that depends on the content alone, so it is refused to the
       // key from now on (no worker is started for it again), and counts as
       // one of the key's traps. A worker that could not run at all is the
-      // target's failure, not the code's.
-      if (!done.target_failed) {
+      // target's failure, not the code's; nor is a container refused before
+      // its compile (as a small one is refused at once, in load).
+      if (!done.target_failed && !done.before_compile) {
         if (compiling.key->banned.size() < KeyRecord::kMaxBanned)
           compiling.key->banned.insert(compiling.digest);
         count_key_trap(*compiling.key);

@@ -26,6 +26,11 @@ void ConfinedPreparation::submit(Job job) {
   wake_.notify_one();
 }
 
+void ConfinedPreparation::cancel(CodeId id) {
+  const std::lock_guard lock(mutex_);
+  std::erase_if(jobs_, [id](const Job& job) { return job.id == id; });
+}
+
 std::vector<ConfinedPreparation::Prepared> ConfinedPreparation::take_finished() {
   const std::lock_guard lock(mutex_);
   std::vector<Prepared> out = std::move(finished_);
@@ -48,6 +53,7 @@ void ConfinedPreparation::run(const std::stop_token& stop) {
       jobs_.pop_front();
     }
     Prepared prepared;
+    prepared.serial = job.serial;
     prepared.id = job.id;
     try {
       prepare_(job, prepared);
@@ -55,6 +61,7 @@ void ConfinedPreparation::run(const std::stop_token& stop) {
       prepared.error = error;
     } catch (const std::exception& error) {  // every job is answered, whatever one threw
       prepared.error = Error(errc::jit_failed, std::string("preparing a compile: ") + error.what());
+      prepared.target_failed = true;  // no memory, most likely: not the code's doing
     }
     const std::lock_guard lock(mutex_);
     finished_.push_back(std::move(prepared));

@@ -32,21 +32,26 @@ namespace threechains {
 class ConfinedPreparation {
  public:
   struct Job {
+    uint64_t serial = 0;  // tells its result from one for an earlier load of the same id
     CodeId id = 0;
     CodecId codec = CodecId::bitcode;
     std::vector<std::byte> code;  // the container: a private copy, which nobody else writes
   };
   struct Prepared {
+    uint64_t serial = 0;
     CodeId id = 0;
     ParsedImage image;      // name, triple and deps for the link; its bytes went into `job`
     std::string store_key;  // empty without an object store
     std::optional<std::vector<std::byte>> stored;  // the object the store held under it
     CompileWorkers::Job job;                       // for the worker, if the stored one fails
     std::optional<Error> error;  // why it cannot compile (then nothing else is set)
+    // The error is this process's (no memfd, no memory), not the code's.
+    bool target_failed = false;
   };
   // Runs on the thread, one job at a time. It may read only what does not
   // change while this object lives (the owner's host description, its
-  // store, its CompileWorkers' settings).
+  // store, its CompileWorkers' settings). An Error it throws is the
+  // content's; one it stores in `error` with `target_failed` is not.
   using Prepare = std::function<void(Job&, Prepared&)>;
 
   explicit ConfinedPreparation(Prepare prepare);
@@ -57,6 +62,9 @@ class ConfinedPreparation {
   ConfinedPreparation& operator=(const ConfinedPreparation&) = delete;
 
   void submit(Job job);
+  // Drops the queued jobs for `id` (a running one finishes; its result is
+  // told apart by its serial).
+  void cancel(CodeId id);
   // Cheap enough for every poll: whether take_finished() has anything.
   [[nodiscard]] bool has_finished() const noexcept {
     return finished_count_.load(std::memory_order_acquire) != 0;

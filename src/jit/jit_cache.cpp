@@ -165,7 +165,8 @@ JitCache::Impl::Impl(const JitOptions& options)
 }
 
 JitCache::Impl::~Impl() {
-  compiler.reset();  // its thread first: it reads the store
+  compiler.reset();     // its thread first: it reads the store
+  preparation.reset();  // so does this one
   for (auto& [id, tiers] : dylibs) {
     for (llvm::orc::JITDylib* dylib : tiers) {
       if (llvm::Error e = jit->getExecutionSession().removeJITDylib(*dylib))
@@ -243,12 +244,19 @@ void JitCache::Impl::prepare_confined(ConfinedPreparation::Job& job,
         return image == triple || same_target(image, triple);
       });
   const ParsedImage& image = confinable(job.codec, object, ir);
-  out.job = workers.prepare(image.name, image.bytes);
-  if (store) {
-    out.store_key = store_key(job.id, image, Confine::yes);
-    out.stored = store->find(out.store_key);
+  // What is decided by the content is thrown above; what follows can fail
+  // only for this process's reasons (descriptors, memory, the disk).
+  try {
+    out.job = workers.prepare(image.name, image.bytes);
+    if (store) {
+      out.store_key = store_key(job.id, image, Confine::yes);
+      out.stored = store->find(out.store_key);
+    }
+    out.image = ParsedImage{image.name, image.triple, image.kind, image.deps, {}};
+  } catch (const Error& error) {
+    out.error = error;
+    out.target_failed = true;
   }
-  out.image = ParsedImage{image.name, image.triple, image.kind, image.deps, {}};
 }
 
 // The cached entry for `id`, if it is loaded the way `confine` asks.
@@ -338,15 +346,23 @@ std::optional<LoadResult> JitCache::start_load(CodeId id, CodecId codec,
     // Its checks, inflating, parsing and job run beside this thread;
     // finish_loads() takes it from there.
     if (!impl_->preparation) {
-      impl_->preparation = std::make_unique<ConfinedPreparation>(
-          [impl = impl_.get()](ConfinedPreparation::Job& job, ConfinedPreparation::Prepared& out) {
-            impl->prepare_confined(job, out);
-          });
+      try {
+        impl_->preparation = std::make_unique<ConfinedPreparation>(
+            [impl = impl_.get()](ConfinedPreparation::Job& job,
+                                 ConfinedPreparation::Prepared& out) {
+              impl->prepare_confined(job, out);
+            });
+      } catch (const std::system_error& error) {  // no thread to be had
+        throw Error(errc::jit_failed,
+                    std::string("starting the thread that prepares compiles: ") + error.what());
+      }
     }
-    impl_->preparation->submit({id, codec, {code.begin(), code.end()}});
+    const uint64_t serial = impl_->next_serial++;
+    impl_->preparation->submit({serial, id, codec, {code.begin(), code.end()}});
     Impl::PendingLoad pending;
     pending.started = start;
     pending.preparing = true;
+    pending.serial = serial;
     impl_->pending_loads.emplace(id, std::move(pending));
     sync_promotion_counts();
     return std::nullopt;
@@ -371,36 +387,53 @@ std::optional<LoadResult> JitCache::start_load(CodeId id, CodecId codec,
 
 std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
   std::vector<FinishedLoad> finished;
-  if (impl_->pending_loads.empty()) return finished;
   if (impl_->preparation && impl_->preparation->has_finished()) {
+    // Taken even with nothing pending: a cancelled load's result holds its
+    // bitcode (and the store's object) until then.
     for (ConfinedPreparation::Prepared& prepared : impl_->preparation->take_finished()) {
       const auto it = impl_->pending_loads.find(prepared.id);
-      if (it == impl_->pending_loads.end() || !it->second.preparing) continue;  // cancelled
+      if (it == impl_->pending_loads.end() || !it->second.preparing ||
+          it->second.serial != prepared.serial)
+        continue;  // cancelled (and perhaps loading again since)
       Impl::PendingLoad& pending = it->second;
-      if (prepared.error) {
-        // What the content alone decides (not a container, no image for
-        // this host, machine code): refused as its compile would be.
-        finished.push_back({prepared.id, std::nullopt, std::move(prepared.error), false});
-        impl_->pending_loads.erase(it);
-        continue;
-      }
-      pending.image = std::move(prepared.image);
-      pending.store_key = std::move(prepared.store_key);
-      pending.preparing = false;
-      if (prepared.stored) {
-        if (const IfuncMain entry =
-                impl_->link_stored_object(prepared.id, pending.image, *prepared.stored)) {
-          entries_.emplace(prepared.id, CachedIfunc{entry, &impl_->confined_codes.at(prepared.id)});
-          finished.push_back({prepared.id,
-                              LoadResult{entry, std::chrono::steady_clock::now() - pending.started,
-                                         pending.image.triple, pending.image.name, true, 1},
-                              std::nullopt, false});
-          impl_->pending_loads.erase(it);
-          continue;
+      FinishedLoad done{prepared.id, std::nullopt, std::nullopt, prepared.target_failed};
+      try {
+        if (prepared.error) {
+          // What the content decides (not a container, no image for this
+          // host, machine code) is refused before any compile, as start_load
+          // refuses a small container: not counted against the code.
+          done.before_compile = !prepared.target_failed;
+          done.error = std::move(prepared.error);
+        } else {
+          pending.image = std::move(prepared.image);
+          pending.store_key = std::move(prepared.store_key);
+          pending.preparing = false;
+          if (prepared.stored) {
+            if (const IfuncMain entry =
+                    impl_->link_stored_object(prepared.id, pending.image, *prepared.stored)) {
+              entries_.emplace(prepared.id,
+                               CachedIfunc{entry, &impl_->confined_codes.at(prepared.id)});
+              done.result = LoadResult{entry, std::chrono::steady_clock::now() - pending.started,
+                                       pending.image.triple, pending.image.name, true, 1};
+            }
+          }
+          if (!done.result) {
+            impl_->workers.submit(prepared.id, std::move(prepared.job));
+            continue;  // compiling: the worker's outcome comes below, a later poll
+          }
         }
+      } catch (const std::exception& error) {  // every load is answered, whatever one threw
+        done.result.reset();
+        done.error = Error(errc::jit_failed, "ifunc '" + pending.image.name + "': " + error.what());
+        done.target_failed = true;
       }
-      impl_->workers.submit(prepared.id, std::move(prepared.job));
+      impl_->pending_loads.erase(it);
+      finished.push_back(std::move(done));
     }
+  }
+  if (impl_->pending_loads.empty()) {
+    sync_promotion_counts();
+    return finished;
   }
   for (auto& [id, compiled] : impl_->workers.poll()) {
     const auto it = impl_->pending_loads.find(id);
@@ -434,7 +467,10 @@ bool JitCache::loading(CodeId id) const noexcept {
 }
 
 void JitCache::cancel_loads() noexcept {
-  for (const auto& [id, pending] : impl_->pending_loads) impl_->workers.cancel(id);
+  for (const auto& [id, pending] : impl_->pending_loads) {
+    impl_->workers.cancel(id);
+    if (pending.preparing) impl_->preparation->cancel(id);
+  }
   impl_->pending_loads.clear();
   sync_promotion_counts();
 }
@@ -506,7 +542,11 @@ void JitCache::expose(const std::vector<ExposedRegion>& regions) {
 
 bool JitCache::evict(CodeId id) {
   entries_.erase(id);
-  if (impl_->pending_loads.erase(id) != 0) impl_->workers.cancel(id);
+  if (const auto pending = impl_->pending_loads.find(id); pending != impl_->pending_loads.end()) {
+    if (pending->second.preparing) impl_->preparation->cancel(id);
+    impl_->pending_loads.erase(pending);
+    impl_->workers.cancel(id);
+  }
   const bool evicted = impl_->evict(id);
   sync_promotion_counts();
   return evicted;

@@ -257,6 +257,7 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
     std::string store_key;
     std::chrono::steady_clock::time_point started;
     bool preparing = false;  // still with `preparation`: image and store_key not yet known
+    uint64_t serial = 0;     // the preparation's, while `preparing`
   };
   std::unordered_map<CodeId, PendingLoad> pending_loads;  // confined code compiling in a worker
   // Containers from this size up are prepared for their worker on the
