@@ -553,6 +553,13 @@ void ChannelAccess::send_raw_frame(Channel& channel, std::span<const std::byte> 
   ++ring.stats.frames_sent;
 }
 
+std::byte* ChannelAccess::next_frame_in_target(Channel& channel) {
+  detail::OutboundRing& ring = *channel.ring_;
+  if (ring.direct_ring == nullptr) return nullptr;
+  const std::size_t slot = (ring.next_sequence - 1) % ring.slots;
+  return ring.direct_ring + slot * ring.slot_size + detail::kCommitWordSize;
+}
+
 void ChannelAccess::store_credit(Channel& channel, uint64_t consumed) {
   std::atomic_ref<uint64_t>(*channel.ring_->consumed_word).store(consumed, std::memory_order_release);
 }

@@ -33,6 +33,11 @@ struct ChannelAccess {
   // whose ring state went wrong, or a hostile one, writes.
   static void send_raw_frame(Channel& channel, std::span<const std::byte> frame,
                              uint64_t commit_word);
+  // Where the next frame's bytes go in the target's own memory (after the
+  // slot's commit word), when frames are written there directly (shared
+  // memory); null where they travel as messages. What a hostile source can
+  // keep writing after it committed the frame.
+  [[nodiscard]] static std::byte* next_frame_in_target(Channel& channel);
   // Stores `consumed` where the target's credits land for this channel, as
   // the target would: a wrong count, for the source's own checks.
   static void store_credit(Channel& channel, uint64_t consumed);

@@ -13,9 +13,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cstdlib>
 #include <sstream>
+#include <thread>
 
 using namespace threechains;
 using namespace threechains::test;
@@ -336,4 +339,73 @@ TEMPLATE_TEST_CASE("a trusted peer cannot run code another peer loaded by naming
   const CounterResult result = target.result();
   INFO(result.first_error);
   CHECK(result.counter == 1 + 10);
+}
+
+// Code a frame carries sits in the peer's ring slot, which over shared memory
+// the peer can keep writing after it committed the frame. The target takes
+// one private copy before the digest, the signature check, the identity
+// check and the load, so what was verified is what loads. The attacker here
+// flips one byte of the code, over and over, from before the commit until
+// the target answered: each attempt (a fresh target, so the code is new to
+// it) must end with the code loaded and run as sent, or refused as
+// tampered; never refused as code whose identity changed between two reads
+// (what reading the slot twice gives), never another result.
+TEST_CASE("code rewritten in its ring slot while the target checks it loads as verified or not at all",
+          "[attack][ucx][identity]") {
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  constexpr int kAttempts = 24;
+  int loaded = 0;
+  int refused = 0;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    auto target = counter_target(Shm::transport);
+    TestSource source(Shm::transport, target.port());
+    std::byte* in_target = ChannelAccess::next_frame_in_target(source.channel);
+    if (in_target == nullptr) {
+      WARN("SKIP: this shared-memory channel does not write frames into the target's memory");
+      source.channel.close();
+      return;
+    }
+    std::vector<std::byte> frame(sizeof(FrameHeader) + 8 + counter.code().size());
+    FrameBuilder builder(frame);
+    REQUIRE(builder.begin(counter.codec(), counter.id(), 1, 8, counter.code().size()) == errc::ok);
+    const uint64_t increment = 7;
+    builder.write_payload(std::as_bytes(std::span(&increment, 1)));
+    builder.write_code(counter.code());
+    frame.resize(builder.size());
+    // A byte in the middle of the code: inside what the signature covers.
+    const auto code_at = std::search(frame.begin(), frame.end(), counter.code().begin(),
+                                     counter.code().end());
+    REQUIRE(code_at != frame.end());
+    const std::size_t victim =
+        static_cast<std::size_t>(code_at - frame.begin()) + counter.code().size() / 2;
+    std::atomic<bool> stop{false};
+    std::thread flipper([&] {
+      std::atomic_ref<std::byte> byte(in_target[victim]);
+      while (!stop.load(std::memory_order_relaxed))
+        byte.store(byte.load(std::memory_order_relaxed) ^ std::byte{0x5a}, std::memory_order_relaxed);
+    });
+    ChannelAccess::send_raw_frame(source.channel, frame);
+    std::string outcome = "ran";
+    try {
+      source.channel.flush();
+    } catch (const Error& error) {
+      outcome = error.what();
+    }
+    stop = true;
+    flipper.join();
+    source.channel.close();
+    const CounterResult result = target.result();
+    INFO("attempt " << attempt << ": " << outcome << "; the target said: " << result.first_error);
+    CHECK_THAT(std::string(result.first_error), !Catch::Contains("does not hash to its identity"));
+    if (outcome == "ran") {
+      CHECK(result.counter == increment);  // the signed code, as sent
+      ++loaded;
+    } else {
+      CHECK(result.counter == 0);
+      CHECK_THAT(outcome, Catch::Contains("refused"));
+      ++refused;
+    }
+  }
+  INFO(loaded << " attempts loaded the code, " << refused << " refused it as tampered");
+  CHECK(loaded + refused == kAttempts);
 }
