@@ -267,7 +267,7 @@ static uint32_t big_table_word(uint32_t i) {
   return (i * 2654435761u) ^ ((i * 40503u) >> 7);
 }
 
-TEMPLATE_TEST_CASE("confined code in a large container is prepared beside the serving thread and runs",
+TEMPLATE_TEST_CASE("confined code in a large container (prepared aside) compiles, runs and stays cached",
                    "[confinement][limits][compile][ucx]", Shm, Tcp) {
   auto target = limited_target(TestType::transport, 1);
   const Ifunc big = Ifunc::load(TC_BIG_TABLE);
@@ -279,6 +279,34 @@ TEMPLATE_TEST_CASE("confined code in a large container is prepared beside the se
   INFO(result.first_error);
   CHECK(result.counter == uint64_t{big_table_word(5)} + big_table_word(70000 % 65536));
   CHECK(result.refused == 0);
+  CHECK(result.trapped == 0);
+}
+
+// A confined signer's key sends a large container of machine code, which
+// cannot be confined: refused each time for what it is, as a small one is,
+// and neither banned nor counted against the key as a failed compile would
+// be (the preparation thread refuses it before any worker starts).
+TEMPLATE_TEST_CASE("large machine code from a confined signer is refused as it is, each time, "
+                   "without a ban on the key",
+                   "[confinement][limits][compile][ucx]", Shm, Tcp) {
+  auto target = limited_target(TestType::transport, 1, [](ReceiverOptions& options) {
+    options.limits.max_traps_per_key = 2;  // a few counted refusals would refuse the key
+  });
+  const Ifunc binary = Ifunc::load(TC_BIG_TABLE_BINARY);
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  REQUIRE(binary.code().size() >= std::size_t{64} << 10);
+  TestSource source(TestType::transport, target.port(), options_for<TestType>());
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    INFO("attempt " << attempt);
+    const std::optional<Error> refused = carry_out(source.channel, binary, {5, 0});
+    REQUIRE(refused.has_value());
+    CHECK(refused->is(errc::code_refused));
+    CHECK_THAT(refused->what(), Catch::Contains("only bitcode runs confined"));
+  }
+  CHECK_FALSE(carry_out(source.channel, counter, {4, 0}).has_value());  // the key serves on
+  const LimitsResult result = closed(target, {&source});
+  INFO(result.first_error);
+  CHECK(result.counter == 4);
   CHECK(result.trapped == 0);
 }
 

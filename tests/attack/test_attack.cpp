@@ -137,6 +137,18 @@ void check_survived(AttackTarget& target, uint64_t counter_before = 0) {
   CHECK(target.alive());
 }
 
+// A frame carrying `code`'s container under identity `id`, with an 8-byte
+// payload (the counter's increment): what a source sends with new code.
+std::vector<std::byte> frame_with_code(const Ifunc& code, CodeId id, uint64_t increment) {
+  std::vector<std::byte> frame(sizeof(FrameHeader) + 8 + code.code().size());
+  FrameBuilder builder(frame);
+  REQUIRE(builder.begin(code.codec(), id, 1, 8, code.code().size()) == errc::ok);
+  builder.write_payload(std::as_bytes(std::span(&increment, 1)));
+  builder.write_code(code.code());
+  frame.resize(builder.size());
+  return frame;
+}
+
 std::size_t env_or(const char* name, std::size_t fallback) {
   const char* value = std::getenv(name);
   return value != nullptr ? std::strtoull(value, nullptr, 10) : fallback;
@@ -323,13 +335,7 @@ TEMPLATE_TEST_CASE("a trusted peer cannot run code another peer loaded by naming
   // with C's payload.
   {
     TestSource c(TestType::transport, target.port());
-    std::vector<std::byte> frame(sizeof(FrameHeader) + 8 + other.code().size());
-    FrameBuilder builder(frame);
-    REQUIRE(builder.begin(other.codec(), counter.id(), 1, 8, other.code().size()) == errc::ok);
-    const uint64_t increment = 100000;
-    builder.write_payload(std::as_bytes(std::span(&increment, 1)));
-    builder.write_code(other.code());
-    ChannelAccess::send_raw_frame(c.channel, frame);
+    ChannelAccess::send_raw_frame(c.channel, frame_with_code(other, counter.id(), 100000));
     CHECK_THROWS_AS(c.channel.flush(), Error);  // the refusal comes back
     c.channel.close();
   }
@@ -365,13 +371,8 @@ TEST_CASE("code rewritten in its ring slot while the target checks it loads as v
       source.channel.close();
       return;
     }
-    std::vector<std::byte> frame(sizeof(FrameHeader) + 8 + counter.code().size());
-    FrameBuilder builder(frame);
-    REQUIRE(builder.begin(counter.codec(), counter.id(), 1, 8, counter.code().size()) == errc::ok);
     const uint64_t increment = 7;
-    builder.write_payload(std::as_bytes(std::span(&increment, 1)));
-    builder.write_code(counter.code());
-    frame.resize(builder.size());
+    const std::vector<std::byte> frame = frame_with_code(counter, counter.id(), increment);
     // A byte in the middle of the code: inside what the signature covers.
     const auto code_at = std::search(frame.begin(), frame.end(), counter.code().begin(),
                                      counter.code().end());
