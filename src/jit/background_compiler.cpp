@@ -13,9 +13,6 @@
 #include <llvm/Support/Error.h>
 #include <llvm/Support/MemoryBuffer.h>
 
-#include <pthread.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 namespace threechains {
 
@@ -27,54 +24,14 @@ BackgroundCompiler::BackgroundCompiler(llvm::orc::JITTargetMachineBuilder host,
       policy_(std::move(policy)),
       calls_(std::move(calls)),
       store_(store),
-      thread_([this](const std::stop_token& stop) { run(stop); }) {}
+      thread_("tc-tier1", [this](Job& job) { return compile_and_store(job); }) {}
 
-BackgroundCompiler::~BackgroundCompiler() {
-  thread_.request_stop();
-  wake_.notify_all();
-}  // thread_ joins here, before the members it uses go
-
-void BackgroundCompiler::submit(Job job) {
-  {
-    const std::lock_guard lock(mutex_);
-    jobs_.push_back(std::move(job));
-  }
-  wake_.notify_one();
-}
-
-std::vector<BackgroundCompiler::Result> BackgroundCompiler::take_finished() {
-  const std::lock_guard lock(mutex_);
-  std::vector<Result> out = std::move(finished_);
-  finished_.clear();
-  finished_count_.store(0, std::memory_order_release);
-  return out;
-}
-
-void BackgroundCompiler::run(const std::stop_token& stop) {
-  pthread_setname_np(pthread_self(), "tc-tier1");  // for top, perf and gdb
-  // Below the dispatch loop: a compile waking up must not preempt the thread
-  // that serves frames (or a spinning peer on a shared core). Where cores are
-  // idle it runs at full speed; where they spin, it still gets a share.
-  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
-  for (;;) {
-    Job job;
-    {
-      std::unique_lock lock(mutex_);
-      // A stop request ends the thread even with jobs queued (a compile
-      // under way finishes first): a destructor must not wait for a queue.
-      if (!wake_.wait(lock, stop, [this] { return !jobs_.empty(); }) || stop.stop_requested())
-        return;
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-    }
-    Result result = compile(job);
-    if (result.error.empty() && result.stays_at_tier0.empty() && !job.store_key.empty() &&
-        store_ != nullptr)
-      (void)store_->store(job.store_key, result.object);
-    const std::lock_guard lock(mutex_);
-    finished_.push_back(std::move(result));
-    finished_count_.store(finished_.size(), std::memory_order_release);
-  }
+BackgroundCompiler::Result BackgroundCompiler::compile_and_store(Job& job) {
+  Result result = compile(job);
+  if (result.error.empty() && result.stays_at_tier0.empty() && !job.store_key.empty() &&
+      store_ != nullptr)
+    (void)store_->store(job.store_key, result.object);
+  return result;
 }
 
 BackgroundCompiler::Result BackgroundCompiler::compile(Job& job) {

@@ -7,20 +7,16 @@
 
 #include "jit/container_images.hpp"
 #include "jit/host_optimiser.hpp"
+#include "jit/job_thread.hpp"
 #include "jit/object_store.hpp"
 
 #include <threechains/import_policy.hpp>
 
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace threechains {
@@ -48,21 +44,19 @@ class BackgroundCompiler {
   // `store` (may be null, outlives this) keeps what is compiled for a restart.
   BackgroundCompiler(llvm::orc::JITTargetMachineBuilder host, int optimisation_level,
                      ImportPolicy policy, LibraryCalls calls, const ObjectStore* store);
-  // Stops the thread: a compile under way finishes first (milliseconds).
-  ~BackgroundCompiler();
+  // Stops the thread (~JobThread): a compile under way finishes first
+  // (milliseconds).
   BackgroundCompiler(const BackgroundCompiler&) = delete;
   BackgroundCompiler& operator=(const BackgroundCompiler&) = delete;
 
-  void submit(Job job);
+  void submit(Job job) { thread_.submit(std::move(job)); }
   // Cheap enough for every poll: whether take_finished() has anything.
-  [[nodiscard]] bool has_finished() const noexcept {
-    return finished_count_.load(std::memory_order_acquire) != 0;
-  }
-  [[nodiscard]] std::vector<Result> take_finished();
+  [[nodiscard]] bool has_finished() const noexcept { return thread_.has_finished(); }
+  [[nodiscard]] std::vector<Result> take_finished() { return thread_.take_finished(); }
 
  private:
-  void run(const std::stop_token& stop);
-  [[nodiscard]] Result compile(Job& job);  // on the thread only: uses host_
+  [[nodiscard]] Result compile_and_store(Job& job);  // on the thread only
+  [[nodiscard]] Result compile(Job& job);            // on the thread only: uses host_
 
   llvm::orc::JITTargetMachineBuilder host_;
   int optimisation_level_;
@@ -70,12 +64,7 @@ class BackgroundCompiler {
   LibraryCalls calls_;
   const ObjectStore* store_;
 
-  std::mutex mutex_;
-  std::condition_variable_any wake_;
-  std::deque<Job> jobs_;
-  std::vector<Result> finished_;
-  std::atomic<std::size_t> finished_count_{0};
-  std::jthread thread_;  // last: started after, and stopped before, what it uses
+  JobThread<Job, Result> thread_;  // last: started after, and stopped before, what it uses
 };
 
 }  // namespace threechains

@@ -12,19 +12,14 @@
 
 #include "jit/compile_worker.hpp"
 #include "jit/container_images.hpp"
+#include "jit/job_thread.hpp"
 
 #include <threechains/error.hpp>
 #include <threechains/frame.hpp>
 
-#include <atomic>
-#include <condition_variable>
-#include <cstddef>
-#include <deque>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace threechains {
@@ -55,32 +50,26 @@ class ConfinedPreparation {
   using Prepare = std::function<void(Job&, Prepared&)>;
 
   explicit ConfinedPreparation(Prepare prepare);
-  // Stops the thread: a preparation under way finishes first (milliseconds);
-  // queued jobs are dropped.
-  ~ConfinedPreparation();
+  // Stops the thread (~JobThread): a preparation under way finishes first
+  // (milliseconds); queued jobs are dropped.
   ConfinedPreparation(const ConfinedPreparation&) = delete;
   ConfinedPreparation& operator=(const ConfinedPreparation&) = delete;
 
-  void submit(Job job);
+  void submit(Job job) { thread_.submit(std::move(job)); }
   // Drops the queued jobs for `id` (a running one finishes; its result is
   // told apart by its serial).
-  void cancel(CodeId id);
-  // Cheap enough for every poll: whether take_finished() has anything.
-  [[nodiscard]] bool has_finished() const noexcept {
-    return finished_count_.load(std::memory_order_acquire) != 0;
+  void cancel(CodeId id) {
+    thread_.drop_queued([id](const Job& job) { return job.id == id; });
   }
-  [[nodiscard]] std::vector<Prepared> take_finished();
+  // Cheap enough for every poll: whether take_finished() has anything.
+  [[nodiscard]] bool has_finished() const noexcept { return thread_.has_finished(); }
+  [[nodiscard]] std::vector<Prepared> take_finished() { return thread_.take_finished(); }
 
  private:
-  void run(const std::stop_token& stop);
+  [[nodiscard]] Prepared prepare(Job& job) const;  // on the thread: answers every job
 
   Prepare prepare_;
-  std::mutex mutex_;
-  std::condition_variable_any wake_;
-  std::deque<Job> jobs_;
-  std::vector<Prepared> finished_;
-  std::atomic<std::size_t> finished_count_{0};
-  std::jthread thread_;  // last: started after, and stopped before, what it uses
+  JobThread<Job, Prepared> thread_;  // last: started after, and stopped before, what it uses
 };
 
 }  // namespace threechains
