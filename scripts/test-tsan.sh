@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The tests that run a progress thread, a tier-1 compile thread or the preparation thread of
-# large confined containers, built with clang-22 under
+# The tests that run a progress thread, a tier-1 compile thread, or the threads that check
+# large code and prepare large confined containers, built with clang-22 under
 # ThreadSanitizer (CMakePresets.json "tsan", in ./build-tsan).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -11,6 +11,7 @@
 #include "support/counter_target.hpp"
 #include "support/mesh.hpp"
 #include "support/two_process.hpp"
+#include "trust/envelope.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -279,6 +280,45 @@ TEMPLATE_TEST_CASE("confined code in a large container (prepared aside) compiles
   INFO(result.first_error);
   CHECK(result.counter == uint64_t{big_table_word(5)} + big_table_word(70000 % 65536));
   CHECK(result.refused == 0);
+  CHECK(result.trapped == 0);
+}
+
+// Large code's digest and signature are checked on a thread beside the one
+// that serves (engine/code_vetting.hpp): what that check refuses reaches the
+// source with its reason, as a small container's does, counts against no
+// trap or ban, and the key's good code loads after it.
+TEMPLATE_TEST_CASE("large code checked beside the serving thread is refused for a broken or "
+                   "untrusted signature, and the key's good code loads next",
+                   "[confinement][limits][trust][ucx]", Shm, Tcp) {
+  auto target = limited_target(TestType::transport, 1, [](ReceiverOptions& options) {
+    options.limits.max_traps_per_key = 2;  // two counted refusals would refuse the key
+  });
+  const Ifunc big = Ifunc::load(TC_BIG_TABLE);
+  REQUIRE(big.code().size() >= std::size_t{64} << 10);
+  // Other code (big_table's machine code, as large) behind big's signature.
+  const Ifunc binary = Ifunc::load(TC_BIG_TABLE_BINARY);
+  const std::span<const std::byte> other = container_body(binary.code());
+  std::vector<std::byte> changed(big.code().begin(),
+                                 big.code().end() - container_body(big.code()).size());
+  changed.insert(changed.end(), other.begin(), other.end());
+  REQUIRE(changed.size() >= std::size_t{64} << 10);
+  const Ifunc forged = Ifunc::from_container(changed);
+  const Ifunc stranger = Ifunc::from_container(sign_container(big.code(), KeyPair::generate()));
+  TestSource source(TestType::transport, target.port(), options_for<TestType>());
+  const std::optional<Error> broken = carry_out(source.channel, forged, {5, 0});
+  REQUIRE(broken.has_value());
+  CHECK(broken->is(errc::code_refused));
+  CHECK_THAT(broken->what(), Catch::Contains("does not verify"));
+  const std::optional<Error> untrusted = carry_out(source.channel, stranger, {5, 0});
+  REQUIRE(untrusted.has_value());
+  CHECK(untrusted->is(errc::code_refused));
+  CHECK_THAT(untrusted->what(), Catch::Contains("does not trust"));
+  CHECK_FALSE(carry_out(source.channel, big, {5, 0}).has_value());  // checked, compiled, run
+  CHECK_FALSE(carry_out(source.channel, big, {7, 0}).has_value());  // cached
+  const LimitsResult result = closed(target, {&source});
+  INFO(result.first_error);
+  CHECK(result.counter == uint64_t{big_table_word(5)} + big_table_word(7));
+  CHECK(result.refused == 2);
   CHECK(result.trapped == 0);
 }
 

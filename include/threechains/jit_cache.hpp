@@ -182,6 +182,10 @@ class JitCache {
   // refused before compiling; unconfined code loads at once.
   std::optional<LoadResult> start_load(CodeId id, CodecId codec, std::span<const std::byte> code,
                                        Confine confine);
+  // The same, with the container handed over: a large one goes to the
+  // thread that prepares its compile without another copy.
+  std::optional<LoadResult> start_load(CodeId id, CodecId codec, std::vector<std::byte>&& code,
+                                       Confine confine);
   struct FinishedLoad {
     CodeId id = 0;
     std::optional<LoadResult> result;  // loaded: find_ifunc(id) has it
@@ -249,6 +253,9 @@ class JitCache {
   std::unique_ptr<Impl> impl_;
   void note_call(CodeId id);
   void cancel_loads() noexcept;
+  std::optional<LoadResult> start_load_from(CodeId id, CodecId codec,
+                                            std::span<const std::byte> code,
+                                            std::vector<std::byte>* owned, Confine confine);
   [[nodiscard]] std::optional<LoadResult> already_loaded(CodeId id, Confine confine) const;
   void sync_promotion_counts() noexcept;
   std::optional<ConfinedTrap> invoke_confined(const CachedIfunc& ifunc, void* payload,

@@ -1,6 +1,7 @@
 // Engine, target side: code into the JIT cache. Loads (in place, in the
 // compile worker, on the GPU), tiers switched between dispatches, the cache's
 // bounds, and code a frame waits for: asked for, arrived, refused.
+#include "engine/code_vetting.hpp"
 #include "engine/engine.hpp"
 #include "gpu/gpu_service.hpp"
 #include "jit/container_images.hpp"
@@ -16,6 +17,7 @@ namespace threechains::detail {
 
 void Engine::promote_tiers() {
   Target& t = *target_;
+  if (!t.vetting_waits.empty() && t.vetting->has_finished()) finish_vetting();
   if (!t.compiling.empty()) finish_compiles();
   Promotions done = t.cache.promote_ready();
   t.stats.promotions += done.promoted;
@@ -23,20 +25,16 @@ void Engine::promote_tiers() {
   for (std::string& failure : done.failures) report(Error(errc::jit_failed, std::move(failure)));
 }
 
-Engine::Loaded Engine::load(Link& link, CodeId id, CodecId codec, std::span<const std::byte> code) {
+Engine::Loaded Engine::load(Link& link, CodeId id, CodecId codec, std::span<const std::byte> code,
+                            std::vector<std::byte>* owned) {
   Target& t = *target_;
-  // Waiting for this code's compile, or for the one its key has running
-  // (one at a time, so no key fills the worker's queue; code of the key's
-  // that is loaded already waits too): asked again each poll, so before
-  // anything that costs (a copy, a digest, a signature check).
+  // Waiting for this code's compile, or for the load its key has under way
+  // (a compile or a check aside: one at a time, so no key fills a queue;
+  // code of the key's that is loaded already waits too): asked again each
+  // poll, so before anything that costs (a copy, a digest, a signature check).
   const auto waits = [&] { return t.compiling.contains(id) || link.key->compiling; };
   if (waits() && (!drop_abandoned_compiles() || waits())) [[unlikely]]
     return {nullptr, true};
-  // The code may sit in the peer's ring, which the peer can still write: the
-  // digest, the signature check, the identity check and the load all read
-  // one private copy, so what was verified is what is loaded.
-  const std::vector<std::byte> private_code(code.begin(), code.end());
-  code = private_code;
   try {
     if (code.size() > t.options.limits.max_code_bytes) {
       throw Error(errc::limit_exceeded,
@@ -46,7 +44,32 @@ Engine::Loaded Engine::load(Link& link, CodeId id, CodecId codec, std::span<cons
     }
     if (const std::optional<std::string> why = key_refused(*link.key))
       throw Error(errc::code_refused, *why);
-    const ContentDigest digest = content_digest(code);
+    // The code may sit in the peer's ring, which the peer can still write: the
+    // digest, the signature check, the identity check and the load all read
+    // one private copy, so what was verified is what is loaded.
+    std::vector<std::byte> private_code =
+        owned != nullptr ? std::move(*owned) : std::vector<std::byte>(code.begin(), code.end());
+    if (private_code.size() >= CodeVetting::kAside &&
+        t.vetting_bytes + private_code.size() <= CodeVetting::kMaxWaitingBytes) {
+      vet_aside(link, id, codec, std::move(private_code));
+      return {nullptr, true};
+    }
+    const ContentDigest digest = content_digest(private_code);
+    return load_vetted(link, id, codec,
+                       {std::move(private_code), digest, std::nullopt, std::nullopt});
+  } catch (const Error& error) {
+    refuse_load(&link, id, error);
+    return {nullptr, false};
+  }
+}
+
+Engine::Loaded Engine::load_vetted(Link& link, CodeId id, CodecId codec, VettedCode vetted) {
+  Target& t = *target_;
+  // `code` is not read after start_load() below (which may take the bytes).
+  const std::span<const std::byte> code = vetted.code;
+  const std::size_t code_bytes = code.size();
+  const ContentDigest& digest = vetted.digest;
+  try {
     if (link.key->banned.contains(digest)) {
       throw Error(errc::code_refused, "this code trapped " +
                                           std::to_string(t.options.limits.max_traps_per_code) +
@@ -73,7 +96,9 @@ Engine::Loaded Engine::load(Link& link, CodeId id, CodecId codec, std::span<cons
                       " is taken by code this process loaded into Receiver::cache() itself");
     }
     // Before anything parses it: whose code is this, and is it intact?
-    const Confine confine = check_code_trust(t.options.trust, code);
+    if (vetted.refused) throw *vetted.refused;
+    const Confine confine =
+        vetted.confine ? *vetted.confine : check_code_trust(t.options.trust, code);
     std::optional<LoadResult> result;
     if (confine == Confine::yes) {
       if (const std::optional<std::string> why = key_throttled(*link.key))
@@ -88,14 +113,15 @@ Engine::Loaded Engine::load(Link& link, CodeId id, CodecId codec, std::span<cons
                         std::to_string(t.options.limits.max_code_bytes_per_key) +
                         " a key may (ReceiverLimits::max_code_bytes_per_key)");
       }
-      // Compiled in a worker process while this thread serves on.
-      result = t.cache.start_load(id, codec, code, confine);
+      // Compiled in a worker process while this thread serves on. The code
+      // is handed over unless a Node keeps it (then `code` stays valid).
+      result = keep_code_ ? t.cache.start_load(id, codec, code, confine)
+                          : t.cache.start_load(id, codec, std::move(vetted.code), confine);
       if (!result) {
         link.key->compiling = true;
         t.compiling.emplace(
-            id, Target::Compiling{digest, link.key, links_.at(link.endpoint.handle()), code.size(),
-                                  keep_code_ ? std::vector<std::byte>(code.begin(), code.end())
-                                             : std::vector<std::byte>{}});
+            id, Target::Compiling{digest, link.key, links_.at(link.endpoint.handle()), code_bytes,
+                                  keep_code_ ? std::move(vetted.code) : std::vector<std::byte>{}});
         return {nullptr, true};
       }
     } else {
@@ -103,15 +129,98 @@ Engine::Loaded Engine::load(Link& link, CodeId id, CodecId codec, std::span<cons
                              : t.cache.load(id, codec, code, confine);
     }
     link.in.shown.insert(id);
-    return {admit_loaded(link.key, id, digest, *result, code.size(),
-                         keep_code_ ? std::vector<std::byte>(code.begin(), code.end())
-                                    : std::vector<std::byte>{},
-                         confine),
+    return {admit_loaded(link.key, id, digest, *result, code_bytes,
+                         keep_code_ ? std::move(vetted.code) : std::vector<std::byte>{}, confine),
             false};
   } catch (const Error& error) {
     refuse_load(&link, id, error);
     return {nullptr, false};
   }
+}
+
+void Engine::vet_aside(Link& link, CodeId id, CodecId codec, std::vector<std::byte> code) {
+  Target& t = *target_;
+  if (!t.vetting) {
+    try {
+      t.vetting = std::make_unique<CodeVetting>(t.options.trust);
+    } catch (const std::system_error& error) {  // no thread to be had
+      throw Error(errc::jit_failed,
+                  std::string("starting the thread that checks code: ") + error.what());
+    }
+  }
+  const uint64_t serial = t.next_vet_serial++;
+  const std::size_t bytes = code.size();
+  t.vetting_waits.emplace(
+      serial, Target::Vetting{link.key, links_.at(link.endpoint.handle()), id, codec, bytes});
+  try {
+    t.vetting->submit({serial, id, std::move(code)});
+  } catch (...) {
+    t.vetting_waits.erase(serial);
+    throw;
+  }
+  t.vetting_bytes += bytes;
+  link.key->compiling = true;  // one load per key at a time, as for its compiles
+}
+
+void Engine::finish_vetting() {
+  Target& t = *target_;
+  for (CodeVetting::Vetted& vetted : t.vetting->take_finished()) {
+    const auto it = t.vetting_waits.find(vetted.serial);
+    if (it == t.vetting_waits.end()) continue;
+    Target::Vetting waiting = std::move(it->second);
+    t.vetting_waits.erase(it);
+    t.vetting_bytes -= std::min(t.vetting_bytes, waiting.bytes);
+    waiting.key->compiling = false;
+    const std::shared_ptr<Link> link = waiting.link.lock();
+    // Its source gone or going: nothing of it loads, nothing is judged.
+    Link* source = link && !link->removed && link->receiving() && link->misbehaved.empty()
+                       ? link.get()
+                       : nullptr;
+    bool loaded = false;
+    if (source != nullptr && t.compiling.contains(waiting.id)) {
+      // Another key's copy of the same code started compiling meanwhile:
+      // the frame looks again, waits for that compile, and is checked again.
+      source = nullptr;
+    } else if (source != nullptr) {
+      try {
+        // What changed while it was checked: the key may have been refused.
+        if (const std::optional<std::string> why = key_refused(*waiting.key)) {
+          refuse_load(source, waiting.id, Error(errc::code_refused, *why));
+        } else {
+          const Loaded result =
+              load_vetted(*source, waiting.id, waiting.codec,
+                          {std::move(vetted.code), vetted.digest,
+                           vetted.error ? std::nullopt : std::optional<Confine>(vetted.confine),
+                           std::move(vetted.error)});
+          if (result.compiling) continue;  // in a worker now: finish_compiles settles its frames
+          loaded = result.entry != nullptr;
+        }
+      } catch (const std::exception& error) {  // each result is answered: no key stays waiting
+        report(Error(errc::jit_failed, "code from " + source->peer_name +
+                                           ": loading it after its check failed: " + error.what()));
+      }
+    }
+    wake_waiting(waiting.id, source, loaded, waiting.key.get());
+  }
+}
+
+void Engine::wake_waiting(CodeId id, const Link* source, bool loaded, const KeyRecord* key) {
+  // Every frame that waited for this code looks again: the one that
+  // brought it runs now, or is dropped with it; others (another
+  // connection's copy) load it themselves. So do the frames of the key
+  // that waited for this load to end (one per key at a time), a code
+  // reply that came meanwhile included: they ask for it again.
+  for (const auto& [ep, waiting] : links_) {
+    Inbound& in = waiting->in;
+    if (in.stalled_on == 0) continue;
+    if (in.stalled_code == id && !loaded && waiting.get() == source) {
+      ++target_->stats.frames_rejected;
+      skip_stalled(*waiting);
+    } else if (in.stalled_code == id || waiting->key.get() == key) {
+      in.stalled_on = 0;
+    }
+  }
+  control_pending_ = true;  // frames delivered by AM wait in backlogs, drained there
 }
 
 const CachedIfunc* Engine::admit_loaded(const std::shared_ptr<KeyRecord>& charged, CodeId id,
@@ -200,22 +309,7 @@ void Engine::finish_compiles() {
       }
       refuse_load(source, done.id, error);
     }
-    // Every frame that waited for this code looks again: the one that
-    // brought it runs now, or is dropped with it; others (another
-    // connection's copy) load it themselves. So do the frames of the key
-    // that waited for this compile to end (one per key at a time), a code
-    // reply that came meanwhile included: they ask for it again.
-    for (const auto& [ep, waiting] : links_) {
-      Inbound& in = waiting->in;
-      if (in.stalled_on == 0) continue;
-      if (in.stalled_code == done.id && !loaded && waiting.get() == source) {
-        ++t.stats.frames_rejected;
-        skip_stalled(*waiting);
-      } else if (in.stalled_code == done.id || waiting->key == compiling.key) {
-        in.stalled_on = 0;
-      }
-    }
-    control_pending_ = true;  // frames delivered by AM wait in backlogs, drained there
+    wake_waiting(done.id, source, loaded, compiling.key.get());
   }
 }
 
@@ -460,7 +554,8 @@ void Engine::accept_code(Link& link, Inbound::CodeArrival& arrival) {
     return;
   }
   const Loaded loaded =
-      load(link, arrival.header.code_id, static_cast<CodecId>(arrival.header.codec), arrival.code);
+      load(link, arrival.header.code_id, static_cast<CodecId>(arrival.header.codec), arrival.code,
+           &arrival.code);
   if (loaded.compiling) return;  // the frame stays stalled; finish_compiles settles it
   if (loaded.entry != nullptr) {
     // Loaded: if the stalled frame misses again (another link's code evicted

@@ -38,8 +38,9 @@ void Engine::start_due_compiles() {
 
 unsigned Engine::poll_without_credits() {
   target_->serving_thread = pthread_self();
-  // Tiered code finished compiling is switched to here, between dispatches.
-  if (target_->cache.compiles_in_progress()) [[unlikely]]
+  // Tiered code finished compiling is switched to here, between dispatches;
+  // so is large code whose checks finished aside.
+  if (target_->cache.compiles_in_progress() || !target_->vetting_waits.empty()) [[unlikely]]
     promote_tiers();
   progress();
   if (rewarm_pending_) [[unlikely]]

@@ -4,6 +4,7 @@
 // am_handlers.cpp, the dispatch path in dispatch.cpp, the send path in
 // send_path.cpp.
 #include "engine/engine.hpp"
+#include "engine/code_vetting.hpp"
 #include "engine/fault_report.hpp"
 #include "gpu/gpu_service.hpp"
 

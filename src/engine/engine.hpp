@@ -58,6 +58,8 @@ struct DispatchContext {
 };
 
 // The Receiver role of an engine.
+class CodeVetting;  // code_vetting.hpp
+
 struct Target {
   Target(const Worker& worker, ReceiverOptions receiver_options, Listener::OnConnect on_connect);
   ~Target();
@@ -110,6 +112,22 @@ struct Target {
     std::vector<std::byte> container;  // kept (by a Node) to send onward; else empty
   };
   std::unordered_map<CodeId, Compiling> compiling;
+  // Large code whose digest and signature are checked on `vetting` (made
+  // with the first), by the check's serial: its frame waits as for a
+  // compile, and so does every other load of its key (one at a time), but
+  // no other key's: unchecked bytes hold no code identity.
+  // Engine::finish_vetting goes on from there.
+  struct Vetting {
+    std::shared_ptr<KeyRecord> key;
+    std::weak_ptr<Link> link;  // the connection it came on
+    CodeId id = 0;
+    CodecId codec = CodecId::bitcode;
+    std::size_t bytes = 0;
+  };
+  std::unordered_map<uint64_t, Vetting> vetting_waits;
+  std::unique_ptr<CodeVetting> vetting;
+  std::size_t vetting_bytes = 0;  // of the code in vetting_waits
+  uint64_t next_vet_serial = 1;
   // What each ifunc loaded from the network is, by content: a peer naming an
   // identity it has not shown us must send the code, and runs it only if it
   // is the same code (Inbound::shown).
@@ -354,7 +372,27 @@ class Engine {
     const CachedIfunc* entry = nullptr;
     bool compiling = false;
   };
-  Loaded load(Link& link, CodeId id, CodecId codec, std::span<const std::byte> code);
+  // `owned`: if set, holds exactly `code`, private to this process (a code
+  // delivery's bytes): moved from instead of copied.
+  Loaded load(Link& link, CodeId id, CodecId codec, std::span<const std::byte> code,
+              std::vector<std::byte>* owned = nullptr);
+  // Code whose digest (and, where `confine` is set, signature) was checked:
+  // the checks by content, the key's limits and the load itself.
+  struct VettedCode {
+    std::vector<std::byte> code;
+    ContentDigest digest{};
+    std::optional<Confine> confine;  // unset: the signature is checked here
+    std::optional<Error> refused;    // the signature check's refusal, made aside
+  };
+  Loaded load_vetted(Link& link, CodeId id, CodecId codec, VettedCode vetted);
+  // Large code to CodeVetting; its frame waits as for a compile.
+  void vet_aside(Link& link, CodeId id, CodecId codec, std::vector<std::byte> code);
+  // Takes the checks that finished on to their loads, and wakes the frames.
+  void finish_vetting();
+  // After a load that finished aside (vetted or compiled): the frames that
+  // waited for it, or for `key`'s turn, look again; `source`'s own is
+  // dropped if the code did not load (none is, if `source` is null).
+  void wake_waiting(CodeId id, const Link* source, bool loaded, const KeyRecord* key);
   // What a load that worked makes known: its digest and name, the key it is
   // charged to (errc::limit_exceeded over ReceiverLimits::max_code_bytes_per_key).
   const CachedIfunc* admit_loaded(const std::shared_ptr<KeyRecord>& charged, CodeId id,

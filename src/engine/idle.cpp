@@ -145,7 +145,8 @@ bool Engine::sleep_until_work(std::chrono::milliseconds limit) {
     return_credits(CreditTiming::now);
     if (!credit_due_.empty()) limit = std::min(limit, kUnsignalledRingSleep);
   }
-  if (has_target() && target_->cache.compiles_in_progress()) limit = std::min(limit, kCompileSleep);
+  if (has_target() && (target_->cache.compiles_in_progress() || !target_->vetting_waits.empty()))
+    limit = std::min(limit, kCompileSleep);
   if (has_timed_work()) limit = std::min(limit, kTimedWorkSleep);
   // Every ring still polled goes cold: the doorbell wakes us for it. One
   // that cannot (puts, a stalled frame) is looked at when the sleep times out.
