@@ -55,7 +55,8 @@ double open_ms_per_channel(tc::Source& source, uint16_t port, int n, std::size_t
   return ms;
 }
 
-int connect_many(const std::vector<std::string>& transports, int n, int rounds, bool spin) {
+int connect_many(const std::vector<std::string>& transports, int n, int rounds, bool spin,
+                 const tc::ChannelOptions& ring) {
   const tc::KeyPair key = tc::KeyPair::generate();
   fmt::print("\n{} channels to one Receiver, ms per channel (median of {})\n", n, rounds);
   fmt::print("{:<6} {:>10} {:>14} {:>15} {:>10} {:>10}\n", "", "serial", "all, 4 at once",
@@ -71,7 +72,8 @@ int connect_many(const std::vector<std::string>& transports, int n, int rounds, 
     receiver.start();
     tc::Worker worker(tc::Context({.transport = transport}));
     tc::Source source(worker);
-    const tc::ChannelOptions channel{.slots = 4, .slot_size = 1024, .identity = key};
+    tc::ChannelOptions channel = ring;
+    channel.identity = key;
     std::vector<double> serial, four, sixty_four;
     for (int r = 0; r < rounds; ++r) {  // taking turns: the machine's noise hits all three
       serial.push_back(open_ms_per_channel(source, receiver.port(), n, 0, channel));
@@ -84,8 +86,9 @@ int connect_many(const std::vector<std::string>& transports, int n, int rounds, 
                x / s);
     fmt::print(stderr,
                "{{\"bench\":\"connect_many\",\"transport\":\"{}\",\"channels\":{},"
-               "\"serial_ms\":{:.3f},\"all4_ms\":{:.3f},\"all64_ms\":{:.3f},\"rounds\":{}}}\n",
-               name, n, s, f, x, rounds);
+               "\"serial_ms\":{:.3f},\"all4_ms\":{:.3f},\"all64_ms\":{:.3f},\"rounds\":{},"
+               "\"slots\":{},\"slot_size\":{}}}\n",
+               name, n, s, f, x, rounds, channel.slots, channel.slot_size);
   }
   return 0;
 }
@@ -104,8 +107,15 @@ int main(int argc, char** argv) {
   int many_rounds = 3;
   app.add_option("--many", many, "also: N channels opened serially and all at once");
   app.add_option("--many-rounds", many_rounds, "rounds of --many (medians)");
+  // Small rings by default (what connecting costs beyond the memory); a
+  // Channel's own default is 16 slots of 128 KiB (--slots 16 --slot-kib 128).
+  tc::ChannelOptions ring{.slots = 4, .slot_size = 1024};
+  std::size_t slot_kib = 1;
+  app.add_option("--slots", ring.slots, "ring slots each channel asks for (many)");
+  app.add_option("--slot-kib", slot_kib, "KiB per slot (many)");
   CLI11_PARSE(app, argc, argv);
-  if (many > 0) return connect_many(transports, many, many_rounds, spin);
+  ring.slot_size = slot_kib * 1024;
+  if (many > 0) return connect_many(transports, many, many_rounds, spin, ring);
 
   const tc::KeyPair key = tc::KeyPair::generate();
   fmt::print("{:<6} {:>16} {:>16} {:>8}\n", "", "anyone() us", "authenticated us", "ratio");

@@ -5,10 +5,13 @@
 #include "ucx/compat.hpp"
 
 #include <threechains/ucx/context.hpp>
+#include <threechains/ucx/memory.hpp>
 
 #include <catch2/catch.hpp>
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
@@ -79,4 +82,34 @@ TEST_CASE("the components this UCX has are told apart from those it lacks", "[uc
     threechains::Context context({.transport = threechains::Transport::tcp, .reuse_address = true});
   }
   if (!preset) CHECK((std::getenv("UCX_RDMA_CM_REUSEADDR") != nullptr) == compat::has_component("rdmacm"));
+}
+
+// A peer maps its ring (a MemoryRegion): it must never show what this
+// process freed, such as the ring of a peer that left. A Context leaves UCX
+// only the allocation methods that map fresh pages (ALLOC_PRIO), so nothing
+// is cleared page by page; where the user chose others (UCX_ALLOC_PRIO),
+// MemoryRegion clears what it gets. Each region here is filled before it is
+// freed, so a reused one would show it.
+TEST_CASE("a MemoryRegion never holds what this process freed, whichever way UCX allocates it",
+          "[ucx][compat][security]") {
+  const auto fresh_each_time = [](threechains::Transport transport) {
+    threechains::Context context({.transport = transport});
+    for (int round = 0; round < 4; ++round) {
+      INFO("round " << round);
+      threechains::MemoryRegion region(context, std::size_t{2} << 20);
+      CHECK(std::all_of(region.data(), region.data() + region.size(),
+                        [](std::byte b) { return b == std::byte{0}; }));
+      std::memset(region.data(), 0xa5, region.size());
+    }
+  };
+  SECTION("as the library leaves UCX to allocate") {
+    REQUIRE(std::getenv("UCX_ALLOC_PRIO") == nullptr);
+    fresh_each_time(threechains::Transport::shared_memory);
+    fresh_each_time(threechains::Transport::tcp);
+  }
+  SECTION("from the heap, as a user may choose") {
+    REQUIRE(setenv("UCX_ALLOC_PRIO", "heap", 1) == 0);
+    fresh_each_time(threechains::Transport::tcp);
+    unsetenv("UCX_ALLOC_PRIO");
+  }
 }

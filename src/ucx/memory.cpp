@@ -21,7 +21,9 @@ MemoryRegion::MemoryRegion(Context context, std::size_t size)
   check(ucp_mem_query(state_->handle, &attr), "ucp_mem_query");
   state_->data = static_cast<std::byte*>(attr.address);
   state_->size = size;
-  std::memset(state_->data, 0, size);
+  // Zero-filled as promised: fresh pages are (Context: ALLOC_PRIO), and
+  // clearing them would only fault every page in.
+  if (!state_->context.allocates_zeroed_) std::memset(state_->data, 0, size);
 }
 
 std::vector<std::byte> MemoryRegion::pack_rkey() const {

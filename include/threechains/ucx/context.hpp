@@ -89,9 +89,13 @@ class Context {
   [[nodiscard]] bool remote_memory_access() const noexcept { return remote_memory_access_; }
 
  private:
+  friend class MemoryRegion;  // clears what it gets unless allocates_zeroed_
   std::shared_ptr<ucp_context> handle_;
   Transport transport_;
   bool remote_memory_access_;
+  // Every way left to UCX to allocate memory for ucp_mem_map maps pages
+  // fresh from the kernel, so zero (context.cpp, ALLOC_PRIO).
+  bool allocates_zeroed_ = false;
 };
 
 }  // namespace threechains
