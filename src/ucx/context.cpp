@@ -74,7 +74,7 @@ Context::Context(const ContextOptions& options)
   // which hands back what this process freed: a departed peer's ring, for
   // one. Only the methods that map fresh pages (zero, by the kernel) are
   // left, so a MemoryRegion need not clear every page before a peer maps
-  // it: clearing a 2 MiB ring of fresh shared memory cost 7-16 ms on the
+  // it: clearing a 2 MiB ring of fresh shared memory cost 7-18 ms on the
   // 2-core VM (its page faults), per connecting peer, on the serving
   // thread, and kept the whole ring resident. A list the user set in the
   // environment wins (and a MemoryRegion then clears what it gets).
