@@ -67,17 +67,18 @@ Context::Context(const ContextOptions& options)
       modify("FENCE_MODE", fence);
   }
   // ucp_mem_map(ALLOCATE) takes memory by ALLOC_PRIO (ucp_context.c: by
-  // default "md:sysv,md:posix,thp,md:*,mmap,heap" in 1.16-1.22, 1.13 with
+  // default "md:sysv,md:posix,thp,md:*,mmap,heap" in 1.16, 1.18, 1.22, 1.13 with
   // "huge" after posix; the methods: uct/base/uct_mem.c). Shared-memory
   // segments come first, but where they cannot be had (SysV's segment
   // limit, a full /dev/shm) "thp" and "heap" take memory from malloc,
   // which hands back what this process freed: a departed peer's ring, for
   // one. Only the methods that map fresh pages (zero, by the kernel) are
   // left, so a MemoryRegion need not clear every page before a peer maps
-  // it: clearing a 2 MiB ring of fresh shared memory cost 7-18 ms on the
-  // 2-core VM (its page faults), per connecting peer, on the serving
-  // thread, and kept the whole ring resident. A list the user set in the
-  // environment wins (and a MemoryRegion then clears what it gets).
+  // it: with a 2 MiB ring cleared, connecting one peer over shm took
+  // 12.9-13.5 ms on the 2-core VM, 4.6-4.9 ms without (docs/performance.md,
+  // "Connecting many channels"), and the whole ring stayed resident. A
+  // list the user set in the environment wins (and a MemoryRegion then
+  // clears what it gets).
   if (std::getenv("UCX_ALLOC_PRIO") == nullptr) {
     modify("ALLOC_PRIO", "md:sysv,md:posix,mmap");
     allocates_zeroed_ = true;
