@@ -90,6 +90,13 @@ ChildTarget<LimitsResult> limited_target(Transport transport, uint64_t sources,
       std::move(options));
 }
 
+// A limited target where two counted refusals would refuse the key: for
+// refusals that must count neither as traps nor as failed compiles.
+ChildTarget<LimitsResult> target_refusing_keys_at_two_traps(Transport transport) {
+  return limited_target(transport, 1,
+                        [](ReceiverOptions& options) { options.limits.max_traps_per_key = 2; });
+}
+
 template <class T>
 ChannelOptions as_other() {
   ChannelOptions options = options_for<T>();
@@ -290,9 +297,7 @@ TEMPLATE_TEST_CASE("confined code in a large container (prepared aside) compiles
 TEMPLATE_TEST_CASE("large code checked beside the serving thread is refused for a broken or "
                    "untrusted signature, and the key's good code loads next",
                    "[confinement][limits][trust][ucx]", Shm, Tcp) {
-  auto target = limited_target(TestType::transport, 1, [](ReceiverOptions& options) {
-    options.limits.max_traps_per_key = 2;  // two counted refusals would refuse the key
-  });
+  auto target = target_refusing_keys_at_two_traps(TestType::transport);
   const Ifunc big = Ifunc::load(TC_BIG_TABLE);
   REQUIRE(big.code().size() >= std::size_t{64} << 10);
   // Other code (big_table's machine code, as large) behind big's signature.
@@ -329,9 +334,7 @@ TEMPLATE_TEST_CASE("large code checked beside the serving thread is refused for 
 TEMPLATE_TEST_CASE("large machine code from a confined signer is refused as it is, each time, "
                    "without a ban on the key",
                    "[confinement][limits][compile][ucx]", Shm, Tcp) {
-  auto target = limited_target(TestType::transport, 1, [](ReceiverOptions& options) {
-    options.limits.max_traps_per_key = 2;  // a few counted refusals would refuse the key
-  });
+  auto target = target_refusing_keys_at_two_traps(TestType::transport);
   const Ifunc binary = Ifunc::load(TC_BIG_TABLE_BINARY);
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   REQUIRE(binary.code().size() >= std::size_t{64} << 10);

@@ -9,6 +9,7 @@
 // back what finished between dispatches (Engine::finish_vetting).
 #pragma once
 
+#include "jit/container_images.hpp"
 #include "jit/job_thread.hpp"
 #include "trust/sodium.hpp"
 
@@ -25,10 +26,8 @@ namespace threechains::detail {
 
 class CodeVetting {
  public:
-  // Code at least this large is vetted here; smaller code costs the serving
-  // thread less than the hand-over (the same bound as the JitCache's
-  // preparation aside).
-  static constexpr std::size_t kAside = 64 * 1024;
+  // Code at least this large is vetted here (container_images.hpp).
+  static constexpr std::size_t kAside = kLargeContainer;
   // At most this much code waits for its check (a peer that connects, sends
   // large code and leaves, again and again, queues no more than this); past
   // it, code is checked on the serving thread, as before the thread was.
@@ -44,8 +43,8 @@ class CodeVetting {
     CodeId id = 0;
     std::vector<std::byte> code;  // the job's, handed back for the load
     ContentDigest digest{};
-    Confine confine = Confine::yes;  // how its signer's code runs here
-    std::optional<Error> error;      // the signature or the signer refused (then confine is unset)
+    Confine confine = Confine::yes;  // how its signer's code runs here (if no error)
+    std::optional<Error> error;      // the signature or the signer refused
   };
 
   // `trust` must outlive this object and not change while it lives (a

@@ -57,9 +57,9 @@ struct DispatchContext {
   uint64_t caller = 0;  // whose key it runs for (KeyRecord::serial; 0: this process)
 };
 
-// The Receiver role of an engine.
 class CodeVetting;  // code_vetting.hpp
 
+// The Receiver role of an engine.
 struct Target {
   Target(const Worker& worker, ReceiverOptions receiver_options, Listener::OnConnect on_connect);
   ~Target();

@@ -3,6 +3,7 @@
 
 #include <threechains/container.hpp>
 
+#include <cstddef>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,6 +20,12 @@ struct ParsedImage {
 
 // Splits a container into images, checking every offset; throws errc::bad_container.
 [[nodiscard]] std::vector<ParsedImage> parse_container(std::span<const std::byte> container);
+
+// Containers from this size up are handled beside the thread that serves
+// frames: checked (the Engine's CodeVetting) and, if confined, prepared for
+// their worker (ConfinedPreparation). Below it, the copying and hashing cost
+// less than handing them over (a few microseconds).
+inline constexpr std::size_t kLargeContainer = std::size_t{64} << 10;
 
 // The codec a container's images make: their kind, or tiered if both kinds travel.
 [[nodiscard]] CodecId codec_of(const std::vector<ParsedImage>& images);

@@ -260,10 +260,7 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
     uint64_t serial = 0;     // the preparation's, while `preparing`
   };
   std::unordered_map<CodeId, PendingLoad> pending_loads;  // confined code compiling in a worker
-  // Containers from this size up are prepared for their worker on the
-  // preparation thread: below it, the copying and hashing cost less than
-  // handing them over (a few microseconds).
-  static constexpr std::size_t kPreparedAside = std::size_t{64} << 10;
+  static constexpr std::size_t kPreparedAside = kLargeContainer;  // container_images.hpp
 
   // `runs_here` says whether an image's triple runs on this host.
   using RunsHere = std::function<bool(const std::string&)>;
