@@ -301,6 +301,66 @@ TEMPLATE_TEST_CASE("bad frames are rejected and the Receiver keeps serving", "[u
   CHECK(result.dispatched == 5);
 }
 
+// A target runs the frames that follow one of the same cached ifunc in its
+// ring with what that one settled (Engine::run_hot: no cache lookup, no
+// statistics' record to find); each frame's header is still checked. The
+// first frame's code compiles while the source fills the ring behind it, so
+// the bad frame comes in the middle of such a run: it must be refused as it
+// is on its own, and the frames after it run.
+TEMPLATE_TEST_CASE("a bad frame amid a run of one cached ifunc's frames is rejected as on its own",
+                   "[ucx][reject]", Shm, ShmPut) {
+  auto target = counter_target(context_for<TestType>());
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  TestSource source(context_for<TestType>(), target.port(), options_for<TestType>());
+  Channel& channel = source.channel;
+
+  std::vector<std::byte> frame(frame_size(8, 0));
+  uint64_t increment = 1000;
+  const auto build = [&](CodeId id, uint32_t sequence) {
+    FrameBuilder builder(frame);
+    REQUIRE(builder.begin(CodecId::bitcode, id, sequence, 8, 0) == errc::ok);
+    builder.write_payload(std::as_bytes(std::span(&increment, 1)));
+  };
+  constexpr uint32_t kBadOne = 7;  // after the frame with the code and five cached ones
+  std::string expected_error;
+  SECTION("bad magic") {
+    build(counter.id(), kBadOne);
+    frame[0] = std::byte{0};
+    expected_error = "magic";
+  }
+  SECTION("an unknown codec") {
+    build(counter.id(), kBadOne);
+    frame[offsetof(FrameHeader, codec)] = std::byte{0x7f};
+    expected_error = "codec";
+  }
+  SECTION("a header whose sizes run past the slot") {
+    build(counter.id(), kBadOne);
+    const uint32_t huge = 1u << 30;
+    std::memcpy(frame.data() + offsetof(FrameHeader, payload_size), &huge, sizeof(huge));
+    expected_error = "truncated";
+  }
+  SECTION("a sequence that does not match its slot") {
+    build(counter.id(), 77);
+    expected_error = "sequence 77";
+  }
+  SECTION("a cached frame of code this source never showed") {
+    build(counter.id() ^ 1, kBadOne);
+    expected_error = "no longer holds the code";
+  }
+  for (int i = 0; i < 6; ++i) (void)send(channel, counter, uint64_t{1});
+  ChannelAccess::send_raw_frame(channel, frame);
+  for (int i = 0; i < 5; ++i) (void)send(channel, counter, uint64_t{1});
+  channel.close();
+
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.rejected == 1);
+  CHECK(result.errors == 1);
+  CHECK_THAT(result.first_error, Catch::Contains(expected_error));
+  CHECK(result.counter == 11);
+  CHECK(result.dispatched == 11);
+}
+
 TEST_CASE("a frame too large for a slot is refused on the source with a clear error",
           "[ucx][channel]") {
   auto target = counter_target(Transport::shared_memory);

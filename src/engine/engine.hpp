@@ -361,6 +361,26 @@ class Engine {
 
   unsigned drain(Link& link);
   bool dispatch(Link& link, std::byte* frame, std::size_t available);
+  // The code a ring's last frame ran (dispatch), while its next frames name
+  // it: run_hot runs such a frame with what dispatch settled once (false: it
+  // does not qualify, dispatch() it; a trap ends the run). `entry` null: no run.
+  struct HotCode {
+    const CachedIfunc* entry = nullptr;
+    CodeId id = 0;
+    uint64_t head = 0;       // the header's first word (magic, version, codec), zero-extended
+    uint64_t max_sizes = 0;  // the largest payload a slot holds: its sizes' word, code_size 0
+    DispatchContext context;  // what the runtime and fault reports see while it runs
+    // Its entry point, where it is called as it is: native code on a plain
+    // Receiver (no confinement runner, no Node runtime to switch to).
+    IfuncMain direct = nullptr;
+  };
+  [[nodiscard]] HotCode hot_code(Link& link, const std::byte* frame,
+                                 std::size_t available) noexcept;
+  [[nodiscard]] bool run_hot(Link& link, HotCode& hot, std::byte* frame,
+                             std::size_t available);
+  // A confined (or GPU) ifunc's trap: reported here, told to the source,
+  // counted against the code and its key.
+  void answer_trap(Link& link, const CachedIfunc& entry, CodeId id, const ConfinedTrap& trap);
   void dispatch_delivered(Link& link, uint64_t sequence, std::byte* data, std::size_t length);
   void ring_inconsistent(Link& link, std::string what);
   void drain_backlog(Link& link);
