@@ -99,7 +99,7 @@ class Channel {
     if (ring.full()) [[unlikely]]
       return SendStatus::would_block;
     const uint64_t sequence = ring.next_sequence;
-    const std::size_t slot = (sequence - 1) % ring.slots;
+    const std::size_t slot = ring.next_slot;
     std::byte* at = ring.direct_ring != nullptr ? ring.direct_ring + slot * ring.slot_size
                                                 : detail::staging_slot(*engine_, *link_, slot);
     bool with_code = false;
@@ -188,7 +188,7 @@ class Channel {
       std::memcpy(at, &sequence, sizeof(sequence));
       detail::put_frame(*engine_, *link_, slot, frame_bytes);
     }
-    ring.next_sequence = sequence + 1;
+    ring.advance();
     ++ring.stats.frames_sent;
     ring.stats.last_frame_size = frame_bytes;
   }

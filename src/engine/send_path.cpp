@@ -206,7 +206,7 @@ SendStatus send_gathered(Engine& engine, Link& link, const Ifunc& ifunc,
   Outbound& out = *link.out;
   OutboundRing& ring = out.hot;
   const uint64_t sequence = ring.next_sequence;
-  const std::size_t slot = (sequence - 1) % ring.slots;
+  const std::size_t slot = ring.next_slot;
   std::byte* at = staging_slot(engine, link, slot);
   bool with_code = false;
   if (!ring.last_held_valid || ring.last_held != ifunc.id()) [[unlikely]]
@@ -234,7 +234,7 @@ SendStatus send_gathered(Engine& engine, Link& link, const Ifunc& ifunc,
     throw Error(error.ucs_status().value_or(UCS_ERR_IO_ERROR),
                 "channel to " + link.peer_name + ": ucp_am_send_nbx");
   }
-  ring.next_sequence = sequence + 1;
+  ring.advance();
   ++ring.stats.frames_sent;
   ring.stats.last_frame_size = frame.size();
   ring.stats.frames_with_code += with_code ? 1 : 0;
@@ -543,7 +543,7 @@ void ChannelAccess::send_raw_frame(Channel& channel, std::span<const std::byte> 
                                            "-byte frame does not fit a " +
                                            std::to_string(ring.slot_size) + "-byte ring slot");
   }
-  const std::size_t slot = (ring.next_sequence - 1) % ring.slots;
+  const std::size_t slot = ring.next_slot;
   std::byte* at = ring.direct_ring != nullptr
                       ? ring.direct_ring + slot * ring.slot_size
                       : detail::staging_slot(*channel.engine_, *channel.link_, slot);
@@ -556,7 +556,7 @@ void ChannelAccess::send_raw_frame(Channel& channel, std::span<const std::byte> 
   while (channel.ring_->full()) channel.wait_for_credit();
   detail::OutboundRing& ring = *channel.ring_;
   if (frame.size() > ring.capacity()) throw Error(errc::frame_too_large, "raw frame too large");
-  const std::size_t slot = (ring.next_sequence - 1) % ring.slots;
+  const std::size_t slot = ring.next_slot;
   if (ring.direct_ring != nullptr) {
     std::byte* at = ring.direct_ring + slot * ring.slot_size;
     if (!frame.empty()) std::memcpy(at + detail::kCommitWordSize, frame.data(), frame.size());
@@ -569,14 +569,14 @@ void ChannelAccess::send_raw_frame(Channel& channel, std::span<const std::byte> 
     std::memcpy(at, &commit_word, sizeof(commit_word));
     detail::put_frame(*channel.engine_, *channel.link_, slot, frame.size());
   }
-  ++ring.next_sequence;
+  ring.advance();
   ++ring.stats.frames_sent;
 }
 
 std::byte* ChannelAccess::next_frame_in_target(Channel& channel) {
   detail::OutboundRing& ring = *channel.ring_;
   if (ring.direct_ring == nullptr) return nullptr;
-  const std::size_t slot = (ring.next_sequence - 1) % ring.slots;
+  const std::size_t slot = ring.next_slot;
   return ring.direct_ring + slot * ring.slot_size + detail::kCommitWordSize;
 }
 

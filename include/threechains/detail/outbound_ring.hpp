@@ -53,6 +53,7 @@ struct OutboundRing {
   // (membarrier): the commit store is fenced before the sleep word is read.
   bool full_fence = false;
   uint64_t next_sequence = 1;
+  uint32_t next_slot = 0;  // next_sequence's slot, (next_sequence - 1) % slots, kept, not divided
   std::size_t slot_size = 0;
   uint32_t slots = 0;
   bool last_held_valid = false;  // the last ifunc sent is known to be held by the target
@@ -64,6 +65,11 @@ struct OutboundRing {
   }
   [[nodiscard]] bool full() const noexcept { return next_sequence - 1 - consumed() >= slots; }
   [[nodiscard]] std::size_t capacity() const noexcept { return slot_size - kCommitWordSize; }
+  // The frame of next_sequence went out: on to the next sequence and slot.
+  void advance() noexcept {
+    ++next_sequence;
+    if (++next_slot == slots) next_slot = 0;
+  }
 };
 
 // The out-of-line halves of the send path (src/engine/send_path.cpp).
