@@ -98,10 +98,12 @@ unsigned Engine::drain(Link& link) {
                              !in.credit.has_value() && !in.fence_before_credit;
   const uint32_t credit_every = std::max<uint32_t>(in.slots / 4, 1);
   uint32_t since_credit = 0;
-  // What the frame before ran, while the next ones name the same code. The
-  // context it runs in (t.running) is set once for the run, and put back
-  // before anything else is dispatched and when the drain ends.
+  // The code that ran last, while the frames name it (looked up again after
+  // each frame that took the full path, on the next frame). The context it
+  // runs in (t.running) is set once for the run, and put back before
+  // anything else is dispatched and when the drain ends.
   HotCode hot;
+  bool look = true;  // whether the next frame may start a run (hot_code)
   struct PutBack {
     DispatchContext& running;
     const DispatchContext outer;
@@ -129,11 +131,16 @@ unsigned Engine::drain(Link& link) {
       break;
     }
     std::byte* frame = slot + kCommitWordSize;
+    if (look) [[unlikely]] {
+      look = false;
+      hot = hot_code(link, frame, available);
+      if (hot.entry != nullptr) t.running = hot.context;
+    }
     if (hot.entry == nullptr || !run_hot(link, hot, frame, available)) {
       t.running = put_back.outer;
       if (!dispatch(link, frame, available)) break;
-      hot = hot_code(link, frame, available);
-      if (hot.entry != nullptr) t.running = hot.context;
+      hot = {};
+      look = true;
       index = (in.expected - 1) % in.slots;  // as the old loop would: in step with `expected`
     }
     ++in.expected;
@@ -151,24 +158,27 @@ unsigned Engine::drain(Link& link) {
   return dispatched;
 }
 
-// A frame that names the code the frame before it in this ring ran, after
-// dispatch() settled for that one what holds for a run of them: the cache
-// lookup and what this peer has shown, the code's place in the cache, its
-// statistics' record, the context it runs in. This frame's own header is
-// checked again in full (nothing of the ring is trusted from one frame to
-// the next); what is left is the call and its counts, about half the
-// instructions a frame (callgrind: docs/performance.md, "The streaming rate
-// on 1.22").
+// A frame that names the code that ran last (in this ring or another),
+// after dispatch() settled for that one what holds for a run of them: the
+// cache lookup and what this peer has shown, the code's place in the cache,
+// its statistics' record, the context it runs in. Each frame's own header
+// is checked again in full (nothing of the ring is trusted from one frame
+// to the next); what is left is the call and its counts: about a third of
+// the instructions a frame (callgrind: docs/performance.md, "Past 2x").
 Engine::HotCode Engine::hot_code(Link& link, const std::byte* frame,
                                  std::size_t available) noexcept {
   Target& t = *target_;
+  // Frames of other code (or none ran yet) go the full way at once. A slot
+  // holds a header at least (checked_slot_size, the Receiver's grant).
+  CodeId named;
+  std::memcpy(&named, frame + offsetof(FrameHeader, code_id), sizeof(named));
+  if (named == 0 || named != t.last_dispatched || link.in.stalled_on != 0) return {};
   FrameView view;
   if (FrameView::parse({frame, available}, view) != errc::ok || view.has_code()) return {};
   const CodeId id = view.code_id();
   // It ran (rather than was refused, or trapped and so may be refused now):
   // the code last dispatched and counted, and still shown by this peer.
-  if (id == 0 || id != t.last_dispatched || id != t.counted_id || t.counted == nullptr ||
-      !link.in.has_shown(id))
+  if (id != named || id != t.counted_id || t.counted == nullptr || !link.in.has_shown(id))
     return {};
   const CachedIfunc* entry = t.cache.find_ifunc(id);
   if (entry == nullptr || entry->gpu != nullptr) return {};

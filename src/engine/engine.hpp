@@ -361,8 +361,8 @@ class Engine {
 
   unsigned drain(Link& link);
   bool dispatch(Link& link, std::byte* frame, std::size_t available);
-  // The code a ring's last frame ran (dispatch), while its next frames name
-  // it: run_hot runs such a frame with what dispatch settled once (false: it
+  // The code that ran last (dispatch), while a ring's frames name it:
+  // run_hot runs such a frame with what dispatch settled once (false: it
   // does not qualify, dispatch() it; a trap ends the run). `entry` null: no run.
   struct HotCode {
     const CachedIfunc* entry = nullptr;
