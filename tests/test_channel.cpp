@@ -302,7 +302,7 @@ TEMPLATE_TEST_CASE("bad frames are rejected and the Receiver keeps serving", "[u
 }
 
 // A target runs the frames that follow one of the same cached ifunc in its
-// ring with what that one settled (Engine::run_hot: no cache lookup, no
+// ring with what that one settled (Engine::run_next: no cache lookup, no
 // statistics' record to find); each frame's header is still checked. The
 // first frame's code compiles while the source fills the ring behind it, so
 // the bad frame comes in the middle of such a run: it must be refused as it
@@ -327,6 +327,11 @@ TEMPLATE_TEST_CASE("a bad frame amid a run of one cached ifunc's frames is rejec
     build(counter.id(), kBadOne);
     frame[0] = std::byte{0};
     expected_error = "magic";
+  }
+  SECTION("a version this target does not speak") {
+    build(counter.id(), kBadOne);
+    frame[offsetof(FrameHeader, version)] = std::byte{FrameHeader::kVersion + 1};
+    expected_error = "version";
   }
   SECTION("an unknown codec") {
     build(counter.id(), kBadOne);
@@ -359,6 +364,33 @@ TEMPLATE_TEST_CASE("a bad frame amid a run of one cached ifunc's frames is rejec
   CHECK_THAT(result.first_error, Catch::Contains(expected_error));
   CHECK(result.counter == 11);
   CHECK(result.dispatched == 11);
+}
+
+// The other side of the same fast path: a good frame amid a run that it
+// cannot take (one that carries its code again) runs as it would on its
+// own, and so does the run after it.
+TEMPLATE_TEST_CASE("a frame that carries its code again amid a run of cached frames runs once",
+                   "[ucx][channel]", Shm, ShmPut) {
+  auto target = counter_target(context_for<TestType>());
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  TestSource source(context_for<TestType>(), target.port(), options_for<TestType>());
+  Channel& channel = source.channel;
+  for (int i = 0; i < 6; ++i) (void)send(channel, counter, uint64_t{1});
+  std::vector<std::byte> frame(frame_size(8, counter.code().size()));
+  FrameBuilder builder(frame);
+  REQUIRE(builder.begin(CodecId::bitcode, counter.id(), 7, 8, counter.code().size()) == errc::ok);
+  const uint64_t hundred = 100;
+  builder.write_payload(std::as_bytes(std::span(&hundred, 1)));
+  builder.write_code(counter.code());
+  ChannelAccess::send_raw_frame(channel, frame);
+  for (int i = 0; i < 5; ++i) (void)send(channel, counter, uint64_t{1});
+  channel.close();
+  const CounterResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.rejected == 0);
+  CHECK(result.errors == 0);
+  CHECK(result.counter == 111);
+  CHECK(result.dispatched == 12);
 }
 
 TEST_CASE("a frame too large for a slot is refused on the source with a clear error",

@@ -55,8 +55,22 @@ struct FrameHeader {
   uint32_t payload_size;  // bytes of payload after the header
   uint32_t code_size;     // bytes of code after the payload; 0 in a cached frame
   CodeId code_id;         // identity of the code, present in cached frames too
+
+  // The header's first 8 bytes as one little-endian word: magic, version,
+  // codec, sequence. The source stores it so, and a target compares a
+  // frame's first word against it (Engine::run_next).
+  [[nodiscard]] static constexpr uint64_t first_word(uint8_t codec, uint32_t sequence) noexcept {
+    return uint64_t{kMagic} | uint64_t{kVersion} << 16 | uint64_t{codec} << 24 |
+           uint64_t{sequence} << 32;
+  }
 };
 static_assert(sizeof(FrameHeader) == 24, "the wire header is 24 bytes");
+// first_word() and the stores and loads built on it assume this layout, on
+// a little-endian host (as does the rest of the wire format's code).
+static_assert(offsetof(FrameHeader, sequence) == 4 && offsetof(FrameHeader, payload_size) == 8 &&
+              offsetof(FrameHeader, code_size) == 12 && offsetof(FrameHeader, code_id) == 16);
+static_assert(std::endian::native == std::endian::little,
+              "the frame header is read and written as little-endian words");
 static_assert(std::is_trivially_copyable_v<FrameHeader>);
 
 [[nodiscard]] constexpr std::size_t frame_size(std::size_t payload_size,
@@ -77,31 +91,15 @@ class FrameBuilder {
         code_size > UINT32_MAX) [[unlikely]] {
       return errc::frame_too_large;
     }
-    if constexpr (std::endian::native == std::endian::little) {
-      // Three 8-byte stores from registers. A header built field by field on
-      // the stack and copied as one block made the copy's 16-byte load wait
-      // for the narrow stores before it (a store-forwarding stall): half of
-      // a cached send's time (perf; docs/performance.md, "The streaming rate
-      // on 1.22").
-      static_assert(offsetof(FrameHeader, sequence) == 4 &&
-                    offsetof(FrameHeader, payload_size) == 8 &&
-                    offsetof(FrameHeader, code_size) == 12 && offsetof(FrameHeader, code_id) == 16);
-      const uint64_t first = uint64_t{FrameHeader::kMagic} | uint64_t{FrameHeader::kVersion} << 16 |
-                             uint64_t{static_cast<uint8_t>(codec)} << 24 | uint64_t{sequence} << 32;
-      const uint64_t sizes = uint64_t{payload_size} | uint64_t{code_size} << 32;
-      std::memcpy(buffer_.data(), &first, sizeof(first));
-      std::memcpy(buffer_.data() + 8, &sizes, sizeof(sizes));
-      std::memcpy(buffer_.data() + 16, &code_id, sizeof(code_id));
-    } else {
-      const FrameHeader header{FrameHeader::kMagic,
-                               FrameHeader::kVersion,
-                               static_cast<uint8_t>(codec),
-                               sequence,
-                               static_cast<uint32_t>(payload_size),
-                               static_cast<uint32_t>(code_size),
-                               code_id};
-      std::memcpy(buffer_.data(), &header, sizeof(header));
-    }
+    // Three 8-byte stores from registers. A header built field by field on
+    // the stack and copied as one block made the copy's 16-byte load wait
+    // for the narrow stores before it (read as a store-forwarding stall:
+    // half of a cached send's samples; docs/performance.md, "Past 2x").
+    const uint64_t first = FrameHeader::first_word(static_cast<uint8_t>(codec), sequence);
+    const uint64_t sizes = uint64_t{payload_size} | uint64_t{code_size} << 32;
+    std::memcpy(buffer_.data(), &first, sizeof(first));
+    std::memcpy(buffer_.data() + offsetof(FrameHeader, payload_size), &sizes, sizeof(sizes));
+    std::memcpy(buffer_.data() + offsetof(FrameHeader, code_id), &code_id, sizeof(code_id));
     payload_size_ = payload_size;
     code_size_ = code_size;
     return errc::ok;

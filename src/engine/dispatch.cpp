@@ -98,12 +98,13 @@ unsigned Engine::drain(Link& link) {
                              !in.credit.has_value() && !in.fence_before_credit;
   const uint32_t credit_every = std::max<uint32_t>(in.slots / 4, 1);
   uint32_t since_credit = 0;
-  // The code that ran last, while the frames name it (looked up again after
-  // each frame that took the full path, on the next frame). The context it
-  // runs in (t.running) is set once for the run, and put back before
-  // anything else is dispatched and when the drain ends.
-  HotCode hot;
-  bool look = true;  // whether the next frame may start a run (hot_code)
+  // A run of frames that name the code that ran last (start_run, looked at
+  // once a drain and after each frame that took the full path). The context
+  // it runs in (t.running) is set once for the run, and put back before
+  // anything else is dispatched or a trap is answered, and when the drain
+  // ends.
+  CodeRun run;
+  bool may_start_run = true;
   struct PutBack {
     DispatchContext& running;
     const DispatchContext outer;
@@ -131,16 +132,28 @@ unsigned Engine::drain(Link& link) {
       break;
     }
     std::byte* frame = slot + kCommitWordSize;
-    if (look) [[unlikely]] {
-      look = false;
-      hot = hot_code(link, frame, available);
-      if (hot.entry != nullptr) t.running = hot.context;
+    if (may_start_run) [[unlikely]] {
+      may_start_run = false;
+      run = start_run(link, frame, available);
+      if (run.entry != nullptr) t.running = run.context;
     }
-    if (hot.entry == nullptr || !run_hot(link, hot, frame, available)) {
+    // The peer may be refused meanwhile (a trap that refuses its key): none
+    // of its frames after that one runs (the control round closes it).
+    bool refused = false;
+    std::optional<ConfinedTrap> trap;
+    if (run.entry != nullptr && run_next(link, run, frame, trap)) [[likely]] {
+      if (trap) [[unlikely]] {
+        t.running = put_back.outer;
+        const CodeRun ran = std::exchange(run, {});  // the code or its key may be refused now
+        answer_trap(link, *ran.entry, ran.id, *trap);
+        refused = !link.misbehaved.empty();
+      }
+    } else {
       t.running = put_back.outer;
       if (!dispatch(link, frame, available)) break;
-      hot = {};
-      look = true;
+      run = {};
+      may_start_run = true;
+      refused = !link.misbehaved.empty();
       index = (in.expected - 1) % in.slots;  // as the old loop would: in step with `expected`
     }
     ++in.expected;
@@ -150,6 +163,8 @@ unsigned Engine::drain(Link& link) {
       since_credit = 0;
       store_credit(in);
     }
+    if (refused) [[unlikely]]
+      break;
   }
   if (dispatched != 0) {
     in.active = true;
@@ -162,48 +177,48 @@ unsigned Engine::drain(Link& link) {
 // after dispatch() settled for that one what holds for a run of them: the
 // cache lookup and what this peer has shown, the code's place in the cache,
 // its statistics' record, the context it runs in. Each frame's own header
-// is checked again in full (nothing of the ring is trusted from one frame
-// to the next); what is left is the call and its counts: about a third of
-// the instructions a frame (callgrind: docs/performance.md, "Past 2x").
-Engine::HotCode Engine::hot_code(Link& link, const std::byte* frame,
-                                 std::size_t available) noexcept {
+// is still checked in full (nothing of the ring is trusted from one frame to
+// the next); what is left is the call and its counts: about a third of the
+// instructions a frame (callgrind: docs/performance.md, "Past 2x").
+Engine::CodeRun Engine::start_run(Link& link, const std::byte* frame,
+                                  std::size_t available) noexcept {
   Target& t = *target_;
   // Frames of other code (or none ran yet) go the full way at once. A slot
   // holds a header at least (checked_slot_size, the Receiver's grant).
   CodeId named;
   std::memcpy(&named, frame + offsetof(FrameHeader, code_id), sizeof(named));
   if (named == 0 || named != t.last_dispatched || link.in.stalled_on != 0) return {};
+  // Everything below reads this one copy: the peer may rewrite its slot.
   FrameView view;
   if (FrameView::parse({frame, available}, view) != errc::ok || view.has_code()) return {};
   const CodeId id = view.code_id();
-  // It ran (rather than was refused, or trapped and so may be refused now):
-  // the code last dispatched and counted, and still shown by this peer.
+  // Still shown by this peer and cached (a ban or an eviction since takes
+  // either away), and counted: t.counted is this code's statistics record.
   if (id != named || id != t.counted_id || t.counted == nullptr || !link.in.has_shown(id))
     return {};
   const CachedIfunc* entry = t.cache.find_ifunc(id);
   if (entry == nullptr || entry->gpu != nullptr) return {};
-  HotCode hot;
-  hot.entry = entry;
-  hot.id = id;
-  uint32_t head;
-  std::memcpy(&head, frame, sizeof(head));
-  hot.head = head;
-  hot.max_sizes = available - sizeof(FrameHeader);
-  hot.context = {id, link.rank, link.peer_name.c_str(), link.caller};
-  if (entry->confined == nullptr && runtime_hooks_ == nullptr) hot.direct = entry->main;
-  return hot;
+  CodeRun run;
+  run.entry = entry;
+  run.id = id;
+  run.first = FrameHeader::first_word(view.header().codec, 0);
+  run.max_sizes = available - sizeof(FrameHeader);
+  run.context = {id, link.rank, link.peer_name.c_str(), link.caller};
+  if (entry->confined == nullptr && runtime_hooks_ == nullptr) run.direct = entry->main;
+  return run;
 }
 
-// Inlined into drain(): a run's frames are its hottest path.
-[[gnu::always_inline]] inline bool Engine::run_hot(Link& link, HotCode& hot, std::byte* frame,
-                                                   std::size_t /*available: hot.max_sizes*/) {
+// Inlined into drain(): a run's frames are its hottest path. What it does
+// per call is run_entry's, less what holds for the run; a check added to one
+// belongs in the other.
+[[gnu::always_inline]] inline bool Engine::run_next(Link& link, const CodeRun& run,
+                                                    std::byte* frame,
+                                                    std::optional<ConfinedTrap>& trap) {
   Target& t = *target_;
-  // The first 8 bytes: magic, version and codec as the run's first frame
-  // had them, then this frame's sequence. The sizes' 8 bytes: a payload
-  // within the slot and no code (code_size, the high half, 0).
-  static_assert(std::endian::native == std::endian::little && offsetof(FrameHeader, sequence) == 4 &&
-                offsetof(FrameHeader, code_size) == offsetof(FrameHeader, payload_size) + 4);
-  const uint64_t due = hot.head | (uint64_t{static_cast<uint32_t>(link.in.expected)} << 32);
+  // The first word: magic, version and codec as checked when the run began,
+  // and this frame's sequence. The sizes' word: a payload within the slot
+  // and no code (code_size, its high half, 0).
+  const uint64_t due = run.first | FrameHeader::first_word(0, static_cast<uint32_t>(link.in.expected));
   uint64_t first;
   uint64_t sizes;
   CodeId id;
@@ -211,7 +226,7 @@ Engine::HotCode Engine::hot_code(Link& link, const std::byte* frame,
   std::memcpy(&sizes, frame + offsetof(FrameHeader, payload_size), sizeof(sizes));
   std::memcpy(&id, frame + offsetof(FrameHeader, code_id), sizeof(id));
   // Every 1024th call is timed, by run_entry.
-  if (first != due || sizes > hot.max_sizes || id != hot.id || ((t.sample_tick + 1) & 1023) == 0)
+  if (first != due || sizes > run.max_sizes || id != run.id || ((t.sample_tick + 1) & 1023) == 0)
       [[unlikely]]
     return false;
   const auto payload_size = static_cast<uint32_t>(sizes);
@@ -219,25 +234,26 @@ Engine::HotCode Engine::hot_code(Link& link, const std::byte* frame,
   t.cache.count_call(id);
   ++t.counted_calls;
   t.counted_bytes += payload_size;
-  ++t.stats.frames_dispatched;
   void* const payload = frame + sizeof(FrameHeader);
-  if (hot.direct != nullptr) [[likely]] {
-    hot.direct(payload, payload_size, t.options.target_args);
+  if (run.direct != nullptr) [[likely]] {
+    // As JitCache::invoke calls it: an exception out of the ifunc ends the
+    // process here too, rather than unwinding through the ring.
+    [&]() noexcept { run.direct(payload, payload_size, t.options.target_args); }();
+    ++t.stats.frames_dispatched;
     return true;
   }
   const RuntimeHooks* previous = exchange_runtime_hooks(runtime_hooks_);
-  const std::optional<ConfinedTrap> trap =
-      t.cache.invoke(*hot.entry, payload, payload_size, t.options.target_args, link.caller);
+  trap = t.cache.invoke(*run.entry, payload, payload_size, t.options.target_args, link.caller);
   exchange_runtime_hooks(previous);
+  ++t.stats.frames_dispatched;
   if (trap) [[unlikely]] {
     ++t.stats.code_trapped;
     ++t.counted->traps;
-    const HotCode ran = std::exchange(hot, {});  // the code or its key may be refused now
-    answer_trap(link, *ran.entry, ran.id, *trap);
   }
   return true;
 }
 
+// Keep in step with run_next, which does the same per call for a run.
 std::optional<ConfinedTrap> Engine::run_entry(const CachedIfunc& ifunc, CodeId id, int64_t origin,
                                               const char* peer, void* payload, std::size_t size,
                                               uint64_t caller) {
@@ -341,6 +357,9 @@ IfuncStats& Engine::ifunc_record(CodeId id) {
 // A confined ifunc broke a rule: that invocation ended there. The error
 // names it; the source hears it (its next flush or wait throws it); nothing
 // else changes: the Receiver serves on, the code stays loaded.
+// The full path of every frame; a run of frames of one code takes
+// start_run/run_next instead, which keep what this settles for it: keep the
+// three in step.
 bool Engine::dispatch(Link& link, std::byte* frame_bytes, std::size_t available) {
   Target& t = *target_;
   Inbound& in = link.in;

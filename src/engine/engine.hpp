@@ -361,23 +361,25 @@ class Engine {
 
   unsigned drain(Link& link);
   bool dispatch(Link& link, std::byte* frame, std::size_t available);
-  // The code that ran last (dispatch), while a ring's frames name it:
-  // run_hot runs such a frame with what dispatch settled once (false: it
-  // does not qualify, dispatch() it; a trap ends the run). `entry` null: no run.
-  struct HotCode {
+  // A run of a ring's frames that name the code that ran last (dispatch):
+  // start_run looks at the frame that may begin one (`entry` null: none);
+  // run_next runs one more frame of it with what dispatch settled once
+  // (false: the frame does not qualify, dispatch() it; a trap comes back in
+  // `trap`, for drain to answer once the run's context is put back).
+  struct CodeRun {
     const CachedIfunc* entry = nullptr;
     CodeId id = 0;
-    uint64_t head = 0;       // the header's first word (magic, version, codec), zero-extended
+    uint64_t first = 0;      // the header's first word, its sequence 0 (FrameHeader::first_word)
     uint64_t max_sizes = 0;  // the largest payload a slot holds: its sizes' word, code_size 0
     DispatchContext context;  // what the runtime and fault reports see while it runs
     // Its entry point, where it is called as it is: native code on a plain
     // Receiver (no confinement runner, no Node runtime to switch to).
     IfuncMain direct = nullptr;
   };
-  [[nodiscard]] HotCode hot_code(Link& link, const std::byte* frame,
-                                 std::size_t available) noexcept;
-  [[nodiscard]] bool run_hot(Link& link, HotCode& hot, std::byte* frame,
-                             std::size_t available);
+  [[nodiscard]] CodeRun start_run(Link& link, const std::byte* frame,
+                                  std::size_t available) noexcept;
+  [[nodiscard]] bool run_next(Link& link, const CodeRun& run, std::byte* frame,
+                              std::optional<ConfinedTrap>& trap);
   // A confined (or GPU) ifunc's trap: reported here, told to the source,
   // counted against the code and its key.
   void answer_trap(Link& link, const CachedIfunc& entry, CodeId id, const ConfinedTrap& trap);
