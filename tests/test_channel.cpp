@@ -36,6 +36,17 @@ struct Case {
   using codec = C;
 };
 
+// Six frames of `counter` (the first carries its code, which the target
+// compiles while the rest fill the ring behind it), then `raw` as it is
+// (frame 7), then five more: `raw` comes amid a run of one cached ifunc's
+// frames (Engine::start_run, run_next). Closes the channel.
+void send_amid_a_run(Channel& channel, const Ifunc& counter, std::span<const std::byte> raw) {
+  for (int i = 0; i < 6; ++i) (void)send(channel, counter, uint64_t{1});
+  ChannelAccess::send_raw_frame(channel, raw);
+  for (int i = 0; i < 5; ++i) (void)send(channel, counter, uint64_t{1});
+  channel.close();
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("an ifunc runs on another process, then runs cached", "[ucx][channel]",
@@ -312,7 +323,6 @@ TEMPLATE_TEST_CASE("a bad frame amid a run of one cached ifunc's frames is rejec
   auto target = counter_target(context_for<TestType>());
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   TestSource source(context_for<TestType>(), target.port(), options_for<TestType>());
-  Channel& channel = source.channel;
 
   std::vector<std::byte> frame(frame_size(8, 0));
   uint64_t increment = 1000;
@@ -352,10 +362,7 @@ TEMPLATE_TEST_CASE("a bad frame amid a run of one cached ifunc's frames is rejec
     build(counter.id() ^ 1, kBadOne);
     expected_error = "no longer holds the code";
   }
-  for (int i = 0; i < 6; ++i) (void)send(channel, counter, uint64_t{1});
-  ChannelAccess::send_raw_frame(channel, frame);
-  for (int i = 0; i < 5; ++i) (void)send(channel, counter, uint64_t{1});
-  channel.close();
+  send_amid_a_run(source.channel, counter, frame);
 
   const CounterResult result = target.result();
   INFO(result.first_error);
@@ -374,17 +381,13 @@ TEMPLATE_TEST_CASE("a frame that carries its code again amid a run of cached fra
   auto target = counter_target(context_for<TestType>());
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   TestSource source(context_for<TestType>(), target.port(), options_for<TestType>());
-  Channel& channel = source.channel;
-  for (int i = 0; i < 6; ++i) (void)send(channel, counter, uint64_t{1});
   std::vector<std::byte> frame(frame_size(8, counter.code().size()));
   FrameBuilder builder(frame);
   REQUIRE(builder.begin(CodecId::bitcode, counter.id(), 7, 8, counter.code().size()) == errc::ok);
   const uint64_t hundred = 100;
   builder.write_payload(std::as_bytes(std::span(&hundred, 1)));
   builder.write_code(counter.code());
-  ChannelAccess::send_raw_frame(channel, frame);
-  for (int i = 0; i < 5; ++i) (void)send(channel, counter, uint64_t{1});
-  channel.close();
+  send_amid_a_run(source.channel, counter, frame);
   const CounterResult result = target.result();
   INFO(result.first_error);
   CHECK(result.rejected == 0);

@@ -354,9 +354,6 @@ IfuncStats& Engine::ifunc_record(CodeId id) {
   return it->second.stats;
 }
 
-// A confined ifunc broke a rule: that invocation ended there. The error
-// names it; the source hears it (its next flush or wait throws it); nothing
-// else changes: the Receiver serves on, the code stays loaded.
 // The full path of every frame; a run of frames of one code takes
 // start_run/run_next instead, which keep what this settles for it: keep the
 // three in step.
@@ -407,6 +404,9 @@ bool Engine::dispatch(Link& link, std::byte* frame_bytes, std::size_t available)
   return true;
 }
 
+// A confined ifunc broke a rule: that invocation ended there. The error
+// names it; the source hears it (its next flush or wait throws it); nothing
+// else changes: the Receiver serves on, the code stays loaded.
 void Engine::answer_trap(Link& link, const CachedIfunc& entry, CodeId id, const ConfinedTrap& trap) {
   Target& t = *target_;
   report(trap_error(entry, id, trap, link.peer_name));
