@@ -366,6 +366,10 @@ class Engine {
   // run_next runs one more frame of it with what dispatch settled once
   // (false: the frame does not qualify, dispatch() it; a trap comes back in
   // `trap`, for drain to answer once the run's context is put back).
+  // A CodeRun lives in one drain() call only: `entry` points into the
+  // JitCache's entries and `context.peer` into the Link, and drain drops the
+  // run after anything that may load, evict, refuse or close (dispatch(), a
+  // trap), so neither outlives what it points into.
   struct CodeRun {
     const CachedIfunc* entry = nullptr;
     CodeId id = 0;
