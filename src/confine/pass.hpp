@@ -33,4 +33,16 @@ void screen_for_confinement(llvm::Module& module, const std::string& ifunc,
 // spaces).
 void confine_module(llvm::Module& module, const std::string& ifunc);
 
+// The window shape (issue 33, x86-64; confine/window.hpp): every load,
+// store and atomic of `module` addresses the thread's %gs base plus the low
+// 32 bits of its pointer, so the code reaches its window and nothing else,
+// whatever pointer it forms; the guard pages make a bounds check needless.
+// Run after the optimiser (the vectorised loops keep their shape). The
+// first step of the tier, measured by threechains-bench-window and not yet
+// what a JitCache runs: it does not yet place the payload, the globals or
+// the exposed regions in a window, nor shape memory intrinsics, masked or
+// gathered accesses and indirect calls, which it refuses with
+// errc::import_refused, naming them.
+void shape_for_window(llvm::Module& module, const std::string& ifunc);
+
 }  // namespace threechains

@@ -1,0 +1,240 @@
+// threechains-bench-window: what the window shape of issue 33 costs the code
+// it confines, on this CPU, against the same code unconfined.
+//
+// The kernels (benchmarks/kernels/saxpy.c and chase.c) are compiled by clang
+// to bitcode, optimised here by the host optimiser the target uses
+// (HostOptimiser, level 2, this CPU), then cloned: one copy is compiled as it
+// is, the other after shape_for_window (confine/pass.hpp) rewrote every
+// access to `%gs:(low 32 bits of the pointer)`. Both are compiled in this
+// process by LLJIT for this host and run, interleaved round by round, on the
+// same arrays in one confinement window (confine/window.hpp) with %gs set to
+// its base. What it prints, per figure, is the shaped time over the native
+// time: the price of the shape itself. It is not yet what a JitCache runs
+// (no fuel, no traps, no data stack in the window: pass.hpp says what is
+// missing); threechains-bench-confine measures today's confined tier.
+//
+// Also the cost of writing the %gs base (what switching between two keys'
+// windows would cost per invocation) and of GsBase::use when it need not.
+#include "confine/pass.hpp"
+#include "confine/window.hpp"
+#include "jit/host_description.hpp"
+#include "jit/host_optimiser.hpp"
+
+#include "bench_util.hpp"
+
+#include <fmt/core.h>
+#include <CLI/CLI.hpp>
+
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Transforms/Utils/Cloning.h>
+
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tc = threechains;
+
+namespace {
+
+using Saxpy = void (*)(float, const float*, float*, std::size_t);
+using Chase = uint64_t (*)(const uint64_t*, uint64_t, uint64_t);
+
+template <class T>
+T checked(llvm::Expected<T> value, const std::string& what) {
+  if (!value) throw std::runtime_error(what + ": " + llvm::toString(value.takeError()));
+  return std::move(*value);
+}
+
+void check(llvm::Error error, const std::string& what) {
+  if (error) throw std::runtime_error(what + ": " + llvm::toString(std::move(error)));
+}
+
+// The kernel at `path`, optimised for this host, twice: as it is, and
+// window-shaped with "_window" after every function's name.
+void add_kernel(llvm::orc::LLJIT& jit, const std::string& path, const std::string& name) {
+  auto context = std::make_unique<llvm::LLVMContext>();
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer) throw std::runtime_error("cannot read " + path);
+  std::unique_ptr<llvm::Module> native =
+      checked(llvm::parseBitcodeFile((*buffer)->getMemBufferRef(), *context), path);
+  tc::HostOptimiser optimiser(
+      checked(checked(tc::describe_host(2), "describe the host").createTargetMachine(),
+              "a target machine"),
+      2);
+  (void)optimiser.run(*native);
+  std::unique_ptr<llvm::Module> shaped = llvm::CloneModule(*native);
+  for (llvm::Function& f : *shaped)
+    if (!f.isDeclaration()) f.setName(f.getName() + "_window");
+  tc::shape_for_window(*shaped, name);
+  llvm::orc::ThreadSafeContext shared(std::move(context));
+  check(jit.addIRModule(llvm::orc::ThreadSafeModule(std::move(native), shared)), path);
+  check(jit.addIRModule(llvm::orc::ThreadSafeModule(std::move(shaped), shared)), path);
+}
+
+template <class F>
+double ns_per(F&& run, double units) {
+  const auto start = std::chrono::steady_clock::now();
+  run();
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
+             .count() /
+         units;
+}
+
+// A single cycle through all `n` entries (Sattolo's shuffle), in `table`.
+void make_cycle(std::span<uint64_t> table, std::mt19937_64& random) {
+  std::vector<uint64_t> order(table.size());
+  std::iota(order.begin(), order.end(), 0);
+  for (std::size_t i = order.size() - 1; i > 0; --i)
+    std::swap(order[i], order[std::uniform_int_distribution<std::size_t>(0, i - 1)(random)]);
+  for (std::size_t i = 0; i < order.size(); ++i) table[order[i]] = order[(i + 1) % order.size()];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"the window shape (issue 33) against native code, on this CPU"};
+  int rounds = 11;
+  std::size_t n = 4096;
+  std::size_t small_entries = std::size_t{1} << 12;  // 32 KiB: the L1/L2
+  std::size_t large_entries = std::size_t{1} << 22;  // 32 MiB: memory
+  uint64_t steps = uint64_t{1} << 20;
+  std::string json;
+  app.add_option("-r,--rounds", rounds, "rounds (both variants interleaved in each)");
+  app.add_option("-n,--elements", n, "floats per saxpy array");
+  app.add_option("--small", small_entries, "entries of the small chase table");
+  app.add_option("--large", large_entries, "entries of the large chase table");
+  app.add_option("--steps", steps, "loads per chase");
+  app.add_option("--json", json, "append one JSON line per figure to this file");
+  CLI11_PARSE(app, argc, argv);
+#if !defined(__x86_64__)
+  std::puts("SKIP: the window shape is built for x86-64's %gs so far");
+  return 0;
+#else
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  auto jit = checked(llvm::orc::LLJITBuilder()
+                         .setJITTargetMachineBuilder(checked(tc::describe_host(2), "the host"))
+                         .create(),
+                     "LLJIT");
+  add_kernel(*jit, THREECHAINS_BENCH_SAXPY_BC, "saxpy");
+  add_kernel(*jit, THREECHAINS_BENCH_CHASE_BC, "chase");
+  const auto find = [&](const char* name) { return checked(jit->lookup(name), name).getValue(); };
+  const auto saxpy = reinterpret_cast<Saxpy>(find("saxpy"));
+  const auto saxpy_window = reinterpret_cast<Saxpy>(find("saxpy_window"));
+  const auto chase = reinterpret_cast<Chase>(find("chase"));
+  const auto chase_window = reinterpret_cast<Chase>(find("chase_window"));
+
+  tc::confined::Window window;
+  auto as_floats = [](std::span<std::byte> bytes) {
+    return std::span(reinterpret_cast<float*>(bytes.data()), bytes.size() / sizeof(float));
+  };
+  auto as_words = [](std::span<std::byte> bytes) {
+    return std::span(reinterpret_cast<uint64_t*>(bytes.data()), bytes.size() / 8);
+  };
+  const std::span<float> x = as_floats(window.allocate(n * sizeof(float), true));
+  const std::span<float> y_native = as_floats(window.allocate(n * sizeof(float), true));
+  const std::span<float> y_window = as_floats(window.allocate(n * sizeof(float), true));
+  const std::span<uint64_t> small = as_words(window.allocate(small_entries * 8, true));
+  const std::span<uint64_t> large = as_words(window.allocate(large_entries * 8, true));
+  std::fill(x.begin(), x.end(), 1.5F);
+  std::mt19937_64 random(33);
+  make_cycle(small, random);
+  make_cycle(large, random);
+  tc::confined::GsBase::use(window.base());
+
+  const int saxpy_calls = std::max<int>(1, static_cast<int>((uint64_t{1} << 24) / n));
+  std::vector<double> saxpy_native_ns, saxpy_window_ns, small_native_ns, small_window_ns,
+      large_native_ns, large_window_ns;
+  uint64_t ends[4] = {0, 0, 0, 0};
+  for (int r = 0; r < rounds; ++r) {
+    const double elements = static_cast<double>(saxpy_calls) * static_cast<double>(n);
+    saxpy_native_ns.push_back(ns_per(
+        [&] {
+          for (int c = 0; c < saxpy_calls; ++c) saxpy(0.5F, x.data(), y_native.data(), n);
+        },
+        elements));
+    saxpy_window_ns.push_back(ns_per(
+        [&] {
+          for (int c = 0; c < saxpy_calls; ++c) saxpy_window(0.5F, x.data(), y_window.data(), n);
+        },
+        elements));
+    const auto steps_d = static_cast<double>(steps);
+    small_native_ns.push_back(
+        ns_per([&] { ends[0] = chase(small.data(), ends[0], steps); }, steps_d));
+    small_window_ns.push_back(
+        ns_per([&] { ends[1] = chase_window(small.data(), ends[1], steps); }, steps_d));
+    large_native_ns.push_back(
+        ns_per([&] { ends[2] = chase(large.data(), ends[2], steps); }, steps_d));
+    large_window_ns.push_back(
+        ns_per([&] { ends[3] = chase_window(large.data(), ends[3], steps); }, steps_d));
+  }
+  if (!std::equal(y_native.begin(), y_native.end(), y_window.begin()) || ends[0] != ends[1] ||
+      ends[2] != ends[3]) {
+    std::fprintf(stderr,
+                 "the window-shaped kernels computed something else than the native ones\n");
+    return 1;
+  }
+
+  // %gs writes: alternating between two bases, every use() writes.
+  constexpr int kSwitches = 1 << 20;
+  tc::confined::Window other;
+  const double switch_ns = ns_per(
+      [&] {
+        for (int k = 0; k < kSwitches; ++k)
+          tc::confined::GsBase::use((k & 1) != 0 ? window.base() : other.base());
+      },
+      kSwitches);
+  const double same_ns = ns_per(
+      [&] {
+        for (int k = 0; k < kSwitches; ++k) {
+          tc::confined::GsBase::use(window.base());
+          asm volatile("" ::: "memory");  // one use() per iteration, not one per loop
+        }
+      },
+      kSwitches);
+  tc::confined::GsBase::use(window.base());
+
+  struct Figure {
+    const char* name;
+    const char* unit;
+    double native;
+    double shaped;
+  };
+  const Figure figures[] = {
+      {"saxpy", "ns/element", bench::median(saxpy_native_ns), bench::median(saxpy_window_ns)},
+      {"chase, small table", "ns/step", bench::median(small_native_ns),
+       bench::median(small_window_ns)},
+      {"chase, large table", "ns/step", bench::median(large_native_ns),
+       bench::median(large_window_ns)},
+  };
+  fmt::print("{:<20} {:>10} {:>10} {:>8}  ({} rounds, median; n = {}, tables {} and {} entries)\n",
+             "", "native", "window", "ratio", rounds, n, small_entries, large_entries);
+  std::FILE* out = json.empty() ? stderr : std::fopen(json.c_str(), "a");
+  for (const Figure& f : figures) {
+    fmt::print("{:<20} {:>10.4f} {:>10.4f} {:>7.3f}x  {}\n", f.name, f.native, f.shaped,
+               f.shaped / f.native, f.unit);
+    fmt::print(out,
+               "{{\"bench\":\"window\",\"figure\":\"{}\",\"unit\":\"{}\",\"native\":{:.4f},"
+               "\"window\":{:.4f},\"ratio\":{:.3f},\"rounds\":{},\"n\":{}}}\n",
+               f.name, f.unit, f.native, f.shaped, f.shaped / f.native, rounds, n);
+  }
+  fmt::print(
+      "%gs base written: {:.2f} ns a switch; GsBase::use with the base already set: {:.2f} ns\n",
+      switch_ns, same_ns);
+  fmt::print(out,
+             "{{\"bench\":\"window\",\"figure\":\"gs switch\",\"unit\":\"ns\",\"write\":{:.3f},"
+             "\"unchanged\":{:.3f}}}\n",
+             switch_ns, same_ns);
+  if (out != stderr) std::fclose(out);
+  return 0;
+#endif
+}

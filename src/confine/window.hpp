@@ -1,0 +1,88 @@
+// Internal: a confinement window (issue 33), the address range that guard-
+// region confinement lets code reach. Code shaped for a window
+// (shape_for_window, confine/pass.hpp) computes every address it loads or
+// stores through as the low 32 bits of its pointer, added to the thread's
+// %gs base (x86-64), so whatever value it forms, it touches
+// [base, base + 4 GiB) plus the width of one access. The window is 4 GiB
+// aligned, so a real pointer into it keeps its meaning: its low 32 bits are
+// its offset from the base. Pages in it are inaccessible until allocate()
+// maps them, and guard reservations on both sides take any displacement a
+// 32-bit field can encode, so a stray access faults instead of landing in
+// the process.
+//
+// Why %gs on x86-64, and not a reserved base register as LFI uses on Arm64:
+// LLVM cannot reserve a general register on x86-64 (it can on aarch64:
+// +reserve-xN), and the segment base costs the access nothing (Segue,
+// ASPLOS 2025). docs/security.md, "The window", has the measurement.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace threechains::confined {
+
+class Window {
+ public:
+  static constexpr uint64_t kSize = uint64_t{1} << 32;
+  // On each side: a signed 32-bit displacement reaches 2 GiB either way.
+  static constexpr uint64_t kGuard = uint64_t{1} << 31;
+
+  // Reserves the window and its guards (address space only: nothing is
+  // committed until allocate()). Throws Error(errc::limit_exceeded) if the
+  // process has no 8 GiB of address space left.
+  Window();
+  ~Window();
+  Window(const Window&) = delete;
+  Window& operator=(const Window&) = delete;
+  Window(Window&& other) noexcept;
+  Window& operator=(Window&& other) noexcept;
+
+  [[nodiscard]] std::byte* base() const noexcept { return base_; }
+  // Whether [address, address + bytes) lies inside the window.
+  [[nodiscard]] bool contains(const void* address, std::size_t bytes) const noexcept;
+  // Whether `address` lies in the window or its guards: where a fault is
+  // the window's code reaching too far (confine/window_traps.hpp).
+  [[nodiscard]] bool reaches(uintptr_t address) const noexcept {
+    const auto begin = reinterpret_cast<uintptr_t>(reservation_);
+    return reservation_ != nullptr && address >= begin && address - begin < reserved_;
+  }
+  // Bytes handed out so far (whole pages).
+  [[nodiscard]] std::size_t used() const noexcept { return used_; }
+
+  // Maps `bytes` (rounded up to whole pages) of fresh, zeroed memory at the
+  // next free offset: readable, and writable if `writable`. Throws
+  // Error(errc::limit_exceeded) when the window has no room left.
+  [[nodiscard]] std::span<std::byte> allocate(std::size_t bytes, bool writable);
+
+ private:
+  void release() noexcept;
+
+  std::byte* reservation_ = nullptr;  // the guards and the window, owned
+  std::size_t reserved_ = 0;
+  std::byte* base_ = nullptr;  // reservation_ + kGuard
+  std::size_t used_ = 0;
+};
+
+#if defined(__x86_64__)
+// This thread's %gs base: what window-shaped code adds to every offset.
+// Writing it costs ~12 ns in a VM (measured, threechains-bench-window), so
+// use() writes only when the base changes; reading our own copy costs
+// nothing. Nothing else in a Linux x86-64 process uses %gs (the C library's
+// thread pointer is %fs).
+class GsBase {
+ public:
+  // Sets this thread's %gs base to `base` unless it is already there.
+  static void use(const std::byte* base) noexcept {
+    if (base != current_) [[unlikely]]
+      write(base);
+  }
+  [[nodiscard]] static const std::byte* current() noexcept { return current_; }
+
+ private:
+  static void write(const std::byte* base) noexcept;
+  [[gnu::tls_model("initial-exec")]] static thread_local const std::byte* current_;
+};
+#endif
+
+}  // namespace threechains::confined

@@ -1,0 +1,350 @@
+// The confinement window and the window shape (issue 33's first step):
+// confine/window.hpp, confine/window_shape.cpp. Real LLVM compiles the code;
+// it runs in this process against canaries, and what must fault faults in a
+// child process.
+#include "confine/pass.hpp"
+#include "confine/window.hpp"
+#include "jit/host_description.hpp"
+#include "jit/host_optimiser.hpp"
+
+#include <threechains/error.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <llvm/AsmParser/Parser.h>
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/SourceMgr.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Transforms/Utils/Cloning.h>
+
+#include <sys/wait.h>
+
+#include <unistd.h>
+#include <csignal>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+
+namespace tc = threechains;
+using tc::confined::Window;
+
+namespace {
+
+// Runs `touch` in a child process: whether it died of SIGSEGV (and nothing else).
+bool segfaults(const std::function<void()>& touch) {
+  const pid_t child = fork();
+  if (child == 0) {
+    // Neither Catch's handler nor UCX's: the kernel's default, death.
+    (void)signal(SIGSEGV, SIG_DFL);
+    touch();
+    _exit(0);
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child) return false;
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV;
+}
+
+void touch_byte(const volatile std::byte* at) {
+  (void)*at;
+}
+
+std::unique_ptr<llvm::Module> parse(const char* text, llvm::LLVMContext& context) {
+  llvm::SMDiagnostic error;
+  std::unique_ptr<llvm::Module> module = llvm::parseAssemblyString(text, error, context);
+  if (!module) {
+    std::string message;
+    llvm::raw_string_ostream out(message);
+    error.print("test", out);
+    FAIL(message);
+  }
+  return module;
+}
+
+// A store and a load through whatever pointer they are given.
+constexpr const char* kPoke = R"(
+define void @poke(ptr %p, i64 %v) {
+  store i64 %v, ptr %p
+  ret void
+}
+define i64 @peek(ptr %p) {
+  %v = load i64, ptr %p
+  ret i64 %v
+}
+)";
+
+// saxpy as clang writes it before optimising: the host optimiser vectorises it.
+constexpr const char* kSaxpy = R"(
+define void @saxpy(float %a, ptr noalias %x, ptr noalias %y, i64 %n) {
+entry:
+  %empty = icmp eq i64 %n, 0
+  br i1 %empty, label %done, label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %loop ]
+  %xp = getelementptr inbounds float, ptr %x, i64 %i
+  %yp = getelementptr inbounds float, ptr %y, i64 %i
+  %xv = load float, ptr %xp
+  %yv = load float, ptr %yp
+  %ax = fmul float %a, %xv
+  %s = fadd float %ax, %yv
+  store float %s, ptr %yp
+  %next = add nuw i64 %i, 1
+  %end = icmp eq i64 %next, %n
+  br i1 %end, label %done, label %loop
+done:
+  ret void
+}
+)";
+
+std::unique_ptr<llvm::orc::LLJIT> host_jit() {
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  auto host = tc::describe_host(2);
+  REQUIRE(static_cast<bool>(host));
+  auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*host)).create();
+  REQUIRE(static_cast<bool>(jit));
+  return std::move(*jit);
+}
+
+template <class F>
+F compile(llvm::orc::LLJIT& jit, std::unique_ptr<llvm::Module> module,
+          std::unique_ptr<llvm::LLVMContext> context, const char* name) {
+  REQUIRE(!jit.addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(context))));
+  auto address = jit.lookup(name);
+  REQUIRE(static_cast<bool>(address));
+  return address->toPtr<F>();
+}
+
+}  // namespace
+
+TEST_CASE("a confinement window is 4 GiB aligned, zeroed, and faults outside what it handed out",
+          "[window]") {
+  Window window;
+  const auto base = reinterpret_cast<uintptr_t>(window.base());
+  CHECK(base % Window::kSize == 0);
+  const std::span<std::byte> writable = window.allocate(100, true);
+  const std::span<std::byte> readable = window.allocate(5000, false);
+  CHECK(writable.data() == window.base());
+  CHECK(writable.size() == 100);
+  CHECK(readable.data() == window.base() + 4096);  // whole pages
+  CHECK(window.used() == 3 * 4096);
+  CHECK(
+      std::all_of(readable.begin(), readable.end(), [](std::byte b) { return b == std::byte{0}; }));
+  writable[99] = std::byte{7};
+  CHECK(window.contains(writable.data(), writable.size()));
+  CHECK_FALSE(window.contains(window.base() + Window::kSize - 1, 2));
+  CHECK_FALSE(window.contains(window.base() - 1, 1));
+
+  // The guards on both sides, a page of the window not handed out, and a
+  // write to a read-only allocation: each ends the process that tries.
+  CHECK(segfaults([&] { touch_byte(window.base() - 1); }));
+  CHECK(segfaults([&] { touch_byte(window.base() - Window::kGuard); }));
+  CHECK(segfaults([&] { touch_byte(window.base() + Window::kSize); }));
+  CHECK(segfaults([&] { touch_byte(window.base() + Window::kSize + Window::kGuard - 1); }));
+  CHECK(segfaults([&] { touch_byte(window.base() + window.used()); }));
+  CHECK(segfaults([&] { readable[0] = std::byte{1}; }));
+  CHECK_FALSE(segfaults([&] { touch_byte(readable.data() + readable.size() - 1); }));
+
+  // Past its 4 GiB it hands out nothing, and says how much is left.
+  (void)window.allocate(Window::kSize - window.used(), true);
+  try {
+    (void)window.allocate(1, true);
+    FAIL("a full window handed out a page");
+  } catch (const tc::Error& error) {
+    CHECK(error.is(tc::errc::limit_exceeded));
+    CHECK_THAT(error.what(), Catch::Contains("has 0 bytes left"));
+  }
+
+  // A moved window keeps its reservation; the moved-from one holds none.
+  Window moved = std::move(window);
+  CHECK(reinterpret_cast<uintptr_t>(moved.base()) == base);
+  CHECK(window.base() == nullptr);  // NOLINT(bugprone-use-after-move): what the move left
+  CHECK(moved.base()[99] == std::byte{7});
+}
+
+#if defined(__x86_64__)
+
+TEST_CASE("window-shaped code reaches only its window, whatever pointer it is given", "[window]") {
+  auto jit = host_jit();
+  auto context = std::make_unique<llvm::LLVMContext>();
+  std::unique_ptr<llvm::Module> module = parse(kPoke, *context);
+  tc::shape_for_window(*module, "poke");
+  using Poke = void (*)(void*, uint64_t);
+  using Peek = uint64_t (*)(const void*);
+  const auto poke = compile<Poke>(*jit, std::move(module), std::move(context), "poke");
+  const auto peek = reinterpret_cast<Peek>(jit->lookup("peek")->getValue());
+
+  Window window;
+  const std::span<std::byte> all = window.allocate(Window::kSize, true);  // committed as touched
+  tc::confined::GsBase::use(window.base());
+  auto canary = std::make_unique<uint64_t>(0xC0FFEE);
+  const auto canary_address = reinterpret_cast<uintptr_t>(canary.get());
+  const uint64_t offset = canary_address & 0xffffffff;
+
+  poke(canary.get(), 0x5151);  // the canary's own address, outside the window
+  CHECK(*canary == 0xC0FFEE);
+  uint64_t landed = 0;
+  std::memcpy(&landed, all.data() + offset, 8);
+  CHECK(landed == 0x5151);  // it went to the window, at the pointer's low 32 bits
+  CHECK(peek(canary.get()) == 0x5151);
+
+  // A pointer into the window means what it says.
+  poke(all.data() + 64, 77);
+  uint64_t at64 = 0;
+  std::memcpy(&at64, all.data() + 64, 8);
+  CHECK(at64 == 77);
+  CHECK(peek(all.data() + 64) == 77);
+
+  // Any upper half, the same place.
+  const auto forged = reinterpret_cast<void*>((uint64_t{0xdeadbeef} << 32) | 64);
+  poke(forged, 78);
+  CHECK(peek(all.data() + 64) == 78);
+  CHECK(*canary == 0xC0FFEE);
+}
+
+TEST_CASE("window-shaped code that reaches a page its window has not handed out faults",
+          "[window]") {
+  auto jit = host_jit();
+  auto context = std::make_unique<llvm::LLVMContext>();
+  std::unique_ptr<llvm::Module> module = parse(kPoke, *context);
+  tc::shape_for_window(*module, "poke");
+  using Poke = void (*)(void*, uint64_t);
+  const auto poke = compile<Poke>(*jit, std::move(module), std::move(context), "poke");
+  Window window;
+  const std::span<std::byte> page = window.allocate(4096, true);
+  tc::confined::GsBase::use(window.base());
+  CHECK_FALSE(segfaults([&] { poke(page.data() + 8, 1); }));
+  CHECK(segfaults([&] { poke(page.data() + 4096, 1); }));
+  CHECK(segfaults([&] { poke(page.data() + 4093, 1); }));  // its last byte would be past the page
+}
+
+TEST_CASE("optimised window-shaped saxpy addresses memory only through %gs, and computes saxpy",
+          "[window]") {
+  auto context = std::make_unique<llvm::LLVMContext>();
+  std::unique_ptr<llvm::Module> native = parse(kSaxpy, *context);
+  auto host = tc::describe_host(2);
+  REQUIRE(static_cast<bool>(host));
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  auto machine = host->createTargetMachine();
+  REQUIRE(static_cast<bool>(machine));
+  tc::HostOptimiser(std::move(*machine), 2).run(*native);
+  std::unique_ptr<llvm::Module> shaped = llvm::CloneModule(*native);
+  shaped->getFunction("saxpy")->setName("saxpy_window");
+  tc::shape_for_window(*shaped, "saxpy");
+
+  // Every instruction of the object that addresses memory does so through
+  // %gs (or the stack or the code itself, which the shape leaves alone: the
+  // verifier's rules for those are to come).
+  auto codegen = host->createTargetMachine();
+  REQUIRE(static_cast<bool>(codegen));
+  llvm::orc::SimpleCompiler compiler(**codegen);
+  auto object = compiler(*shaped);
+  REQUIRE(static_cast<bool>(object));
+  char path[] = "/tmp/threechains-window-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  std::ofstream(path, std::ios::binary)
+      .write((*object)->getBufferStart(), static_cast<std::streamsize>((*object)->getBufferSize()));
+  const std::string command = std::string(TC_LLVM_OBJDUMP) + " -d --no-show-raw-insn " + path;
+  std::FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string listing;
+  std::array<char, 4096> chunk{};
+  while (std::fgets(chunk.data(), chunk.size(), pipe) != nullptr) listing += chunk.data();
+  pclose(pipe);
+  std::remove(path);
+  int accesses = 0;
+  int vector_accesses = 0;
+  std::istringstream lines(listing);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find('(') == std::string::npos || line.find("lea") != std::string::npos ||
+        line.find("nop") != std::string::npos || line.find('<') < line.find('('))
+      continue;
+    INFO(line);
+    const bool through_gs = line.find("%gs:") != std::string::npos;
+    CHECK((through_gs || line.find("(%rsp") != std::string::npos ||
+           line.find("(%rip") != std::string::npos));
+    accesses += through_gs ? 1 : 0;
+    vector_accesses += through_gs && (line.find("%ymm") != std::string::npos ||
+                                      line.find("%zmm") != std::string::npos ||
+                                      line.find("%xmm") != std::string::npos)
+                           ? 1
+                           : 0;
+  }
+  INFO(listing);
+  CHECK(accesses >= 3);
+  CHECK(vector_accesses >= 1);  // still vectorised
+
+  auto jit = host_jit();
+  llvm::orc::ThreadSafeContext shared(std::move(context));
+  REQUIRE(!jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(native), shared)));
+  REQUIRE(!jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(shaped), shared)));
+  using Saxpy = void (*)(float, const float*, float*, uint64_t);
+  const auto saxpy = jit->lookup("saxpy")->toPtr<Saxpy>();
+  const auto saxpy_window = jit->lookup("saxpy_window")->toPtr<Saxpy>();
+  Window window;
+  constexpr std::size_t kN = 1003;  // a vector body and a remainder
+  auto* x = reinterpret_cast<float*>(window.allocate(kN * 4, true).data());
+  auto* y = reinterpret_cast<float*>(window.allocate(kN * 4, true).data());
+  auto* y_window = reinterpret_cast<float*>(window.allocate(kN * 4, true).data());
+  for (std::size_t i = 0; i < kN; ++i) x[i] = y[i] = y_window[i] = static_cast<float>(i) * 0.25F;
+  tc::confined::GsBase::use(window.base());
+  saxpy(3.0F, x, y, kN);
+  saxpy_window(3.0F, x, y_window, kN);
+  CHECK(std::equal(y, y + kN, y_window));
+  CHECK(y_window[kN - 1] == static_cast<float>(kN - 1));  // 3 * 0.25 i + 0.25 i
+}
+
+#endif
+
+TEST_CASE("the window shape refuses what it cannot confine yet, naming it", "[window]") {
+  const struct {
+    const char* what;
+    const char* text;
+    const char* named;
+  } cases[] = {
+      {"a local variable",
+       "define i64 @f() {\n %a = alloca i64\n store i64 1, ptr %a\n %v = load i64, ptr %a\n ret "
+       "i64 %v\n}",
+       "a local variable"},
+      {"an indirect call", "define void @f(ptr %g) {\n call void %g()\n ret void\n}",
+       "an indirect call"},
+      {"an import", "declare void @g()\ndefine void @f() {\n call void @g()\n ret void\n}",
+       "the import g"},
+      {"memcpy",
+       "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)\ndefine void @f(ptr %a, ptr %b) {\n"
+       " call void @llvm.memcpy.p0.p0.i64(ptr %a, ptr %b, i64 64, i1 false)\n ret void\n}",
+       "llvm.memcpy"},
+      {"a global", "@g = global i64 0\ndefine i64 @f() {\n %v = load i64, ptr @g\n ret i64 %v\n}",
+       "a global variable"},
+      {"another address space",
+       "define i64 @f(ptr addrspace(257) %p) {\n %v = load i64, ptr addrspace(257) %p\n ret i64 "
+       "%v\n}",
+       "another address space"},
+  };
+  for (const auto& c : cases) {
+    SECTION(c.what) {
+      llvm::LLVMContext context;
+      std::unique_ptr<llvm::Module> module = parse(c.text, context);
+      try {
+        tc::shape_for_window(*module, "f");
+        FAIL("the window shape took " << c.what);
+      } catch (const tc::Error& error) {
+        CHECK(error.is(tc::errc::import_refused));
+        CHECK_THAT(error.what(), Catch::Contains(c.named));
+      }
+    }
+  }
+}
