@@ -4,6 +4,7 @@
 // child process.
 #include "confine/pass.hpp"
 #include "confine/window.hpp"
+#include "confine/window_traps.hpp"
 #include "jit/host_description.hpp"
 #include "jit/host_optimiser.hpp"
 
@@ -226,6 +227,89 @@ TEST_CASE("window-shaped code that reaches a page its window has not handed out 
   CHECK_FALSE(segfaults([&] { poke(page.data() + 8, 1); }));
   CHECK(segfaults([&] { poke(page.data() + 4096, 1); }));
   CHECK(segfaults([&] { poke(page.data() + 4093, 1); }));  // its last byte would be past the page
+}
+
+TEST_CASE("a window-shaped access its window does not allow is a trap, and the thread goes on",
+          "[window]") {
+  auto jit = host_jit();
+  auto context = std::make_unique<llvm::LLVMContext>();
+  std::unique_ptr<llvm::Module> module = parse(kPoke, *context);
+  tc::shape_for_window(*module, "poke");
+  using Poke = void (*)(void*, uint64_t);
+  using Peek = uint64_t (*)(const void*);
+  struct Call {
+    Poke poke;
+    Peek peek;
+    std::byte* at;
+    uint64_t value;
+    uint64_t read;
+  };
+  Call call{compile<Poke>(*jit, std::move(module), std::move(context), "poke"),
+            reinterpret_cast<Peek>(jit->lookup("peek")->getValue()), nullptr, 0, 0};
+  const auto poke = [](void* c) {
+    auto* call = static_cast<Call*>(c);
+    call->poke(call->at, call->value);
+  };
+  const auto peek = [](void* c) {
+    auto* call = static_cast<Call*>(c);
+    call->read = call->peek(call->at);
+  };
+  Window window;
+  std::byte* const writable = window.allocate(4096, true).data();
+  std::byte* const readable = window.allocate(4096, false).data();
+  tc::confined::GsBase::use(window.base());
+  using tc::confined::run_in_window;
+  using tc::confined::WindowTrap;
+
+  // A fault outside the window is none of the window's business: it goes to
+  // what was installed before (in the child, the default: death). This runs
+  // first, so that the child's first run_in_window installs the handler on
+  // top of the default; the run checks that it did.
+  CHECK(segfaults([&] {
+    (void)signal(SIGBUS, SIG_DFL);
+    (void)run_in_window(
+        window,
+        [](void*) {
+          struct sigaction now {};
+          sigaction(SIGSEGV, nullptr, &now);
+          if ((now.sa_flags & SA_SIGINFO) == 0) _exit(3);  // not ours: the test would prove nothing
+          touch_byte(reinterpret_cast<const volatile std::byte*>(64));
+        },
+        nullptr);
+  }));
+
+  // Each trap says where in the window it struck, as an offset, and whether
+  // it wrote; between them, and after, the code runs as before (a trap that
+  // left the signal blocked would end the process at the next one).
+  for (int round = 0; round < 3; ++round) {
+    call.at = readable + 8;
+    call.value = 1;
+    CHECK(run_in_window(window, poke, &call) == WindowTrap{4096 + 8, true});
+    call.at = window.base() + 3 * 4096;  // not handed out
+    CHECK(run_in_window(window, peek, &call) == WindowTrap{3 * 4096, false});
+    call.at = writable + 4093;  // its last bytes would be on the read-only page
+    CHECK(run_in_window(window, poke, &call) == WindowTrap{4096, true});
+    call.at = writable + 16;
+    call.value = 100 + static_cast<uint64_t>(round);
+    CHECK_FALSE(run_in_window(window, poke, &call).has_value());
+    CHECK(run_in_window(window, peek, &call) == std::nullopt);
+    CHECK(call.read == 100 + static_cast<uint64_t>(round));
+  }
+
+  // One run at a time on a thread.
+  struct Nested {
+    const Window* window;
+    std::optional<WindowTrap> inner;
+  } nested{&window, std::nullopt};
+  CHECK_FALSE(run_in_window(
+                  window,
+                  [](void* n) {
+                    auto* nested = static_cast<Nested*>(n);
+                    nested->inner = run_in_window(*nested->window, [](void*) {}, nullptr);
+                  },
+                  &nested)
+                  .has_value());
+  CHECK(nested.inner == WindowTrap{INT64_MIN, false});
 }
 
 TEST_CASE("optimised window-shaped saxpy addresses memory only through %gs, and computes saxpy",

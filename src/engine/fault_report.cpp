@@ -2,6 +2,7 @@
 #include "engine/fault_report.hpp"
 
 #include "engine/engine.hpp"
+#include "signal_chain.hpp"
 
 #include <pthread.h>
 #include <signal.h>
@@ -125,20 +126,7 @@ void on_fault(int signal, siginfo_t* info, void* context) {
   // Then what was there before us.
   std::size_t k = 0;
   while (k < kSignals.size() && kSignals[k] != signal) ++k;
-  const struct sigaction& before = previous[k];
-  if ((before.sa_flags & SA_SIGINFO) != 0 && before.sa_sigaction != nullptr) {
-    before.sa_sigaction(signal, info, context);
-  } else if (before.sa_handler == SIG_IGN) {
-    return;
-  } else if (before.sa_handler == SIG_DFL || before.sa_handler == nullptr) {
-    // The default action, once the faulting instruction runs again.
-    struct sigaction fallback {};
-    fallback.sa_handler = SIG_DFL;
-    sigemptyset(&fallback.sa_mask);
-    sigaction(signal, &fallback, nullptr);
-  } else {
-    before.sa_handler(signal);
-  }
+  pass_to_previous(previous[k], signal, info, context);
 }
 
 void install() {

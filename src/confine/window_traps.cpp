@@ -1,0 +1,91 @@
+// What window_traps.hpp says: a SIGSEGV or SIGBUS whose address lies in the
+// window of the run active on this thread jumps back to run_in_window.
+#include "confine/window_traps.hpp"
+
+#include "signal_chain.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+#include <ucontext.h>
+
+#include <array>
+#include <climits>
+#include <csetjmp>
+
+namespace threechains::confined {
+namespace {
+
+struct ActiveRun {
+  const Window* window;
+  std::jmp_buf jump;
+};
+
+// The run on this thread, and its trap: thread-locals the handler (which
+// runs on the faulting thread) reads and writes; not locals of
+// run_in_window, whose values after a longjmp would be indeterminate.
+[[gnu::tls_model("initial-exec")]] thread_local ActiveRun* active = nullptr;
+[[gnu::tls_model("initial-exec")]] thread_local WindowTrap last_trap{};
+
+constexpr std::array<int, 2> kSignals = {SIGSEGV, SIGBUS};
+std::array<struct sigaction, kSignals.size()> previous{};
+
+bool was_write(const void* context) noexcept {
+#if defined(__x86_64__)
+  // The page fault's error code: bit 1 set for a write.
+  const auto* uc = static_cast<const ucontext_t*>(context);
+  return uc != nullptr && (uc->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+#else
+  (void)context;
+  return false;  // aarch64 has it in the ESR record; not read yet
+#endif
+}
+
+void on_fault(int signal, siginfo_t* info, void* context) {
+  ActiveRun* const run = active;
+  const auto address = reinterpret_cast<uintptr_t>(info != nullptr ? info->si_addr : nullptr);
+  if (run != nullptr && run->window->reaches(address)) {
+    last_trap = {static_cast<int64_t>(address - reinterpret_cast<uintptr_t>(run->window->base())),
+                 was_write(context)};
+    active = nullptr;
+    // The kernel blocked the signal for this handler (and a handler that
+    // chained to us may have too): leaving by longjmp would keep it blocked,
+    // and the next trap would end the process.
+    sigset_t faults;
+    sigemptyset(&faults);
+    for (const int s : kSignals) sigaddset(&faults, s);
+    pthread_sigmask(SIG_UNBLOCK, &faults, nullptr);
+    std::longjmp(run->jump, 1);
+  }
+  std::size_t k = 0;
+  while (k < kSignals.size() && kSignals[k] != signal) ++k;
+  detail::pass_to_previous(previous[k], signal, info, context);
+}
+
+void install() noexcept {
+  for (std::size_t k = 0; k < kSignals.size(); ++k) {
+    struct sigaction ours {};
+    ours.sa_sigaction = &on_fault;
+    ours.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&ours.sa_mask);
+    sigaction(kSignals[k], &ours, &previous[k]);
+  }
+}
+
+}  // namespace
+
+std::optional<WindowTrap> run_in_window(const Window& window, void (*function)(void*),
+                                        void* argument) noexcept {
+  static const bool installed = (install(), true);
+  (void)installed;
+  if (active != nullptr) return WindowTrap{INT64_MIN, false};
+  ActiveRun run{&window, {}};
+  active = &run;
+  if (setjmp(run.jump) == 0) {
+    function(argument);
+    active = nullptr;
+    return std::nullopt;
+  }
+  return last_trap;
+}
+
+}  // namespace threechains::confined

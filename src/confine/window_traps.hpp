@@ -1,0 +1,36 @@
+// Internal: a fault inside a confinement window, answered as a trap. Window-
+// shaped code (confine/window.hpp) never checks an address: a page its window
+// has not handed out, a guard, or a write to a read-only page faults, and the
+// fault is how the code is stopped. run_in_window runs a function so that
+// such a fault returns from it, as a trap naming where in the window it
+// struck, and the thread goes on; any other fault is left to whatever
+// handled it before (the fault reporter, the application, the default).
+//
+// The trap gives an offset from the window's base, never an address, so a
+// report sent back to a peer tells it nothing about where this process keeps
+// its memory (issue 32: reports carry offsets inside the peer's own regions).
+#pragma once
+
+#include "confine/window.hpp"
+
+#include <cstdint>
+#include <optional>
+
+namespace threechains::confined {
+
+struct WindowTrap {
+  int64_t offset = 0;  // from the window's base; negative in the lower guard
+  bool write = false;  // a store (or an atomic) faulted, not a load
+  bool operator==(const WindowTrap&) const = default;
+};
+
+// Runs `function(argument)` on this thread; nullopt if it returned, the trap
+// if it faulted inside `window` or its guards. The function must be one
+// whose state a fault may abandon at any instruction: window-shaped code,
+// which holds no lock and owns nothing outside its window. Not reentrant on
+// one thread (a nested call is refused with the trap of offset INT64_MIN).
+[[nodiscard]] std::optional<WindowTrap> run_in_window(const Window& window,
+                                                      void (*function)(void*),
+                                                      void* argument) noexcept;
+
+}  // namespace threechains::confined
