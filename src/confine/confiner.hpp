@@ -76,6 +76,14 @@ class Confiner {
   // removed here, so no pass ever sees it.
   void screen_before_optimiser();
 
+  // Intrinsics confined code may call, by name: those the pass checks or
+  // removes, and generic ones that compute on registers and cannot fault
+  // (an allowlist: memory effects are not enough, llvm.returnaddress(3)
+  // loads through the frame chain and llvm.sdiv.fix divides by zero).
+  // Target intrinsics are refused: they can need features this host lacks.
+  // The window shape (window_shape.cpp) takes the same list.
+  static bool intrinsic_allowed(Intrinsic::ID id);
+
  private:
   static constexpr uint64_t kMaxFrame = uint64_t{1} << 30;
   static constexpr uint64_t kMaxByValue = 4096;
@@ -138,12 +146,6 @@ class Confiner {
 
   void screen_block(Function& f, BasicBlock& block);
 
-  // Intrinsics confined code may call, by name: those the pass checks or
-  // removes, and generic ones that compute on registers and cannot fault
-  // (an allowlist: memory effects are not enough, llvm.returnaddress(3)
-  // loads through the frame chain and llvm.sdiv.fix divides by zero).
-  // Target intrinsics are refused: they can need features this host lacks.
-  static bool intrinsic_allowed(Intrinsic::ID id);
 
   // Claims the code generator would act on without checking them, all of
   // them the sender's to write: that memory is dereferenceable (a load may

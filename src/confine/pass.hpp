@@ -39,10 +39,18 @@ void confine_module(llvm::Module& module, const std::string& ifunc);
 // whatever pointer it forms; the guard pages make a bounds check needless.
 // Run after the optimiser (the vectorised loops keep their shape). The
 // first step of the tier, measured by threechains-bench-window and not yet
-// what a JitCache runs: it does not yet place the payload, the globals or
-// the exposed regions in a window, nor shape memory intrinsics, masked or
-// gathered accesses and indirect calls, which it refuses with
-// errc::import_refused, naming them.
+// what a JitCache runs. The module's globals reach their own memory only
+// when it is linked into the window (jit/window_memory.hpp); linked
+// elsewhere, their accesses land in the window at their addresses' low 32
+// bits (confined still, but not what the code meant). Refused, with
+// errc::import_refused naming them, is everything that reaches memory or
+// runs code another way: local variables (the data stack is not in a
+// window yet), memory intrinsics, masked and gathered accesses and every
+// intrinsic outside the confinement pass's allowlist, the thread's stack
+// and frame intrinsics, imports, indirect calls, inline assembly,
+// arguments passed by value, atomics the CPU cannot do in one instruction,
+// accesses wider than 4 KiB, exception handling, va_arg, constructors and
+// prefix or prologue data.
 void shape_for_window(llvm::Module& module, const std::string& ifunc);
 
 }  // namespace threechains

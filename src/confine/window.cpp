@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -77,6 +78,9 @@ Window& Window::operator=(Window&& other) noexcept {
 }
 
 void Window::release() noexcept {
+#if defined(__x86_64__)
+  if (base_ != nullptr) GsBase::forget(base_);
+#endif
   if (reservation_ != nullptr) (void)munmap(reservation_, reserved_);
   reservation_ = nullptr;
   reserved_ = 0;
@@ -112,6 +116,19 @@ std::span<std::byte> Window::allocate(std::size_t bytes, bool writable) {
   return {at, bytes};
 }
 
+void Window::retire(std::span<std::byte> pages) noexcept {
+  const std::size_t page = page_size();
+  const auto begin = reinterpret_cast<uintptr_t>(pages.data()) / page * page;
+  const auto end =
+      (reinterpret_cast<uintptr_t>(pages.data()) + pages.size() + page - 1) / page * page;
+  if (!contains(reinterpret_cast<void*>(begin), end - begin)) return;
+  // Over the old pages: a fresh reservation, as before allocate(). Cannot
+  // fail for a range we reserved, short of the kernel running out of memory
+  // for the mapping itself; then the pages stay as they were.
+  (void)mmap(reinterpret_cast<void*>(begin), end - begin, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+}
+
 #if defined(__x86_64__)
 
 thread_local const std::byte* GsBase::current_ = nullptr;
@@ -135,10 +152,19 @@ bool has_fsgsbase() noexcept {
 void GsBase::write(const std::byte* base) noexcept {
   if (has_fsgsbase()) {
     write_gs_instruction(base);
-  } else {
-    (void)syscall(SYS_arch_prctl, ARCH_SET_GS, reinterpret_cast<uintptr_t>(base));
+  } else if (syscall(SYS_arch_prctl, ARCH_SET_GS, reinterpret_cast<uintptr_t>(base)) != 0) {
+    // Shaped code run with another base than its window's reaches what
+    // that base names: nothing may run on.
+    std::abort();
   }
   current_ = base;
+}
+
+void GsBase::forget(const std::byte* base) noexcept {
+  if (current_ != base) return;
+  // Reserved once, never mapped, never given back.
+  static const Window* const nowhere = new Window();
+  write(nowhere->base());
 }
 
 #endif

@@ -55,6 +55,11 @@ class Window {
   // Error(errc::limit_exceeded) when the window has no room left.
   [[nodiscard]] std::span<std::byte> allocate(std::size_t bytes, bool writable);
 
+  // Makes the whole pages of `pages` (something allocate() handed out)
+  // inaccessible again and drops what they held. They are not handed out
+  // again: 4 GiB of address space outlasts any code cache's turnover.
+  void retire(std::span<std::byte> pages) noexcept;
+
  private:
   void release() noexcept;
 
@@ -78,6 +83,11 @@ class GsBase {
       write(base);
   }
   [[nodiscard]] static const std::byte* current() noexcept { return current_; }
+  // If this thread's base is `base` (a window going away), points it at a
+  // window that is never mapped, so that shaped code run by mistake faults
+  // instead of reaching whatever is mapped there next. (Another thread's
+  // base is its own: a window must outlive every thread that uses it.)
+  static void forget(const std::byte* base) noexcept;
 
  private:
   static void write(const std::byte* base) noexcept;

@@ -4,11 +4,19 @@
 // anything outside the mask into the address, so what it emits is a 32-bit
 // register write (`leal`, `movl`) and then `%gs:(%reg)`: the shape the
 // verifier of issue 33 is to check, one instruction at a time.
+//
+// Everything that reaches memory some other way is refused: what the code
+// generator turns into a copy or a call through an unmasked pointer
+// (by-value arguments, atomics it cannot do inline, exception handling),
+// and what puts machine code or a call the module did not write into the
+// object (inline assembly, prologue data, constructors, personalities).
+#include "confine/confiner.hpp"
 #include "confine/pass.hpp"
 
 #include <threechains/error.hpp>
 
 #include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/IntrinsicInst.h>
 #include <llvm/IR/Module.h>
@@ -21,6 +29,8 @@ namespace {
 
 // x86's address space for %gs-relative accesses (X86AS::GS).
 constexpr unsigned kGsAddressSpace = 256;
+// The widest access: far inside the guard past the window's end.
+constexpr uint64_t kWidestAccess = 4096;
 
 [[noreturn]] void refuse_shape(const std::string& ifunc, const std::string& what) {
   throw Error(errc::import_refused,
@@ -40,43 +50,116 @@ int pointer_operand(const llvm::Instruction& i) {
   return -1;
 }
 
-// What the shape cannot take yet, or empty. Each of these would reach
-// memory by a pointer it does not mask, or memory outside the window.
-std::string unshaped(const llvm::Instruction& i) {
-  if (llvm::isa<llvm::AllocaInst>(i))
-    return "a local variable (the data stack is not in the window)";
-  if (const auto* call = llvm::dyn_cast<llvm::CallBase>(&i)) {
-    const llvm::Function* callee = call->getCalledFunction();
-    if (callee == nullptr) return "an indirect call";
-    if (callee->isIntrinsic()) {
-      // Memory no pointer names (llvm.experimental.noalias.scope.decl,
-      // llvm.assume: the optimiser's bookkeeping) is none the code reaches.
-      if (call->mayReadOrWriteMemory() && !call->onlyAccessesInaccessibleMemory())
-        return "the intrinsic " + callee->getName().str();
-      return {};
-    }
+// The bytes an access touches and, if it is atomic, its alignment (0 if not).
+std::pair<uint64_t, uint64_t> width_of(const llvm::Instruction& i, const llvm::DataLayout& layout) {
+  const auto bytes = [&](llvm::Type* t) {
+    const llvm::TypeSize size = layout.getTypeStoreSize(t);
+    return size.isScalable() ? ~uint64_t{0} : size.getFixedValue();
+  };
+  if (const auto* load = llvm::dyn_cast<llvm::LoadInst>(&i))
+    return {bytes(load->getType()), load->isAtomic() ? load->getAlign().value() : 0};
+  if (const auto* store = llvm::dyn_cast<llvm::StoreInst>(&i))
+    return {bytes(store->getValueOperand()->getType()),
+            store->isAtomic() ? store->getAlign().value() : 0};
+  if (const auto* rmw = llvm::dyn_cast<llvm::AtomicRMWInst>(&i))
+    return {bytes(rmw->getValOperand()->getType()), rmw->getAlign().value()};
+  if (const auto* cas = llvm::dyn_cast<llvm::AtomicCmpXchgInst>(&i))
+    return {bytes(cas->getCompareOperand()->getType()), cas->getAlign().value()};
+  return {0, 0};
+}
+
+bool copies_an_argument(const llvm::AttributeSet& attributes) {
+  return attributes.hasAttribute(llvm::Attribute::ByVal) ||
+         attributes.hasAttribute(llvm::Attribute::InAlloca) ||
+         attributes.hasAttribute(llvm::Attribute::Preallocated);
+}
+
+// What the shape cannot take about a call, or empty.
+std::string unshaped_call(const llvm::CallBase& call) {
+  if (call.isInlineAsm()) return "inline assembly";
+  for (unsigned a = 0; a < call.arg_size(); ++a)
+    if (copies_an_argument(call.getAttributes().getParamAttrs(a)))
+      return "an argument passed by value (the code generator copies it unmasked)";
+  const llvm::Function* callee = call.getCalledFunction();
+  if (callee == nullptr) return "an indirect call";
+  if (!callee->isIntrinsic()) {
     if (callee->isDeclaration()) return "a call of the import " + callee->getName().str();
     return {};
   }
-  for (const llvm::Use& operand : i.operands())
-    if (llvm::isa<llvm::GlobalVariable>(operand.get()))
-      return "a global variable (globals are not placed in the window)";
-  if (pointer_operand(i) < 0 && i.mayReadOrWriteMemory())
-    return std::string("the instruction ") + i.getOpcodeName();
+  switch (callee->getIntrinsicID()) {
+    // The thread's own stack and frames: addresses outside any window, and
+    // (stackrestore) a stack pointer the code chose.
+    case llvm::Intrinsic::stacksave:
+    case llvm::Intrinsic::stackrestore:
+    case llvm::Intrinsic::returnaddress:
+    case llvm::Intrinsic::frameaddress:
+      return "the intrinsic " + callee->getName().str();
+    default:
+      break;
+  }
+  // Memory no pointer names (llvm.experimental.noalias.scope.decl,
+  // llvm.assume: the optimiser's bookkeeping) is none the code reaches.
+  if (!confine_pass::Confiner::intrinsic_allowed(callee->getIntrinsicID()) ||
+      (call.mayReadOrWriteMemory() && !call.onlyAccessesInaccessibleMemory()))
+    return "the intrinsic " + callee->getName().str();
+  return {};
+}
+
+// What the shape cannot take about an instruction, or empty. Each of these
+// would reach memory by a pointer it does not mask, or run code the module
+// does not show.
+std::string unshaped(const llvm::Instruction& i, const llvm::DataLayout& layout) {
+  if (llvm::isa<llvm::AllocaInst>(i))
+    return "a local variable (the data stack is not in the window)";
+  if (llvm::isa<llvm::InvokeInst>(i) || llvm::isa<llvm::CallBrInst>(i) ||
+      llvm::isa<llvm::ResumeInst>(i) || i.isEHPad() || llvm::isa<llvm::CatchReturnInst>(i) ||
+      llvm::isa<llvm::CleanupReturnInst>(i))
+    return "exception handling";
+  if (llvm::isa<llvm::VAArgInst>(i)) return "va_arg";
+  if (const auto* call = llvm::dyn_cast<llvm::CallBase>(&i)) return unshaped_call(*call);
+  if (pointer_operand(i) < 0) {
+    if (i.mayReadOrWriteMemory()) return std::string("the instruction ") + i.getOpcodeName();
+    return {};
+  }
+  const auto [bytes, atomic_align] = width_of(i, layout);
+  if (bytes > kWidestAccess) return "an access of more than 4096 bytes";
+  // An atomic the CPU cannot do in one instruction becomes a library call
+  // on the unmasked address.
+  if (i.isAtomic() && (atomic_align < bytes ||
+                       (bytes != 1 && bytes != 2 && bytes != 4 && bytes != 8 && bytes != 16)))
+    return "an atomic access that is not naturally aligned, or not 1 to 16 bytes";
+  return {};
+}
+
+// What the module as a whole brings that the shape cannot take, or empty.
+std::string unshaped_module(const llvm::Module& module) {
+  if (!module.getModuleInlineAsm().empty()) return "module-level inline assembly";
+  for (const char* name : {"llvm.global_ctors", "llvm.global_dtors"})
+    if (module.getNamedValue(name) != nullptr) return std::string("constructors (") + name + ")";
+  for (const llvm::Function& f : module) {
+    if (f.hasPrefixData() || f.hasPrologueData())
+      return "prefix or prologue data in " + f.getName().str();
+    if (f.hasPersonalityFn()) return "exception handling in " + f.getName().str();
+    for (const llvm::Argument& argument : f.args())
+      if (copies_an_argument(f.getAttributes().getParamAttrs(argument.getArgNo())))
+        return "a parameter passed by value in " + f.getName().str();
+  }
   return {};
 }
 
 }  // namespace
 
 void shape_for_window(llvm::Module& module, const std::string& ifunc) {
+  if (const std::string what = unshaped_module(module); !what.empty()) refuse_shape(ifunc, what);
   llvm::LLVMContext& context = module.getContext();
+  const llvm::DataLayout& layout = module.getDataLayout();
   llvm::Type* const i64 = llvm::Type::getInt64Ty(context);
   llvm::PointerType* const gs = llvm::PointerType::get(context, kGsAddressSpace);
   std::vector<std::pair<llvm::Instruction*, unsigned>> accesses;
   for (llvm::Function& f : module) {
     for (llvm::BasicBlock& block : f) {
       for (llvm::Instruction& i : block) {
-        if (const std::string what = unshaped(i); !what.empty())
+        if (const std::string what = unshaped(i, layout); !what.empty())
           refuse_shape(ifunc, what + " in " + f.getName().str());
         const int operand = pointer_operand(i);
         if (operand < 0) continue;

@@ -61,8 +61,14 @@ void on_fault(int signal, siginfo_t* info, void* context) {
   detail::pass_to_previous(previous[k], signal, info, context);
 }
 
-void install() noexcept {
+}  // namespace
+
+void install_window_traps() noexcept {
   for (std::size_t k = 0; k < kSignals.size(); ++k) {
+    struct sigaction now {};
+    sigaction(kSignals[k], nullptr, &now);
+    // Already on top: installing again would make it its own previous.
+    if ((now.sa_flags & SA_SIGINFO) != 0 && now.sa_sigaction == &on_fault) continue;
     struct sigaction ours {};
     ours.sa_sigaction = &on_fault;
     ours.sa_flags = SA_SIGINFO | SA_ONSTACK;
@@ -71,11 +77,9 @@ void install() noexcept {
   }
 }
 
-}  // namespace
-
 std::optional<WindowTrap> run_in_window(const Window& window, void (*function)(void*),
                                         void* argument) noexcept {
-  static const bool installed = (install(), true);
+  static const bool installed = (install_window_traps(), true);
   (void)installed;
   if (active != nullptr) return WindowTrap{INT64_MIN, false};
   ActiveRun run{&window, {}};

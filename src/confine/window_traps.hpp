@@ -24,13 +24,20 @@ struct WindowTrap {
   bool operator==(const WindowTrap&) const = default;
 };
 
+// Puts the trap handler on top of the SIGSEGV and SIGBUS handlers installed
+// now, passing what is not a window's fault to them. run_in_window does it
+// once per process. A handler installed later must pass on what it does not
+// handle (the fault reporter, UCX and sanitizers do); one that restores the
+// handler it found (as a test framework does around each test case) removes
+// this one, and then this must be called again, before windows are used.
+void install_window_traps() noexcept;
+
 // Runs `function(argument)` on this thread; nullopt if it returned, the trap
 // if it faulted inside `window` or its guards. The function must be one
 // whose state a fault may abandon at any instruction: window-shaped code,
 // which holds no lock and owns nothing outside its window. Not reentrant on
 // one thread (a nested call is refused with the trap of offset INT64_MIN).
-[[nodiscard]] std::optional<WindowTrap> run_in_window(const Window& window,
-                                                      void (*function)(void*),
+[[nodiscard]] std::optional<WindowTrap> run_in_window(const Window& window, void (*function)(void*),
                                                       void* argument) noexcept;
 
 }  // namespace threechains::confined

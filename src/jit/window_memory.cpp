@@ -1,0 +1,146 @@
+// What window_memory.hpp says.
+#include "jit/window_memory.hpp"
+
+#include <threechains/error.hpp>
+
+#include <llvm/ExecutionEngine/Orc/Shared/AllocationActions.h>
+#include <llvm/Support/Error.h>
+#include <llvm/Support/Memory.h>
+#include <llvm/Support/Process.h>
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iterator>
+
+namespace threechains::jit {
+
+using llvm::orc::ExecutorAddr;
+
+namespace {
+
+llvm::Error failure(const std::string& what) {
+  return llvm::make_error<llvm::StringError>(what, llvm::inconvertibleErrorCode());
+}
+
+bool has(llvm::orc::MemProt protection, llvm::orc::MemProt flag) {
+  return (static_cast<unsigned>(protection) & static_cast<unsigned>(flag)) != 0;
+}
+
+std::size_t whole_pages(std::size_t bytes, std::size_t page) {
+  return (bytes + page - 1) / page * page;
+}
+
+}  // namespace
+
+WindowMemoryMapper::~WindowMemoryMapper() {
+  std::vector<ExecutorAddr> left;
+  for (const auto& [address, bytes] : reservations_) left.push_back(address);
+  release(left, [](llvm::Error e) { llvm::consumeError(std::move(e)); });
+}
+
+unsigned int WindowMemoryMapper::getPageSize() {
+  return llvm::sys::Process::getPageSizeEstimate();
+}
+
+void WindowMemoryMapper::reserve(size_t bytes, OnReservedFunction on_reserved) {
+  std::span<std::byte> pages;
+  try {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    pages = window_.allocate(bytes, true);
+    reservations_[ExecutorAddr::fromPtr(pages.data())] = whole_pages(bytes, getPageSize());
+  } catch (const Error& error) {
+    return on_reserved(failure(error.what()));
+  }
+  on_reserved(llvm::orc::ExecutorAddrRange(ExecutorAddr::fromPtr(pages.data()),
+                                           llvm::orc::ExecutorAddrDiff(pages.size())));
+}
+
+char* WindowMemoryMapper::prepare(llvm::jitlink::LinkGraph& /*graph*/, ExecutorAddr address,
+                                  size_t /*content_size*/) {
+  return address.toPtr<char*>();  // in process: the working memory is the memory
+}
+
+void WindowMemoryMapper::initialize(AllocInfo& allocation, OnInitializedFunction on_initialized) {
+  ExecutorAddr lowest(~uint64_t{0});
+  ExecutorAddr highest(0);
+  for (const AllocInfo::SegInfo& segment : allocation.Segments) {
+    const ExecutorAddr base = allocation.MappingBase + segment.Offset;
+    const std::size_t size = segment.ContentSize + segment.ZeroFillSize;
+    lowest = std::min(lowest, base);
+    highest = std::max(highest, base + size);
+    const llvm::orc::MemProt protection = segment.AG.getMemProt();
+    if (has(protection, llvm::orc::MemProt::Write) && has(protection, llvm::orc::MemProt::Exec)) {
+      return on_initialized(
+          failure("a segment asks to be writable and executable in a confinement window"));
+    }
+    std::memset((base + segment.ContentSize).toPtr<void*>(), 0, segment.ZeroFillSize);
+    if (const std::error_code ec = llvm::sys::Memory::protectMappedMemory(
+            llvm::sys::MemoryBlock(base.toPtr<void*>(), size),
+            llvm::orc::toSysMemoryProtectionFlags(protection))) {
+      return on_initialized(llvm::errorCodeToError(ec));
+    }
+    if (has(protection, llvm::orc::MemProt::Exec))
+      llvm::sys::Memory::InvalidateInstructionCache(base.toPtr<void*>(), size);
+  }
+  auto deallocation = llvm::orc::shared::runFinalizeActions(allocation.Actions);
+  if (!deallocation) return on_initialized(deallocation.takeError());
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    initialized_[lowest] = {whole_pages(highest - lowest, getPageSize()), std::move(*deallocation)};
+  }
+  on_initialized(lowest);
+}
+
+llvm::Error WindowMemoryMapper::unlink(ExecutorAddr address) {
+  const auto it = initialized_.find(address);
+  if (it == initialized_.end()) return failure("no linked allocation at this address");
+  llvm::Error error = llvm::orc::shared::runDeallocActions(it->second.deallocation);
+  // Fresh zeroed pages, writable, as reserve() gave them: the next graph
+  // linked here reads nothing of this one.
+  if (mmap(address.toPtr<void*>(), it->second.bytes, PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
+    error = llvm::joinErrors(std::move(error), failure(std::string("cannot clear unlinked code: ") +
+                                                       std::strerror(errno)));
+  }
+  initialized_.erase(it);
+  return error;
+}
+
+void WindowMemoryMapper::deinitialize(llvm::ArrayRef<ExecutorAddr> allocations,
+                                      OnDeinitializedFunction on_deinitialized) {
+  llvm::Error all = llvm::Error::success();
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (const ExecutorAddr address : llvm::reverse(allocations))
+      all = llvm::joinErrors(std::move(all), unlink(address));
+  }
+  on_deinitialized(std::move(all));
+}
+
+void WindowMemoryMapper::release(llvm::ArrayRef<ExecutorAddr> reservations,
+                                 OnReleasedFunction on_released) {
+  llvm::Error all = llvm::Error::success();
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (const ExecutorAddr reservation : reservations) {
+      const auto it = reservations_.find(reservation);
+      if (it == reservations_.end()) {
+        all = llvm::joinErrors(std::move(all), failure("no reservation at this address"));
+        continue;
+      }
+      const ExecutorAddr end = reservation + it->second;
+      std::vector<ExecutorAddr> inside;
+      for (const auto& [address, linked] : initialized_)
+        if (address >= reservation && address < end) inside.push_back(address);
+      for (const ExecutorAddr address : inside)
+        all = llvm::joinErrors(std::move(all), unlink(address));
+      window_.retire({reservation.toPtr<std::byte*>(), it->second});
+      reservations_.erase(it);
+    }
+  }
+  on_released(std::move(all));
+}
+
+}  // namespace threechains::jit

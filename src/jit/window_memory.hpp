@@ -1,0 +1,57 @@
+// Internal: JITLink memory inside a confinement window (issue 33). Window-
+// shaped code reaches only its window (confine/window.hpp), so the globals
+// it addresses, and its code, must be linked there: a
+// MapperJITLinkMemoryManager over this mapper puts every segment of every
+// graph it links into `window`, with the protection the segment asks for
+// (code read and execute, constants read only, data read and write; never
+// writable and executable at once). Shaped code can then read its code and
+// constants and write its data, and a write to the others faults, which
+// confine/window_traps.hpp answers as a trap.
+//
+// What an evicted module held is dropped, not left for the next module to
+// read: its pages are replaced by fresh zeroed ones when it is unlinked,
+// and made inaccessible when its reservation is released.
+#pragma once
+
+#include "confine/window.hpp"
+
+#include <llvm/ADT/DenseMap.h>
+#include <llvm/ExecutionEngine/Orc/MemoryMapper.h>
+
+#include <mutex>
+#include <vector>
+
+namespace threechains::jit {
+
+class WindowMemoryMapper final : public llvm::orc::MemoryMapper {
+ public:
+  // `window` must outlive this mapper and the memory manager that owns it.
+  explicit WindowMemoryMapper(confined::Window& window) : window_(window) {}
+  ~WindowMemoryMapper() override;
+
+  unsigned int getPageSize() override;
+  void reserve(size_t bytes, OnReservedFunction on_reserved) override;
+  char* prepare(llvm::jitlink::LinkGraph& graph, llvm::orc::ExecutorAddr address,
+                size_t content_size) override;
+  void initialize(AllocInfo& allocation, OnInitializedFunction on_initialized) override;
+  void deinitialize(llvm::ArrayRef<llvm::orc::ExecutorAddr> allocations,
+                    OnDeinitializedFunction on_deinitialized) override;
+  void release(llvm::ArrayRef<llvm::orc::ExecutorAddr> reservations,
+               OnReleasedFunction on_released) override;
+
+ private:
+  struct Initialized {
+    std::size_t bytes = 0;  // from its address, whole pages
+    std::vector<llvm::orc::shared::WrapperFunctionCall> deallocation;
+  };
+  // Runs one allocation's deallocation actions and replaces its pages with
+  // fresh zeroed writable ones; the caller holds mutex_.
+  llvm::Error unlink(llvm::orc::ExecutorAddr address);
+
+  confined::Window& window_;
+  std::mutex mutex_;
+  llvm::DenseMap<llvm::orc::ExecutorAddr, std::size_t> reservations_;  // address -> bytes
+  llvm::DenseMap<llvm::orc::ExecutorAddr, Initialized> initialized_;
+};
+
+}  // namespace threechains::jit
