@@ -13,10 +13,14 @@
 // (no fuel, no traps, no data stack in the window: pass.hpp says what is
 // missing); threechains-bench-confine measures today's confined tier.
 //
-// Also the cost of writing the %gs base (what switching between two keys'
+// Also a call of the smallest body (benchmarks/kernels/bump.c) three ways:
+// native, shaped, and shaped inside run_in_window (what makes its faults
+// traps): the fixed cost of an invocation, against issue 33's +3 ns; and
+// the cost of writing the %gs base (what switching between two keys'
 // windows would cost per invocation) and of GsBase::use when it need not.
 #include "confine/pass.hpp"
 #include "confine/window.hpp"
+#include "confine/window_traps.hpp"
 #include "jit/host_description.hpp"
 #include "jit/host_optimiser.hpp"
 
@@ -47,6 +51,7 @@ namespace {
 
 using Saxpy = void (*)(float, const float*, float*, std::size_t);
 using Chase = uint64_t (*)(const uint64_t*, uint64_t, uint64_t);
+using Bump = void (*)(uint64_t*, uint64_t);
 
 template <class T>
 T checked(llvm::Expected<T> value, const std::string& what) {
@@ -127,11 +132,14 @@ int main(int argc, char** argv) {
                      "LLJIT");
   add_kernel(*jit, THREECHAINS_BENCH_SAXPY_BC, "saxpy");
   add_kernel(*jit, THREECHAINS_BENCH_CHASE_BC, "chase");
+  add_kernel(*jit, THREECHAINS_BENCH_BUMP_BC, "bump");
   const auto find = [&](const char* name) { return checked(jit->lookup(name), name).getValue(); };
   const auto saxpy = reinterpret_cast<Saxpy>(find("saxpy"));
   const auto saxpy_window = reinterpret_cast<Saxpy>(find("saxpy_window"));
   const auto chase = reinterpret_cast<Chase>(find("chase"));
   const auto chase_window = reinterpret_cast<Chase>(find("chase_window"));
+  const auto bump = reinterpret_cast<Bump>(find("bump"));
+  const auto bump_window = reinterpret_cast<Bump>(find("bump_window"));
 
   tc::confined::Window window;
   auto as_floats = [](std::span<std::byte> bytes) {
@@ -145,11 +153,35 @@ int main(int argc, char** argv) {
   const std::span<float> y_window = as_floats(window.allocate(n * sizeof(float), true));
   const std::span<uint64_t> small = as_words(window.allocate(small_entries * 8, true));
   const std::span<uint64_t> large = as_words(window.allocate(large_entries * 8, true));
+  const std::span<uint64_t> counters = as_words(window.allocate(3 * 8, true));
   std::fill(x.begin(), x.end(), 1.5F);
   std::mt19937_64 random(33);
   make_cycle(small, random);
   make_cycle(large, random);
   tc::confined::GsBase::use(window.base());
+
+  // A call of the smallest body: directly, shaped, and shaped inside
+  // run_in_window (what turns its faults into traps: a setjmp and two
+  // thread-local writes), each through a pointer, as a dispatcher calls.
+  constexpr int kCalls = 1 << 22;
+  struct BumpCall {
+    Bump function;
+    uint64_t* counter;
+  };
+  BumpCall trapped{bump_window, &counters[2]};
+  const auto call_trapped = [](void* c) {
+    auto* call = static_cast<BumpCall*>(c);
+    call->function(call->counter, 1);
+  };
+  std::vector<double> call_native_ns, call_window_ns, call_trapped_ns;
+  const auto calls_of = [&](Bump function, uint64_t* counter) {
+    return ns_per(
+        [&] {
+          Bump volatile through = function;  // a call through a pointer, not inlined
+          for (int c = 0; c < kCalls; ++c) through(counter, 1);
+        },
+        kCalls);
+  };
 
   const int saxpy_calls = std::max<int>(1, static_cast<int>((uint64_t{1} << 24) / n));
   std::vector<double> saxpy_native_ns, saxpy_window_ns, small_native_ns, small_window_ns,
@@ -176,6 +208,19 @@ int main(int argc, char** argv) {
         ns_per([&] { ends[2] = chase(large.data(), ends[2], steps); }, steps_d));
     large_window_ns.push_back(
         ns_per([&] { ends[3] = chase_window(large.data(), ends[3], steps); }, steps_d));
+    call_native_ns.push_back(calls_of(bump, &counters[0]));
+    call_window_ns.push_back(calls_of(bump_window, &counters[1]));
+    call_trapped_ns.push_back(ns_per(
+        [&] {
+          for (int c = 0; c < kCalls; ++c)
+            if (tc::confined::run_in_window(window, call_trapped, &trapped))
+              throw std::runtime_error("the shaped counter trapped");
+        },
+        kCalls));
+  }
+  if (counters[0] != counters[1] || counters[1] != counters[2]) {
+    std::fprintf(stderr, "the counters differ\n");
+    return 1;
   }
   if (!std::equal(y_native.begin(), y_native.end(), y_window.begin()) || ends[0] != ends[1] ||
       ends[2] != ends[3]) {
@@ -215,12 +260,15 @@ int main(int argc, char** argv) {
        bench::median(small_window_ns)},
       {"chase, large table", "ns/step", bench::median(large_native_ns),
        bench::median(large_window_ns)},
+      {"counter call", "ns/call", bench::median(call_native_ns), bench::median(call_window_ns)},
+      {"counter call, trapped", "ns/call", bench::median(call_native_ns),
+       bench::median(call_trapped_ns)},
   };
-  fmt::print("{:<20} {:>10} {:>10} {:>8}  ({} rounds, median; n = {}, tables {} and {} entries)\n",
+  fmt::print("{:<22} {:>10} {:>10} {:>8}  ({} rounds, median; n = {}, tables {} and {} entries)\n",
              "", "native", "window", "ratio", rounds, n, small_entries, large_entries);
   std::FILE* out = json.empty() ? stderr : std::fopen(json.c_str(), "a");
   for (const Figure& f : figures) {
-    fmt::print("{:<20} {:>10.4f} {:>10.4f} {:>7.3f}x  {}\n", f.name, f.native, f.shaped,
+    fmt::print("{:<22} {:>10.4f} {:>10.4f} {:>7.3f}x  {}\n", f.name, f.native, f.shaped,
                f.shaped / f.native, f.unit);
     fmt::print(out,
                "{{\"bench\":\"window\",\"figure\":\"{}\",\"unit\":\"{}\",\"native\":{:.4f},"

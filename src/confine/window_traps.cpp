@@ -10,14 +10,29 @@
 
 #include <array>
 #include <climits>
-#include <csetjmp>
+
+// Which build this is can only be asked of the preprocessor.
+#if defined(__SANITIZE_ADDRESS__)
+#define THREECHAINS_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define THREECHAINS_ASAN 1
+#endif
+#endif
+#ifdef THREECHAINS_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
 
 namespace threechains::confined {
 namespace {
 
 struct ActiveRun {
   const Window* window;
-  std::jmp_buf jump;
+  // __builtin_setjmp's buffer: the frame, stack pointer and resume address
+  // only (the compiler saves what else is live around the call itself), a
+  // few stores where setjmp saves every callee-saved register through a PLT
+  // call (threechains-bench-window: 9.0 -> 7.2-7.5 ns a trapped call).
+  void* jump[5];
 };
 
 // The run on this thread, and its trap: thread-locals the handler (which
@@ -54,7 +69,12 @@ void on_fault(int signal, siginfo_t* info, void* context) {
     sigemptyset(&faults);
     for (const int s : kSignals) sigaddset(&faults, s);
     pthread_sigmask(SIG_UNBLOCK, &faults, nullptr);
-    std::longjmp(run->jump, 1);
+#ifdef THREECHAINS_ASAN
+    // What ASan's interceptor does for longjmp, which this jump bypasses:
+    // forget the poisoned stack of the frames it abandons.
+    __asan_handle_no_return();
+#endif
+    __builtin_longjmp(run->jump, 1);
   }
   std::size_t k = 0;
   while (k < kSignals.size() && kSignals[k] != signal) ++k;
@@ -82,9 +102,10 @@ std::optional<WindowTrap> run_in_window(const Window& window, void (*function)(v
   static const bool installed = (install_window_traps(), true);
   (void)installed;
   if (active != nullptr) return WindowTrap{INT64_MIN, false};
-  ActiveRun run{&window, {}};
+  ActiveRun run;  // its jump buffer uninitialised: zeroing setjmp's 200 bytes cost ~10 ns
+  run.window = &window;
   active = &run;
-  if (setjmp(run.jump) == 0) {
+  if (__builtin_setjmp(run.jump) == 0) {
     function(argument);
     active = nullptr;
     return std::nullopt;
