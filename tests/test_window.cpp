@@ -549,6 +549,65 @@ TEST_CASE("optimised window-shaped saxpy addresses memory only through %gs, and 
 
 #endif
 
+#if defined(__x86_64__)
+
+TEST_CASE("a shaped switch whose default is unreachable still checks its index", "[window]") {
+  // Unshaped, the back end jumps through the switch's table at whatever
+  // index it is given (the table has no bounds check when the default is
+  // unreachable): an index past it jumps to an address read from memory.
+  constexpr const char* kSwitch = R"(
+define i32 @pick(i32 %x) {
+entry:
+  switch i32 %x, label %none [
+    i32 0, label %a
+    i32 1, label %b
+    i32 2, label %c
+    i32 3, label %d
+    i32 4, label %e
+    i32 5, label %f
+  ]
+a:
+  ret i32 10
+b:
+  ret i32 21
+c:
+  ret i32 32
+d:
+  ret i32 43
+e:
+  ret i32 54
+f:
+  ret i32 65
+none:
+  unreachable
+}
+)";
+  auto jit = host_jit();
+  auto context = std::make_unique<llvm::LLVMContext>();
+  std::unique_ptr<llvm::Module> module = parse(kSwitch, *context);
+  tc::shape_for_window(*module, "pick");
+  using Pick = int (*)(int);
+  const auto pick = compile<Pick>(*jit, std::move(module), std::move(context), "pick");
+  CHECK(pick(3) == 43);
+  // Past the table: the trap (SIGILL), not a jump to wherever memory says.
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    (void)signal(SIGILL, SIG_DFL);
+    (void)signal(SIGSEGV, SIG_DFL);
+    alarm(10);
+    (void)pick(100000);
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  INFO("the child " << (WIFSIGNALED(status) ? "died of signal " : "exited with ")
+                    << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status)));
+  CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGILL));
+}
+
+#endif
+
 TEST_CASE("the window shape refuses what it cannot confine yet, naming it", "[window]") {
   const struct {
     const char* what;

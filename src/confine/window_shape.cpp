@@ -169,6 +169,18 @@ void shape_for_window(llvm::Module& module, const std::string& ifunc) {
       }
     }
   }
+  // `unreachable` is a claim the code generator acts on: a switch whose
+  // default is unreachable becomes a jump through its table with no bounds
+  // check, indexed by whatever the code computed. A trap before it makes
+  // the block real again (the check comes back) and stops code that does
+  // reach it.
+  std::vector<llvm::UnreachableInst*> claims;
+  for (llvm::Function& f : module)
+    for (llvm::BasicBlock& block : f)
+      if (auto* end = llvm::dyn_cast<llvm::UnreachableInst>(block.getTerminator()))
+        claims.push_back(end);
+  for (llvm::UnreachableInst* end : claims)
+    llvm::IRBuilder<>(end).CreateIntrinsic(llvm::Intrinsic::trap, {});
   for (const auto& [access, operand] : accesses) {
     llvm::IRBuilder<> b(access);
     llvm::Value* offset = b.CreateAnd(b.CreatePtrToInt(access->getOperand(operand), i64),
