@@ -2,6 +2,7 @@
 // window of the run active on this thread jumps back to run_in_window.
 #include "confine/window_traps.hpp"
 
+#include "sanitizers.hpp"
 #include "signal_chain.hpp"
 
 #include <pthread.h>
@@ -11,17 +12,6 @@
 #include <array>
 #include <climits>
 
-// Which build this is can only be asked of the preprocessor.
-#if defined(__SANITIZE_ADDRESS__)
-#define THREECHAINS_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define THREECHAINS_ASAN 1
-#endif
-#endif
-#ifdef THREECHAINS_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
 
 namespace threechains::confined {
 namespace {
@@ -69,11 +59,7 @@ void on_fault(int signal, siginfo_t* info, void* context) {
     sigemptyset(&faults);
     for (const int s : kSignals) sigaddset(&faults, s);
     pthread_sigmask(SIG_UNBLOCK, &faults, nullptr);
-#ifdef THREECHAINS_ASAN
-    // What ASan's interceptor does for longjmp, which this jump bypasses:
-    // forget the poisoned stack of the frames it abandons.
-    __asan_handle_no_return();
-#endif
+    detail::before_abandoning_frames();
     __builtin_longjmp(run->jump, 1);
   }
   std::size_t k = 0;
