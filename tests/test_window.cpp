@@ -7,6 +7,7 @@
 #include "confine/window_traps.hpp"
 #include "jit/host_description.hpp"
 #include "jit/host_optimiser.hpp"
+#include "jit/routed_memory.hpp"
 #include "jit/window_memory.hpp"
 
 #include <threechains/error.hpp>
@@ -454,6 +455,79 @@ define void @poke(ptr %p, i64 %v) {
   jit.reset();
   CHECK(segfaults([&] { touch_byte(count); }));
   CHECK(segfaults([&] { touch_byte(table); }));
+}
+
+TEST_CASE("one JIT links a confined dylib's code into its window and the rest where it always went",
+          "[window]") {
+  constexpr const char* kCounter = R"(
+@count = global i64 0
+define i64 @COUNTER() {
+  %v = load i64, ptr @count
+  %n = add i64 %v, 1
+  store i64 %n, ptr @count
+  ret i64 %n
+}
+)";
+  const auto module_named = [&](const char* name, llvm::LLVMContext& context) {
+    std::string text = kCounter;
+    text.replace(text.find("COUNTER"), 7, name);
+    return parse(text.c_str(), context);
+  };
+  Window window;
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  auto host = tc::describe_host(2);
+  REQUIRE(static_cast<bool>(host));
+  tc::jit::RoutedMemoryManager* routes = nullptr;
+  auto built =
+      llvm::orc::LLJITBuilder()
+          .setJITTargetMachineBuilder(std::move(*host))
+          .setObjectLinkingLayerCreator([&](llvm::orc::ExecutionSession& session) {
+            auto fallback = llvm::orc::MapperJITLinkMemoryManager::CreateWithMapper<
+                llvm::orc::InProcessMemoryMapper>(std::size_t{1} << 20);
+            if (!fallback) llvm::report_fatal_error(fallback.takeError());
+            auto memory = std::make_unique<tc::jit::RoutedMemoryManager>(std::move(*fallback));
+            routes = memory.get();
+            return std::make_unique<llvm::orc::ObjectLinkingLayer>(session, std::move(memory));
+          })
+          .create();
+  REQUIRE(static_cast<bool>(built));
+  std::unique_ptr<llvm::orc::LLJIT> jit = std::move(*built);
+  REQUIRE(routes != nullptr);
+  auto confined = jit->createJITDylib("confined");
+  REQUIRE(static_cast<bool>(confined));
+  routes->route(&*confined, window);
+
+  auto context = std::make_unique<llvm::LLVMContext>();
+  std::unique_ptr<llvm::Module> shaped = module_named("confined_bump", *context);
+  tc::shape_for_window(*shaped, "confined_bump");
+  REQUIRE(!jit->addIRModule(*confined,
+                            llvm::orc::ThreadSafeModule(std::move(shaped), std::move(context))));
+  auto plain_context = std::make_unique<llvm::LLVMContext>();
+  std::unique_ptr<llvm::Module> plain = module_named("plain_bump", *plain_context);
+  REQUIRE(
+      !jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(plain), std::move(plain_context))));
+
+  using Bump = uint64_t (*)();
+  const auto confined_bump = jit->lookup(*confined, "confined_bump")->toPtr<Bump>();
+  const auto plain_bump = jit->lookup("plain_bump")->toPtr<Bump>();
+  CHECK(window.contains(reinterpret_cast<const void*>(confined_bump), 1));
+  CHECK_FALSE(window.contains(reinterpret_cast<const void*>(plain_bump), 1));
+  const auto* confined_count = jit->lookup(*confined, "count")->toPtr<const uint64_t*>();
+  CHECK(window.contains(confined_count, 8));
+  CHECK_FALSE(window.contains(jit->lookup("count")->toPtr<const void*>(), 8));
+
+  tc::confined::GsBase::use(window.base());
+  CHECK(confined_bump() == 1);
+  CHECK(confined_bump() == 2);
+  CHECK(plain_bump() == 1);
+  CHECK(*confined_count == 2);
+
+  // The confined dylib removed: its memory goes back through the window's
+  // manager (the page it held reads as fresh zeros), and the rest runs on.
+  REQUIRE(!jit->getExecutionSession().removeJITDylib(*confined));
+  CHECK(*confined_count == 0);
+  CHECK(plain_bump() == 2);
 }
 
 TEST_CASE("optimised window-shaped saxpy addresses memory only through %gs, and computes saxpy",
