@@ -84,6 +84,29 @@ class Confiner {
   // The window shape (window_shape.cpp) takes the same list.
   static bool intrinsic_allowed(Intrinsic::ID id);
 
+  // After the optimiser: C, or fastcc, which it gives internal functions
+  // whose every call it sees (caller and callee change together).
+  static bool c_or_fast(CallingConv::ID cc);
+
+  // A direct call must agree with its callee on type and convention: where
+  // they differ, the callee reads arguments that were never passed (the
+  // thread's stack) or writes a returned aggregate through a pointer the
+  // caller never meant for it. (Calls through pointers are checked at run time.)
+  static bool agrees_with_callee(const CallBase& call);
+
+  // String attributes choose CPU features (code this host cannot run),
+  // instrumentation calls to any named function, split stacks, stack
+  // realignment...: none is the sender's to choose. The host's CPU applies.
+  template <class T>
+  static void drop_string_attributes(T& holder) {
+    AttributeList list = holder.getAttributes();
+    std::vector<std::string> names;
+    for (const Attribute& attribute : list.getFnAttrs())
+      if (attribute.isStringAttribute()) names.push_back(attribute.getKindAsString().str());
+    for (const std::string& name : names) holder.removeFnAttr(name);
+  }
+  // (The three above: the window shape holds code to them too.)
+
  private:
   static constexpr uint64_t kMaxFrame = uint64_t{1} << 30;
   static constexpr uint64_t kMaxByValue = 4096;
@@ -92,22 +115,12 @@ class Confiner {
 
   bool small_by_value(Type* t) const;
 
-  // After the optimiser: C, or fastcc, which it gives internal functions
-  // whose every call it sees (caller and callee change together).
-  static bool c_or_fast(CallingConv::ID cc);
-
   // One value for a check and for the use it guards. `freeze` gives that,
   // except of a constant undef or poison: the code generator materialises
   // those anew in each block, so the check and the access could each see a
   // different value. Those become zero.
   static bool has_undef(const Constant* c);
   static Value* freeze(IRBuilder<>& b, Value* v);
-
-  // A direct call must agree with its callee on type and convention: where
-  // they differ, the callee reads arguments that were never passed (the
-  // thread's stack) or writes a returned aggregate through a pointer the
-  // caller never meant for it. (Calls through pointers are checked at run time.)
-  static bool agrees_with_callee(const CallBase& call);
 
   static bool frame_depth_zero(const CallBase& call);
 
@@ -128,24 +141,11 @@ class Confiner {
 
   static bool scalable(Type* t);
 
-  // String attributes choose CPU features (code this host cannot run),
-  // instrumentation calls to any named function, split stacks, stack
-  // realignment...: none is the sender's to choose. The host's CPU applies.
-  template <class T>
-  static void drop_string_attributes(T& holder) {
-    AttributeList list = holder.getAttributes();
-    std::vector<std::string> names;
-    for (const Attribute& attribute : list.getFnAttrs())
-      if (attribute.isStringAttribute()) names.push_back(attribute.getKindAsString().str());
-    for (const std::string& name : names) holder.removeFnAttr(name);
-  }
-
   // What cannot be confined is refused; imports are renamed to their
   // confined versions (checked wrappers, or pointer-free functions).
   void screen();
 
   void screen_block(Function& f, BasicBlock& block);
-
 
   // Claims the code generator would act on without checking them, all of
   // them the sender's to write: that memory is dereferenceable (a load may

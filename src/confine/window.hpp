@@ -50,6 +50,8 @@ class Window {
   // Bytes handed out so far (whole pages).
   [[nodiscard]] std::size_t used() const noexcept { return used_; }
 
+  // Not thread-safe: one owner hands out a window's pages (the
+  // WindowMemoryMapper takes its own lock around it).
   // Maps `bytes` (rounded up to whole pages) of fresh, zeroed memory at the
   // next free offset: readable, and writable if `writable`. Throws
   // Error(errc::limit_exceeded) when the window has no room left.

@@ -81,9 +81,23 @@ std::string unshaped_call(const llvm::CallBase& call) {
     if (copies_an_argument(call.getAttributes().getParamAttrs(a)))
       return "an argument passed by value (the code generator copies it unmasked)";
   const llvm::Function* callee = call.getCalledFunction();
-  if (callee == nullptr) return "an indirect call";
+  if (callee == nullptr) {
+    // getCalledFunction() is null too for a direct call whose type is not
+    // its callee's.
+    if (llvm::isa<llvm::Function>(call.getCalledOperand()->stripPointerCasts()))
+      return "a call in another calling convention than C's, or unlike its callee";
+    return "an indirect call";
+  }
   if (!callee->isIntrinsic()) {
-    if (callee->isDeclaration()) return "a call of the import " + callee->getName().str();
+    // An available_externally body is never emitted: the call would bind
+    // to the process's function of that name.
+    if (callee->isDeclarationForLinker()) return "a call of the import " + callee->getName().str();
+    // A convention that pops its own stack arguments (tailcc), or a call
+    // that disagrees with its callee, leaves the stack pointer where the
+    // code chose.
+    if (!confine_pass::Confiner::c_or_fast(call.getCallingConv()) ||
+        !confine_pass::Confiner::agrees_with_callee(call))
+      return "a call in another calling convention than C's, or unlike its callee";
     return {};
   }
   switch (callee->getIntrinsicID()) {
@@ -116,6 +130,7 @@ std::string unshaped(const llvm::Instruction& i, const llvm::DataLayout& layout)
       llvm::isa<llvm::CleanupReturnInst>(i))
     return "exception handling";
   if (llvm::isa<llvm::VAArgInst>(i)) return "va_arg";
+  if (llvm::isa<llvm::IndirectBrInst>(i)) return "a computed goto (indirectbr)";
   if (const auto* call = llvm::dyn_cast<llvm::CallBase>(&i)) return unshaped_call(*call);
   if (pointer_operand(i) < 0) {
     if (i.mayReadOrWriteMemory()) return std::string("the instruction ") + i.getOpcodeName();
@@ -136,10 +151,30 @@ std::string unshaped_module(const llvm::Module& module) {
   if (!module.getModuleInlineAsm().empty()) return "module-level inline assembly";
   for (const char* name : {"llvm.global_ctors", "llvm.global_dtors"})
     if (module.getNamedValue(name) != nullptr) return std::string("constructors (") + name + ")";
+  for (const llvm::GlobalVariable& global : module.globals())
+    if (global.isDeclarationForLinker() && !global.getName().starts_with("llvm."))
+      return "the imported variable " + global.getName().str();
+  if (!module.aliases().empty() || !module.ifuncs().empty()) return "an alias or an ifunc";
+  for (const llvm::Function& f : module)
+    if (f.hasPersonalityFn()) return "exception handling in " + f.getName().str();
   for (const llvm::Function& f : module) {
+    // An import is only ever called: its address as a value would be the
+    // process's, a jump target for any indirect branch.
+    if (f.isDeclarationForLinker() && !f.isIntrinsic()) {
+      for (const llvm::Use& use : f.uses()) {
+        const auto* call = llvm::dyn_cast<llvm::CallBase>(use.getUser());
+        if (call == nullptr || !call->isCallee(&use))
+          return "the address of the import " + f.getName().str();
+      }
+    }
+    if (!f.isDeclaration() && !confine_pass::Confiner::c_or_fast(f.getCallingConv()))
+      return "another calling convention than C's in " + f.getName().str();
+    if (f.hasFnAttribute(llvm::Attribute::Naked)) return "a naked function " + f.getName().str();
+    for (const llvm::BasicBlock& block : f)
+      if (block.hasAddressTaken())
+        return "a block's address (blockaddress) in " + f.getName().str();
     if (f.hasPrefixData() || f.hasPrologueData())
       return "prefix or prologue data in " + f.getName().str();
-    if (f.hasPersonalityFn()) return "exception handling in " + f.getName().str();
     for (const llvm::Argument& argument : f.args())
       if (copies_an_argument(f.getAttributes().getParamAttrs(argument.getArgNo())))
         return "a parameter passed by value in " + f.getName().str();
@@ -181,7 +216,26 @@ void shape_for_window(llvm::Module& module, const std::string& ifunc) {
         claims.push_back(end);
   for (llvm::UnreachableInst* end : claims)
     llvm::IRBuilder<>(end).CreateIntrinsic(llvm::Intrinsic::trap, {});
+  // String attributes name functions the code generator calls
+  // ("probe-stack"), choose CPU features and stack realignment: not the
+  // sender's to choose.
+  for (llvm::Function& f : module) {
+    confine_pass::Confiner::drop_string_attributes(f);
+    for (llvm::BasicBlock& block : f)
+      for (llvm::Instruction& i : block)
+        if (auto* call = llvm::dyn_cast<llvm::CallBase>(&i))
+          confine_pass::Confiner::drop_string_attributes(*call);
+  }
   for (const auto& [access, operand] : accesses) {
+    // An alignment claim makes an aligned vector move, which faults on a
+    // misaligned pointer with a general-protection fault that names no
+    // address (a trap cannot tell it from the host's own). Atomics keep
+    // theirs: the shape refused those that are not naturally aligned.
+    if (auto* load = llvm::dyn_cast<llvm::LoadInst>(access); load != nullptr && !load->isAtomic())
+      load->setAlignment(llvm::Align(1));
+    if (auto* store = llvm::dyn_cast<llvm::StoreInst>(access);
+        store != nullptr && !store->isAtomic())
+      store->setAlignment(llvm::Align(1));
     llvm::IRBuilder<> b(access);
     llvm::Value* offset = b.CreateAnd(b.CreatePtrToInt(access->getOperand(operand), i64),
                                       llvm::ConstantInt::get(i64, 0xffffffffULL), "window.offset");

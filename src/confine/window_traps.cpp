@@ -12,7 +12,6 @@
 #include <array>
 #include <climits>
 
-
 namespace threechains::confined {
 namespace {
 
@@ -53,12 +52,17 @@ void on_fault(int signal, siginfo_t* info, void* context) {
                  was_write(context)};
     active = nullptr;
     // The kernel blocked the signal for this handler (and a handler that
-    // chained to us may have too): leaving by longjmp would keep it blocked,
-    // and the next trap would end the process.
-    sigset_t faults;
-    sigemptyset(&faults);
-    for (const int s : kSignals) sigaddset(&faults, s);
-    pthread_sigmask(SIG_UNBLOCK, &faults, nullptr);
+    // chained to us may have blocked more): leaving by longjmp would keep
+    // them blocked, and the next trap would end the process. Back to the
+    // mask of the code that faulted.
+    if (context != nullptr) {
+      pthread_sigmask(SIG_SETMASK, &static_cast<const ucontext_t*>(context)->uc_sigmask, nullptr);
+    } else {
+      sigset_t faults;
+      sigemptyset(&faults);
+      for (const int s : kSignals) sigaddset(&faults, s);
+      pthread_sigmask(SIG_UNBLOCK, &faults, nullptr);
+    }
     detail::before_abandoning_frames();
     __builtin_longjmp(run->jump, 1);
   }
@@ -88,6 +92,9 @@ std::optional<WindowTrap> run_in_window(const Window& window, void (*function)(v
   static const bool installed = (install_window_traps(), true);
   (void)installed;
   if (active != nullptr) return WindowTrap{INT64_MIN, false};
+#if defined(__x86_64__)
+  GsBase::use(window.base());  // the code addresses this window, whatever ran before
+#endif
   ActiveRun run;  // its jump buffer uninitialised: zeroing setjmp's 200 bytes cost ~10 ns
   run.window = &window;
   active = &run;

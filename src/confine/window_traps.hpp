@@ -32,7 +32,8 @@ struct WindowTrap {
 // this one, and then this must be called again, before windows are used.
 void install_window_traps() noexcept;
 
-// Runs `function(argument)` on this thread; nullopt if it returned, the trap
+// Runs `function(argument)` on this thread, with the thread's %gs base at
+// `window` (x86-64); nullopt if it returned, the trap
 // if it faulted inside `window` or its guards. The function must be one
 // whose state a fault may abandon at any instruction: window-shaped code,
 // which holds no lock and owns nothing outside its window. Not reentrant on

@@ -27,7 +27,9 @@ class RoutedMemoryManager final : public llvm::jitlink::JITLinkMemoryManager {
   // what it linked may be deallocated any time before).
   void route(const llvm::jitlink::JITLinkDylib* dylib, confined::Window& window);
   // `dylib`'s later graphs go to the fallback again (what it linked stays
-  // where it is until it is deallocated).
+  // where it is until it is deallocated). Routes are by address: a dylib
+  // that is cleared and reused (the JitCache keeps spare ones) must be
+  // unrouted first, or another key's code lands in this window.
   void unroute(const llvm::jitlink::JITLinkDylib* dylib);
 
   void allocate(const llvm::jitlink::JITLinkDylib* dylib, llvm::jitlink::LinkGraph& graph,
