@@ -7,6 +7,9 @@ pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)  # code sections travel zstd-compressed
 pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)  # Ed25519 keys and signatures
 find_package(Threads REQUIRED)
+# The window verifier decodes x86-64 with Zydis, a decoder with no part in
+# compiling the code it checks (src/confine/verify_x86.hpp).
+find_package(zydis 4 CONFIG REQUIRED)           # Zydis::Zydis (Debian's libzydis-dev)
 
 # LLVM is needed only to build src/jit; it never reaches a public header.
 find_package(LLVM 22.1 CONFIG REQUIRED HINTS /usr/lib/llvm-22/lib/cmake/llvm)

@@ -9,6 +9,7 @@ packages=(
   libucx-dev ucx-utils
   llvm-22 llvm-22-dev clang-22 lld-22 libzstd-dev libc6-dev-arm64-cross libomp-22-dev
   libfmt-dev libcli11-dev catch2 libxxhash-dev libsodium-dev libseccomp-dev
+  libzydis-dev  # the window verifier's x86-64 decoder (src/confine/verify_x86.cpp)
   libopenmpi-dev openmpi-bin libpmix-dev
   gdb linux-perf  # tests that debuggers and profilers see JIT'd ifuncs (test_observe.cpp)
   gfortran flang-22 rustc-web python3 python3-numpy

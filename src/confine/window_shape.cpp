@@ -221,6 +221,12 @@ void shape_for_window(llvm::Module& module, const std::string& ifunc) {
   // sender's to choose.
   for (llvm::Function& f : module) {
     confine_pass::Confiner::drop_string_attributes(f);
+    // Code the verifier (confine/verify_x86.hpp) can accept: no jump table
+    // (an indirect jump), nothing kept below %rsp (the red zone: outside
+    // any frame), %rsp never copied from %rbp.
+    f.addFnAttr("no-jump-tables", "true");
+    f.addFnAttr(llvm::Attribute::NoRedZone);
+    f.addFnAttr("frame-pointer", "none");
     for (llvm::BasicBlock& block : f)
       for (llvm::Instruction& i : block)
         if (auto* call = llvm::dyn_cast<llvm::CallBase>(&i))

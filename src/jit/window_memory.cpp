@@ -65,6 +65,7 @@ char* WindowMemoryMapper::prepare(llvm::jitlink::LinkGraph& /*graph*/, ExecutorA
 void WindowMemoryMapper::initialize(AllocInfo& allocation, OnInitializedFunction on_initialized) {
   ExecutorAddr lowest(~uint64_t{0});
   ExecutorAddr highest(0);
+  std::vector<confined::CodeRange> code;
   for (const AllocInfo::SegInfo& segment : allocation.Segments) {
     const ExecutorAddr base = allocation.MappingBase + segment.Offset;
     const std::size_t size = segment.ContentSize + segment.ZeroFillSize;
@@ -81,14 +82,17 @@ void WindowMemoryMapper::initialize(AllocInfo& allocation, OnInitializedFunction
             llvm::orc::toSysMemoryProtectionFlags(protection))) {
       return on_initialized(llvm::errorCodeToError(ec));
     }
-    if (has(protection, llvm::orc::MemProt::Exec))
+    if (has(protection, llvm::orc::MemProt::Exec)) {
       llvm::sys::Memory::InvalidateInstructionCache(base.toPtr<void*>(), size);
+      code.push_back({base.getValue(), {base.toPtr<const std::byte*>(), segment.ContentSize}});
+    }
   }
   auto deallocation = llvm::orc::shared::runFinalizeActions(allocation.Actions);
   if (!deallocation) return on_initialized(deallocation.takeError());
   {
     const std::lock_guard<std::mutex> lock(mutex_);
-    initialized_[lowest] = {whole_pages(highest - lowest, getPageSize()), std::move(*deallocation)};
+    initialized_[lowest] = {whole_pages(highest - lowest, getPageSize()), std::move(code),
+                            std::move(*deallocation)};
   }
   on_initialized(lowest);
 }
@@ -141,6 +145,14 @@ void WindowMemoryMapper::release(llvm::ArrayRef<ExecutorAddr> reservations,
     }
   }
   on_released(std::move(all));
+}
+
+std::vector<confined::CodeRange> WindowMemoryMapper::executable_code() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<confined::CodeRange> code;
+  for (const auto& [address, linked] : initialized_)
+    code.insert(code.end(), linked.code.begin(), linked.code.end());
+  return code;
 }
 
 }  // namespace threechains::jit

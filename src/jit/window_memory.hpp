@@ -13,6 +13,7 @@
 // and made inaccessible when its reservation is released.
 #pragma once
 
+#include "confine/verify_x86.hpp"
 #include "confine/window.hpp"
 
 #include <llvm/ADT/DenseMap.h>
@@ -39,9 +40,16 @@ class WindowMemoryMapper final : public llvm::orc::MemoryMapper {
   void release(llvm::ArrayRef<llvm::orc::ExecutorAddr> reservations,
                OnReleasedFunction on_released) override;
 
+  // The executable segments of everything linked into the window now, as
+  // the verifier reads them (confine/verify_x86.hpp). Once linked they are
+  // read-only, so nothing running in the window can change them after they
+  // are verified; the spans stay valid until their module is unlinked.
+  [[nodiscard]] std::vector<confined::CodeRange> executable_code();
+
  private:
   struct Initialized {
-    std::size_t bytes = 0;  // from its address, whole pages
+    std::size_t bytes = 0;                  // from its address, whole pages
+    std::vector<confined::CodeRange> code;  // its executable segments
     std::vector<llvm::orc::shared::WrapperFunctionCall> deallocation;
   };
   // Runs one allocation's deallocation actions and replaces its pages with

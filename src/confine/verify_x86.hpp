@@ -1,0 +1,66 @@
+// Internal: the window verifier for x86-64 (issue 33), the part of guard-
+// region confinement the target trusts instead of LLVM. The optimiser and
+// the code generator that compiled window-shaped code (shape_for_window,
+// confine/pass.hpp) may be buggy or compromised; this reads the machine code
+// as it will run, relocations applied, in the window it will run from, and
+// accepts it only if every instruction stays inside the window by
+// construction. One linear decode (Zydis, a decoder with no part in
+// compiling the code), then one pass over each function's paths. The rules
+// (docs/security.md, "The verifier", says why each is enough):
+//
+//  - Every byte decodes, and only instructions from an allowlist of plain
+//    computation appear: integer, SSE/AVX/AVX-512 arithmetic and moves,
+//    atomics, direct branches and calls, `ret`, `ud2`. No system call,
+//    privileged, segment, string, x87/MMX, control-register or flag-state
+//    instruction (std, popf, ldmxcsr: state the host would inherit).
+//  - A memory access is one of: %gs with 32-bit addressing (any operands,
+//    the sum wraps inside the window); %gs plus one 64-bit register whose
+//    upper half is known zero on every path to it (written as a 32-bit
+//    register since) and any 32-bit displacement (the guards take it);
+//    %rip plus a displacement (the code lies in the window, so the
+//    guards take that too); or %rsp plus a displacement inside the
+//    function's own frame, below its return address.
+//  - %rsp changes only by push, pop, call, ret and add/sub/lea of a
+//    constant, so its height in each function is known at every instruction
+//    and the same on every path; `ret` only at height 0. So no function
+//    writes a return address, its own or its caller's.
+//  - Branches and calls are direct, to the start of an instruction in the
+//    code; no path runs off the end of the code; calls never recurse, so
+//    the stack the code can use has a bound, which is returned.
+//
+// Not the verifier's job: what the code computes, how long it runs (fuel or
+// a watchdog), and faults that are not memory accesses (a division by zero,
+// the shape's own ud2), which the caller's trap handling answers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace threechains::confined {
+
+// Executable bytes exactly as they will run, at the address they run from.
+struct CodeRange {
+  uint64_t address = 0;
+  std::span<const std::byte> bytes;
+};
+
+struct VerifierInput {
+  std::span<const CodeRange> code;    // every executable byte of the window
+  std::span<const uint64_t> entries;  // where the host calls in (as void(...) functions)
+  uint64_t window_base = 0;           // the window (4 GiB, guards around it) the code lies in
+  uint64_t max_stack_bytes = 64 * 1024;
+};
+
+struct Verdict {
+  bool accepted = false;
+  std::string refusal;       // when refused: at which address, which rule, the instruction
+  uint64_t stack_bytes = 0;  // when accepted: the most stack any entry can use, calls included
+  std::size_t instructions = 0;
+  explicit operator bool() const noexcept { return accepted; }
+};
+
+[[nodiscard]] Verdict verify_window_code_x86_64(const VerifierInput& input);
+
+}  // namespace threechains::confined

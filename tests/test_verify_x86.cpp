@@ -1,0 +1,404 @@
+// The window verifier for x86-64 (confine/verify_x86.hpp): what real LLVM
+// emits for window-shaped code is accepted where it runs, and machine code
+// that breaks each rule (written by hand, as an attacker who controls the
+// compiler would) is refused, naming the rule.
+#if defined(__x86_64__)
+
+#include "confine/pass.hpp"
+#include "confine/verify_x86.hpp"
+#include "confine/window.hpp"
+#include "jit/host_description.hpp"
+#include "jit/host_optimiser.hpp"
+#include "jit/window_memory.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <llvm/AsmParser/Parser.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/MapperJITLinkMemoryManager.h>
+#include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/SourceMgr.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tc = threechains;
+using tc::confined::CodeRange;
+using tc::confined::Verdict;
+using tc::confined::VerifierInput;
+using tc::confined::Window;
+
+namespace {
+
+// A window-sized range at an address no window has: the verifier reads
+// bytes, it never runs them, so hand-written code needs no real window.
+constexpr uint64_t kWindowBase = uint64_t{0x7f} << 32;
+constexpr uint64_t kCodeAddress = kWindowBase + 0x10000;
+
+Verdict verify_bytes(const std::vector<uint8_t>& bytes, uint64_t address = kCodeAddress) {
+  const CodeRange code{address, {reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()}};
+  const uint64_t entry = address;
+  return tc::confined::verify_window_code_x86_64(
+      VerifierInput{{&code, 1}, {&entry, 1}, kWindowBase});
+}
+
+struct Case {
+  const char* what;
+  std::vector<uint8_t> bytes;
+  const char* refusal;  // a part of the reason; nullptr: accepted
+};
+
+// ---- Real code: the shape, compiled and linked into a window by LLVM -----
+
+std::unique_ptr<llvm::Module> parse(const char* text, llvm::LLVMContext& context) {
+  llvm::SMDiagnostic error;
+  std::unique_ptr<llvm::Module> module = llvm::parseAssemblyString(text, error, context);
+  if (!module) {
+    std::string message;
+    llvm::raw_string_ostream out(message);
+    error.print("test", out);
+    FAIL(message);
+  }
+  return module;
+}
+
+// A JIT whose every graph is linked into `window`, and the mapper that
+// knows where its code went.
+struct WindowJit {
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  tc::jit::WindowMemoryMapper* mapper = nullptr;  // owned by jit's memory manager
+};
+WindowJit window_jit(Window& window) {
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  auto host = tc::describe_host(2);
+  REQUIRE(static_cast<bool>(host));
+  WindowJit result;
+  auto built = llvm::orc::LLJITBuilder()
+                   .setJITTargetMachineBuilder(std::move(*host))
+                   .setObjectLinkingLayerCreator([&](llvm::orc::ExecutionSession& session) {
+                     auto mapper = std::make_unique<tc::jit::WindowMemoryMapper>(window);
+                     result.mapper = mapper.get();
+                     return std::make_unique<llvm::orc::ObjectLinkingLayer>(
+                         session, std::make_unique<llvm::orc::MapperJITLinkMemoryManager>(
+                                      std::size_t{1} << 20, std::move(mapper)));
+                   })
+                   .create();
+  REQUIRE(static_cast<bool>(built));
+  result.jit = std::move(*built);
+  return result;
+}
+
+// `ir` optimised for this host (as the compile worker does), shaped unless
+// `native`, linked into a window; the verifier's verdict on the window's
+// code entered at `entries`.
+struct Linked {
+  std::unique_ptr<Window> window = std::make_unique<Window>();
+  WindowJit jit;
+  std::vector<CodeRange> code;
+  std::vector<uint64_t> entries;
+};
+Linked link_into_window(const char* ir, const std::vector<const char*>& entries, bool shaped) {
+  Linked linked;
+  linked.jit = window_jit(*linked.window);
+  auto context = std::make_unique<llvm::LLVMContext>();
+  std::unique_ptr<llvm::Module> module = parse(ir, *context);
+  auto host = tc::describe_host(2);
+  REQUIRE(static_cast<bool>(host));
+  auto machine = host->createTargetMachine();
+  REQUIRE(static_cast<bool>(machine));
+  tc::HostOptimiser(std::move(*machine), 2).run(*module);
+  if (shaped) tc::shape_for_window(*module, "kernel");
+  REQUIRE(!linked.jit.jit->addIRModule(
+      llvm::orc::ThreadSafeModule(std::move(module), std::move(context))));
+  for (const char* name : entries) {
+    auto address = linked.jit.jit->lookup(name);
+    REQUIRE(static_cast<bool>(address));
+    linked.entries.push_back(address->getValue());
+  }
+  linked.code = linked.jit.mapper->executable_code();
+  REQUIRE(!linked.code.empty());
+  return linked;
+}
+
+Verdict verify(const Linked& linked) {
+  return tc::confined::verify_window_code_x86_64(VerifierInput{
+      linked.code, linked.entries, reinterpret_cast<uint64_t>(linked.window->base())});
+}
+
+// saxpy (vectorised), a pointer chase, a global counter and a table read
+// (%rip-relative), and a call the optimiser keeps.
+constexpr const char* kKernels = R"(
+@count = global i64 0
+@table = constant [4 x i64] [i64 10, i64 20, i64 30, i64 40]
+define void @saxpy(float %a, ptr noalias %x, ptr noalias %y, i64 %n) {
+entry:
+  %empty = icmp eq i64 %n, 0
+  br i1 %empty, label %done, label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %loop ]
+  %xp = getelementptr inbounds float, ptr %x, i64 %i
+  %yp = getelementptr inbounds float, ptr %y, i64 %i
+  %xv = load float, ptr %xp
+  %yv = load float, ptr %yp
+  %ax = fmul float %a, %xv
+  %s = fadd float %ax, %yv
+  store float %s, ptr %yp
+  %next = add nuw i64 %i, 1
+  %end = icmp eq i64 %next, %n
+  br i1 %end, label %done, label %loop
+done:
+  ret void
+}
+define ptr @chase(ptr %p, i64 %steps) {
+entry:
+  br label %loop
+loop:
+  %at = phi ptr [ %p, %entry ], [ %next, %loop ]
+  %i = phi i64 [ 0, %entry ], [ %i.next, %loop ]
+  %next = load ptr, ptr %at
+  %i.next = add i64 %i, 1
+  %end = icmp eq i64 %i.next, %steps
+  br i1 %end, label %done, label %loop
+done:
+  ret ptr %next
+}
+define i64 @bump() {
+  %v = load i64, ptr @count
+  %n = add i64 %v, 1
+  store i64 %n, ptr @count
+  ret i64 %n
+}
+define i64 @pick(i64 %i) {
+  %p = getelementptr [4 x i64], ptr @table, i64 0, i64 %i
+  %v = load i64, ptr %p
+  ret i64 %v
+}
+define internal i64 @twice(ptr %p) noinline {
+  %v = load i64, ptr %p
+  %w = add i64 %v, %v
+  store i64 %w, ptr %p
+  ret i64 %w
+}
+define i64 @call_twice(ptr %p) {
+  %a = call i64 @twice(ptr %p)
+  %b = call i64 @twice(ptr %p)
+  %s = add i64 %a, %b
+  ret i64 %s
+}
+define i32 @pick_case(i32 %x) {
+entry:
+  switch i32 %x, label %none [
+    i32 0, label %a
+    i32 1, label %b
+    i32 2, label %c
+    i32 3, label %d
+    i32 4, label %e
+  ]
+a:
+  ret i32 11
+b:
+  ret i32 22
+c:
+  ret i32 33
+d:
+  ret i32 44
+e:
+  ret i32 55
+none:
+  unreachable
+}
+)";
+const std::vector<const char*> kEntries = {"saxpy", "chase",      "bump",
+                                           "pick",  "call_twice", "pick_case"};
+
+}  // namespace
+
+TEST_CASE("the verifier accepts what LLVM emits for window-shaped code, where it runs",
+          "[window][verifier]") {
+  const Linked linked = link_into_window(kKernels, kEntries, true);
+  const Verdict verdict = verify(linked);
+  INFO(verdict.refusal);
+  REQUIRE(verdict.accepted);
+  CHECK(verdict.instructions >= 40);
+  CHECK(verdict.stack_bytes >= 8);  // call_twice calls: its return address at least
+  CHECK(verdict.stack_bytes <= 1024);
+
+  // And it is the code that runs: saxpy computes in the window.
+  Window& window = *linked.window;
+  constexpr std::size_t kN = 37;
+  auto* x = reinterpret_cast<float*>(window.allocate(kN * 4, true).data());
+  auto* y = reinterpret_cast<float*>(window.allocate(kN * 4, true).data());
+  for (std::size_t i = 0; i < kN; ++i) x[i] = y[i] = static_cast<float>(i);
+  tc::confined::GsBase::use(window.base());
+  using Saxpy = void (*)(float, const float*, float*, uint64_t);
+  reinterpret_cast<Saxpy>(linked.entries[0])(2.0F, x, y, kN);
+  CHECK(y[kN - 1] == 3.0F * static_cast<float>(kN - 1));
+}
+
+TEST_CASE("the verifier refuses the same kernels compiled without the window shape",
+          "[window][verifier]") {
+  for (const char* entry : {"saxpy", "chase", "bump"}) {
+    INFO(entry);
+    const Linked linked = link_into_window(kKernels, {entry}, false);
+    const Verdict verdict = verify(linked);
+    CHECK_FALSE(verdict.accepted);
+    CHECK_THAT(verdict.refusal, Catch::Contains("outside the window"));
+  }
+}
+
+TEST_CASE("an object with one check taken out by hand is refused by the verifier",
+          "[window][verifier]") {
+  constexpr const char* kPoke = R"(
+define void @poke(ptr %p, i64 %v) {
+  store i64 %v, ptr %p
+  ret void
+}
+)";
+  const Linked linked = link_into_window(kPoke, {"poke"}, true);
+  REQUIRE(verify(linked).accepted);
+  REQUIRE(linked.code.size() == 1);
+  const CodeRange& range = linked.code[0];
+  std::vector<uint8_t> bytes(
+      reinterpret_cast<const uint8_t*>(range.bytes.data()),
+      reinterpret_cast<const uint8_t*>(range.bytes.data()) + range.bytes.size());
+  const std::size_t entry = linked.entries[0] - range.address;
+  // poke is `movl %edi, %eax; movq %rsi, %gs:(%rax); ret` (89 f8 65 48 89 30 c3).
+  const auto gs = std::find(bytes.begin() + static_cast<std::ptrdiff_t>(entry), bytes.end(), 0x65);
+  REQUIRE(gs != bytes.end());
+  const auto at = static_cast<std::size_t>(gs - bytes.begin());
+  REQUIRE(at >= entry + 2);
+  REQUIRE(bytes[at - 2] == 0x89);  // movl: the zero extension the shape asked for
+  const auto verdict_of = [&](const std::vector<uint8_t>& changed) {
+    const CodeRange code{range.address,
+                         {reinterpret_cast<const std::byte*>(changed.data()), changed.size()}};
+    return tc::confined::verify_window_code_x86_64(VerifierInput{
+        {&code, 1}, linked.entries, reinterpret_cast<uint64_t>(linked.window->base())});
+  };
+  SECTION("the zero extension replaced by nops") {
+    std::vector<uint8_t> changed = bytes;
+    changed[at - 2] = changed[at - 1] = 0x90;
+    const Verdict verdict = verdict_of(changed);
+    CHECK_FALSE(verdict.accepted);
+    CHECK_THAT(verdict.refusal, Catch::Contains("upper half may be set"));
+  }
+  SECTION("the %gs prefix replaced by %ds") {
+    std::vector<uint8_t> changed = bytes;
+    changed[at] = 0x3e;
+    const Verdict verdict = verdict_of(changed);
+    CHECK_FALSE(verdict.accepted);
+    CHECK_THAT(verdict.refusal, Catch::Contains("outside the window"));
+  }
+}
+
+TEST_CASE("the verifier refuses hand-written machine code that breaks each rule, naming it",
+          "[window][verifier]") {
+  const std::vector<Case> cases = {
+      // Accepted: the forms the rules allow.
+      {"movl %edi,%edi; movq %rax,%gs:(%rdi); ret",
+       {0x89, 0xff, 0x65, 0x48, 0x89, 0x07, 0xc3},
+       nullptr},
+      {"movq %rax,%gs:(%edi); ret (32-bit addressing)",
+       {0x65, 0x67, 0x48, 0x89, 0x07, 0xc3},
+       nullptr},
+      {"movl %edi,%edi; movq %gs:8(%rdi),%rax; ret",
+       {0x89, 0xff, 0x65, 0x48, 0x8b, 0x47, 0x08, 0xc3},
+       nullptr},
+      {"movq 0(%rip),%rax; ret", {0x48, 0x8b, 0x05, 0x00, 0x00, 0x00, 0x00, 0xc3}, nullptr},
+      {"push $0; movq %rax,(%rsp); pop %rax; ret",
+       {0x6a, 0x00, 0x48, 0x89, 0x04, 0x24, 0x58, 0xc3},
+       nullptr},
+      {"lea -8(%rsp),%rsp; lea 8(%rsp),%rsp; ret",
+       {0x48, 0x8d, 0x64, 0x24, 0xf8, 0x48, 0x8d, 0x64, 0x24, 0x08, 0xc3},
+       nullptr},
+      {"call next; ret; next: ret", {0xe8, 0x01, 0x00, 0x00, 0x00, 0xc3, 0xc3}, nullptr},
+      {"ud2", {0x0f, 0x0b}, nullptr},
+      // Refused.
+      {"syscall", {0x0f, 0x05}, "not an instruction confined code may use"},
+      {"int3", {0xcc}, "not an instruction confined code may use"},
+      {"std (the host inherits the direction flag)",
+       {0xfd, 0xc3},
+       "not an instruction confined code may use"},
+      {"ldmxcsr (%rdi)", {0x0f, 0xae, 0x17, 0xc3}, "not an instruction confined code may use"},
+      {"leave", {0xc9, 0xc3}, "not an instruction confined code may use"},
+      {"rep movsb", {0xf3, 0xa4, 0xc3}, "not an instruction confined code may use"},
+      {"wrgsbase %rax",
+       {0xf3, 0x48, 0x0f, 0xae, 0xd8, 0xc3},
+       "not an instruction confined code may use"},
+      {"movl %eax,%gs", {0x8e, 0xe8, 0xc3}, "segment"},
+      {"cvtpi2ps %mm0,%xmm0", {0x0f, 0x2a, 0xc0, 0xc3}, "MMX"},
+      {"movq %rax,(%rdi): no %gs", {0x48, 0x89, 0x07, 0xc3}, "outside the window"},
+      {"movq (%rdi,%rax),%rax: no %gs", {0x48, 0x8b, 0x04, 0x07, 0xc3}, "outside the window"},
+      {"movq %fs:40,%rax", {0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0x00, 0x00, 0x00, 0xc3}, "%fs"},
+      {"movq %rax,%gs:(%rdi) with %rdi as the caller left it",
+       {0x65, 0x48, 0x89, 0x07, 0xc3},
+       "upper half may be set"},
+      {"movl %edi,%edi; addq %rax,%rdi; movq %rax,%gs:(%rdi)",
+       {0x89, 0xff, 0x48, 0x01, 0xc7, 0x65, 0x48, 0x89, 0x07, 0xc3},
+       "upper half may be set"},
+      {"movl %edi,%edi; je 1f; movq %rax,%rdi; 1: movq %rax,%gs:(%rdi) (one path unmasked)",
+       {0x89, 0xff, 0x74, 0x03, 0x48, 0x89, 0xc7, 0x65, 0x48, 0x89, 0x07, 0xc3},
+       "upper half may be set on some path"},
+      {"je 1f; movl %edi,%edi; jmp 1f; 1: movq %rax,%gs:(%rdi) (the unmasked path first)",
+       {0x74, 0x05, 0x89, 0xff, 0xeb, 0x01, 0x90, 0x65, 0x48, 0x89, 0x07, 0xc3},
+       "upper half may be set on some path"},
+      {"movl %edi,%edi; movl %esi,%esi; movq %rax,%gs:(%rdi,%rsi,4)",
+       {0x89, 0xff, 0x89, 0xf6, 0x65, 0x48, 0x89, 0x04, 0xb7, 0xc3},
+       "index register"},
+      {"btl %eax,%gs:(%rdi)", {0x65, 0x0f, 0xa3, 0x07, 0xc3}, "bit test"},
+      {"jmp *%rax", {0xff, 0xe0}, "indirect"},
+      {"call *%rax", {0xff, 0xd0, 0xc3}, "indirect"},
+      {"movq %rax,(%rsp): overwrites the return address",
+       {0x48, 0x89, 0x04, 0x24, 0xc3},
+       "outside the function's frame"},
+      {"movq 8(%rsp),%rax: reads the caller's frame",
+       {0x48, 0x8b, 0x44, 0x24, 0x08, 0xc3},
+       "outside the function's frame"},
+      {"movq %rax,-8(%rsp): below the stack pointer",
+       {0x48, 0x89, 0x44, 0x24, 0xf8, 0xc3},
+       "outside the function's frame"},
+      {"pop %rax: takes the return address", {0x58, 0xc3}, "above the function's return address"},
+      {"push $0; ret: returns to what it pushed", {0x6a, 0x00, 0xc3}, "ret with the stack"},
+      {"movq %rax,%rsp", {0x48, 0x89, 0xc4, 0xc3}, "changes %rsp"},
+      {"andq $-32,%rsp", {0x48, 0x83, 0xe4, 0xe0, 0xc3}, "changes %rsp"},
+      {"subq $1 MiB,%rsp", {0x48, 0x81, 0xec, 0x00, 0x00, 0x10, 0x00, 0xc3}, "deeper than"},
+      {"ret $8", {0xc2, 0x08, 0x00}, "frees its caller's stack"},
+      {"call itself", {0xe8, 0xfb, 0xff, 0xff, 0xff, 0xc3}, "can call itself"},
+      {"nop, then the end of the code", {0x90}, "outside the code"},
+      {"jmp past the end of the code", {0xeb, 0x01, 0xc3}, "outside the code"},
+      {"an instruction cut off by the end of the code", {0x48, 0x8b}, "no instruction"},
+      {"je to the same place at two stack heights",
+       {0x6a, 0x00, 0x74, 0x01, 0x58, 0x58, 0xc3},
+       "two heights"},
+  };
+  for (const Case& test : cases) {
+    INFO(test.what);
+    const Verdict verdict = verify_bytes(test.bytes);
+    INFO(verdict.refusal);
+    if (test.refusal == nullptr) {
+      CHECK(verdict.accepted);
+    } else {
+      CHECK_FALSE(verdict.accepted);
+      CHECK_THAT(verdict.refusal, Catch::Contains(test.refusal));
+    }
+  }
+}
+
+TEST_CASE("the verifier refuses code that does not lie inside its window", "[window][verifier]") {
+  const std::vector<uint8_t> ret = {0xc3};
+  CHECK(verify_bytes(ret).accepted);
+  const Verdict below = verify_bytes(ret, kWindowBase - 0x1000);
+  CHECK_FALSE(below.accepted);
+  CHECK_THAT(below.refusal, Catch::Contains("outside the window"));
+  const Verdict above = verify_bytes(ret, kWindowBase + Window::kSize);
+  CHECK_FALSE(above.accepted);
+  CHECK_THAT(above.refusal, Catch::Contains("outside the window"));
+}
+
+#endif
