@@ -7,6 +7,7 @@
 #include "confine/pass.hpp"
 #include "confine/verify_x86.hpp"
 #include "confine/window.hpp"
+#include "confine/window_traps.hpp"
 #include "jit/host_description.hpp"
 #include "jit/host_optimiser.hpp"
 #include "jit/window_memory.hpp"
@@ -22,8 +23,11 @@
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -399,6 +403,90 @@ TEST_CASE("the verifier refuses code that does not lie inside its window", "[win
   const Verdict above = verify_bytes(ret, kWindowBase + Window::kSize);
   CHECK_FALSE(above.accepted);
   CHECK_THAT(above.refusal, Catch::Contains("outside the window"));
+}
+
+TEST_CASE("faults of window code that name no window address are traps too, and the thread goes on",
+          "[window][verifier]") {
+  // The verifier admits division (by zero: SIGFPE), a trap (ud2: SIGILL,
+  // the code's own or the shape's before an unreachable the optimiser kept) and aligned vector
+  // moves (misaligned: a #GP, SIGSEGV with no address): the instruction that faulted lies in the
+  // window, so the fault is the window's.
+  constexpr const char* kFaults = R"(
+define i64 @divide(i64 %a, i64 %b) {
+  %q = udiv i64 %a, %b
+  ret i64 %q
+}
+define i64 @stop(i64 %x) {
+entry:
+  %small = icmp ult i64 %x, 10
+  br i1 %small, label %fine, label %never
+fine:
+  ret i64 %x
+never:
+  call void @llvm.trap()
+  unreachable
+}
+declare void @llvm.trap()
+)";
+  Linked linked = link_into_window(kFaults, {"divide", "stop"}, true);
+  const Verdict verdict = verify(linked);
+  INFO(verdict.refusal);
+  REQUIRE(verdict.accepted);
+  Window& window = *linked.window;
+
+  // Hand-written, and accepted: movl %edi,%eax; movaps %gs:(%rax),%xmm0; ret.
+  const std::vector<uint8_t> aligned_load = {0x89, 0xf8, 0x65, 0x0f, 0x28, 0x00, 0xc3};
+  std::span<std::byte> page = window.allocate(4096, true);
+  std::memcpy(page.data(), aligned_load.data(), aligned_load.size());
+  REQUIRE(mprotect(page.data(), page.size(), PROT_READ | PROT_EXEC) == 0);
+  const auto code_at = reinterpret_cast<uint64_t>(page.data());
+  const CodeRange hand{code_at, {page.data(), aligned_load.size()}};
+  CHECK(tc::confined::verify_window_code_x86_64(
+            VerifierInput{{&hand, 1}, {&code_at, 1}, reinterpret_cast<uint64_t>(window.base())})
+            .accepted);
+  std::byte* const data = window.allocate(4096, true).data();
+
+  struct Call {
+    uint64_t entry;
+    uint64_t a;
+    uint64_t b;
+    uint64_t result;
+  };
+  const auto call = [](void* p) {
+    auto* c = static_cast<Call*>(p);
+    c->result = reinterpret_cast<uint64_t (*)(uint64_t, uint64_t)>(c->entry)(c->a, c->b);
+  };
+  const auto in_window = [&](const void* at) {
+    return static_cast<int64_t>(static_cast<const std::byte*>(at) - window.base());
+  };
+  const auto code_offset = [&](uint64_t at) { return in_window(reinterpret_cast<void*>(at)); };
+  tc::confined::install_window_traps();
+  using tc::confined::WindowFault;
+
+  Call divide{linked.entries[0], 7, 0, 0};
+  const auto by_zero = tc::confined::run_in_window(window, call, &divide);
+  REQUIRE(by_zero.has_value());
+  CHECK(by_zero->fault == WindowFault::arithmetic);
+  CHECK(by_zero->offset >= code_offset(linked.entries[0]));
+  CHECK(by_zero->offset < code_offset(linked.entries[0]) + 64);
+
+  Call stop{linked.entries[1], 99, 0, 0};
+  const auto trapped = tc::confined::run_in_window(window, call, &stop);
+  REQUIRE(trapped.has_value());
+  CHECK(trapped->fault == WindowFault::illegal);
+
+  Call misaligned{code_at, reinterpret_cast<uint64_t>(data + 4), 0, 0};
+  const auto general = tc::confined::run_in_window(window, call, &misaligned);
+  REQUIRE(general.has_value());
+  CHECK(general->fault == WindowFault::general);
+  CHECK(general->offset == code_offset(code_at) + 2);  // the movaps, after the movl
+
+  // The thread goes on, and the same code answers honest calls.
+  Call honest{linked.entries[0], 42, 5, 0};
+  CHECK_FALSE(tc::confined::run_in_window(window, call, &honest).has_value());
+  CHECK(honest.result == 8);
+  Call aligned{code_at, reinterpret_cast<uint64_t>(data + 16), 0, 0};
+  CHECK_FALSE(tc::confined::run_in_window(window, call, &aligned).has_value());
 }
 
 #endif

@@ -1,5 +1,6 @@
 // What window_traps.hpp says: a SIGSEGV or SIGBUS whose address lies in the
-// window of the run active on this thread jumps back to run_in_window.
+// window of the run active on this thread, or any fault of an instruction
+// that lies in that window, jumps back to run_in_window.
 #include "confine/window_traps.hpp"
 
 #include "sanitizers.hpp"
@@ -11,6 +12,8 @@
 
 #include <array>
 #include <climits>
+#include <cstdint>
+#include <optional>
 
 namespace threechains::confined {
 namespace {
@@ -30,7 +33,7 @@ struct ActiveRun {
 [[gnu::tls_model("initial-exec")]] thread_local ActiveRun* active = nullptr;
 [[gnu::tls_model("initial-exec")]] thread_local WindowTrap last_trap{};
 
-constexpr std::array<int, 2> kSignals = {SIGSEGV, SIGBUS};
+constexpr std::array<int, 4> kSignals = {SIGSEGV, SIGBUS, SIGILL, SIGFPE};
 std::array<struct sigaction, kSignals.size()> previous{};
 
 bool was_write(const void* context) noexcept {
@@ -44,12 +47,41 @@ bool was_write(const void* context) noexcept {
 #endif
 }
 
+uintptr_t instruction_address(const void* context) noexcept {
+  if (context == nullptr) return 0;
+  const auto* uc = static_cast<const ucontext_t*>(context);
+#if defined(__x86_64__)
+  return static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
+#elif defined(__aarch64__)
+  return static_cast<uintptr_t>(uc->uc_mcontext.pc);
+#else
+  return 0;
+#endif
+}
+
+// The trap this fault is for the run on this thread, if it is one.
+std::optional<WindowTrap> trap_for(const ActiveRun& run, int signal, const siginfo_t* info,
+                                   const void* context) noexcept {
+  const auto base = reinterpret_cast<uintptr_t>(run.window->base());
+  const bool memory_fault = signal == SIGSEGV || signal == SIGBUS;
+  const auto address = reinterpret_cast<uintptr_t>(info != nullptr ? info->si_addr : nullptr);
+  if (memory_fault && run.window->reaches(address))
+    return WindowTrap{static_cast<int64_t>(address - base), was_write(context),
+                      WindowFault::access};
+  const uintptr_t at = instruction_address(context);
+  if (at == 0 || !run.window->reaches(at)) return std::nullopt;
+  const WindowFault fault = signal == SIGILL   ? WindowFault::illegal
+                            : signal == SIGFPE ? WindowFault::arithmetic
+                                               : WindowFault::general;
+  return WindowTrap{static_cast<int64_t>(at - base), false, fault};
+}
+
 void on_fault(int signal, siginfo_t* info, void* context) {
   ActiveRun* const run = active;
-  const auto address = reinterpret_cast<uintptr_t>(info != nullptr ? info->si_addr : nullptr);
-  if (run != nullptr && run->window->reaches(address)) {
-    last_trap = {static_cast<int64_t>(address - reinterpret_cast<uintptr_t>(run->window->base())),
-                 was_write(context)};
+  const std::optional<WindowTrap> trap =
+      run != nullptr ? trap_for(*run, signal, info, context) : std::nullopt;
+  if (trap) {
+    last_trap = *trap;
     active = nullptr;
     // The kernel blocked the signal for this handler (and a handler that
     // chained to us may have blocked more): leaving by longjmp would keep

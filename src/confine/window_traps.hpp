@@ -18,14 +18,29 @@
 
 namespace threechains::confined {
 
+// What stopped the code. Only `access` is about data: the others name the
+// faulting instruction, which lies in the window (code linked there,
+// jit/window_memory.hpp), and their offset is that instruction's.
+enum class WindowFault : uint8_t {
+  access,      // a load or store reached a page the window does not allow
+  illegal,     // SIGILL: the shape's own trap (ud2) or an instruction the CPU lacks
+  arithmetic,  // SIGFPE: an integer division by zero or overflow
+  general,     // SIGSEGV/SIGBUS with no window address: a misaligned aligned
+               // access, a non-canonical address (#GP names no address)
+};
+
 struct WindowTrap {
   int64_t offset = 0;  // from the window's base; negative in the lower guard
   bool write = false;  // a store (or an atomic) faulted, not a load
+  WindowFault fault = WindowFault::access;
   bool operator==(const WindowTrap&) const = default;
 };
 
-// Puts the trap handler on top of the SIGSEGV and SIGBUS handlers installed
-// now, passing what is not a window's fault to them. run_in_window does it
+// Puts the trap handler on top of the SIGSEGV, SIGBUS, SIGILL and SIGFPE
+// handlers installed now, passing what is not a window's fault to them: a
+// fault is the window's when its address lies in the active window or its
+// guards, or when the instruction that faulted lies in the window (only the
+// window's own code runs there). run_in_window does it
 // once per process. A handler installed later must pass on what it does not
 // handle (the fault reporter, UCX and sanitizers do); one that restores the
 // handler it found (as a test framework does around each test case) removes
