@@ -374,6 +374,48 @@ TEST_CASE("a window-shaped access its window does not allow is a trap, and the t
   CHECK(nested.inner == WindowTrap{INT64_MIN, false});
 }
 
+#if defined(__x86_64__)
+TEST_CASE("a trap leaves the thread's floating-point controls as the trapped code had them",
+          "[window]") {
+  // The kernel runs a signal handler with MXCSR and the x87 control word
+  // reset; a trap leaves the handler by a jump, so without putting them
+  // back, a host running with flush-to-zero (say) would lose it.
+  const ShapedPoke shaped = shaped_poke();
+  struct Call {
+    Poke poke;
+    std::byte* at;
+  };
+  Window window;
+  Call call{shaped.poke, window.base() + 4096};  // never handed out: a trap
+  install_traps();
+  uint32_t saved_mxcsr = 0;
+  uint16_t saved_control = 0;
+  asm volatile("stmxcsr %0" : "=m"(saved_mxcsr));
+  asm volatile("fnstcw %0" : "=m"(saved_control));
+  // Flush-to-zero, denormals-are-zero, rounding toward zero; x87 at double precision.
+  const uint32_t host_mxcsr = (saved_mxcsr & ~0x3fU) | 0x8040U | 0x6000U;
+  const uint16_t host_control = 0x27f;
+  asm volatile("ldmxcsr %0" : : "m"(host_mxcsr));
+  asm volatile("fldcw %0" : : "m"(host_control));
+  const auto trap = tc::confined::run_in_window(
+      window,
+      [](void* c) {
+        auto* call = static_cast<Call*>(c);
+        call->poke(call->at, 1);
+      },
+      &call);
+  uint32_t after_mxcsr = 0;
+  uint16_t after_control = 0;
+  asm volatile("stmxcsr %0" : "=m"(after_mxcsr));
+  asm volatile("fnstcw %0" : "=m"(after_control));
+  asm volatile("ldmxcsr %0" : : "m"(saved_mxcsr));
+  asm volatile("fldcw %0" : : "m"(saved_control));
+  REQUIRE(trap.has_value());
+  CHECK((after_mxcsr & ~0x3fU) == (host_mxcsr & ~0x3fU));  // the status flags are the code's
+  CHECK(after_control == host_control);
+}
+#endif
+
 TEST_CASE(
     "code linked into a window keeps its globals there: data writable, constants and code "
     "not, and nothing left once it is unlinked",

@@ -76,6 +76,24 @@ std::optional<WindowTrap> trap_for(const ActiveRun& run, int signal, const sigin
   return WindowTrap{static_cast<int64_t>(at - base), false, fault};
 }
 
+// The kernel runs a handler with the floating-point state reset (MXCSR
+// 0x1f80, x87 control word 0x37f), and leaving by longjmp, not sigreturn,
+// would keep that: a host that runs with flush-to-zero or another rounding
+// mode would lose it to any trap. Back to the state of the code that
+// faulted, which the verifier lets change only MXCSR's status flags.
+void restore_floating_point(const void* context) noexcept {
+#if defined(__x86_64__)
+  const auto* uc = static_cast<const ucontext_t*>(context);
+  if (uc == nullptr || uc->uc_mcontext.fpregs == nullptr) return;
+  const uint32_t mxcsr = uc->uc_mcontext.fpregs->mxcsr;
+  const uint16_t control = uc->uc_mcontext.fpregs->cwd;
+  asm volatile("ldmxcsr %0" : : "m"(mxcsr));
+  asm volatile("fldcw %0" : : "m"(control));
+#else
+  (void)context;
+#endif
+}
+
 void on_fault(int signal, siginfo_t* info, void* context) {
   ActiveRun* const run = active;
   const std::optional<WindowTrap> trap =
@@ -95,6 +113,7 @@ void on_fault(int signal, siginfo_t* info, void* context) {
       for (const int s : kSignals) sigaddset(&faults, s);
       pthread_sigmask(SIG_UNBLOCK, &faults, nullptr);
     }
+    restore_floating_point(context);
     detail::before_abandoning_frames();
     __builtin_longjmp(run->jump, 1);
   }
