@@ -382,6 +382,28 @@ TEST_CASE("the verifier refuses hand-written machine code that breaks each rule,
        {0x66, 0x0f, 0x84, 0x00, 0x00, 0x00, 0x00, 0xc3},
        "less than 64 bits"},
       {"pushw $0; popw %ax; ret", {0x66, 0x6a, 0x00, 0x66, 0x58, 0xc3}, "less than 64 bits"},
+      // helper-14's attacks on the first version, each accepted then.
+      {"lretq: pops %cs too, leaving %rsp 8 bytes off its model", {0x48, 0xcb}, "far"},
+      {"xor %ecx,%ecx; bsf %ecx,%edi (leaves %rdi whole); movq %rsi,%gs:(%rdi)",
+       {0x31, 0xc9, 0x0f, 0xbc, 0xf9, 0x65, 0x48, 0x89, 0x37, 0xc3},
+       "upper half may be set"},
+      {"xor %ecx,%ecx; tzcnt %ecx,%edi (bsf where the CPU lacks it); movq %rsi,%gs:(%rdi)",
+       {0x31, 0xc9, 0xf3, 0x0f, 0xbc, 0xf9, 0x65, 0x48, 0x89, 0x37, 0xc3},
+       "upper half may be set"},
+      {"movl $-1,%eax; vmovdqu8 %zmm0,%gs:0x7fffffff(%rax){%k1}: a masked store past the guard",
+       {0xb8, 0xff, 0xff, 0xff, 0xff, 0x65, 0x62, 0xf1, 0x7f, 0x49, 0x7f, 0x80, 0xff, 0xff, 0xff,
+        0x7f, 0xc3},
+       "past the upper guard"},
+      {"movl $-1,%eax; vmaskmovps %ymm0,%ymm1,%gs:0x7fffffff(%rax)",
+       {0xb8, 0xff, 0xff, 0xff, 0xff, 0x65, 0xc4, 0xe2, 0x75, 0x2e, 0x80, 0xff, 0xff, 0xff, 0x7f,
+        0xc3},
+       "past the upper guard"},
+      {"movl %edi,%edi; movq %rax,%gs:0x7ffffff8(%rdi): the last 8 bytes of the guard",
+       {0x89, 0xff, 0x65, 0x48, 0x89, 0x87, 0xf8, 0xff, 0xff, 0x7f, 0xc3},
+       nullptr},
+      {"fxrstor64 0(%rip): loads MXCSR and the x87 state",
+       {0x48, 0x0f, 0xae, 0x0d, 0x00, 0x00, 0x00, 0x00, 0xc3},
+       "not an instruction"},
       {"call itself", {0xe8, 0xfb, 0xff, 0xff, 0xff, 0xc3}, "can call itself"},
       {"nop, then the end of the code", {0x90}, "outside the code"},
       {"jmp past the end of the code", {0xeb, 0x01, 0xc3}, "outside the code"},
@@ -401,6 +423,36 @@ TEST_CASE("the verifier refuses hand-written machine code that breaks each rule,
       CHECK_THAT(verdict.refusal, Catch::Contains(test.refusal));
     }
   }
+}
+
+TEST_CASE("the verifier bounds %rip-relative accesses by the guard above the window",
+          "[window][verifier]") {
+  // movq 0x7fffffff(%rip),%rax; ret: from the window's last 8 bytes it
+  // reaches 2 bytes short of the upper guard's end, and reads 8.
+  const std::vector<uint8_t> far_read = {0x48, 0x8b, 0x05, 0xff, 0xff, 0xff, 0x7f, 0xc3};
+  const Verdict at_end = verify_bytes(far_read, kWindowBase + Window::kSize - 8);
+  CHECK_FALSE(at_end.accepted);
+  CHECK_THAT(at_end.refusal, Catch::Contains("reaches past the guards"));
+  CHECK(verify_bytes(far_read).accepted);  // from the window's start it stays in the guard
+}
+
+TEST_CASE("the verifier walks a chain of thousands of calls without recursing, and bounds it",
+          "[window][verifier]") {
+  // helper-14 ended the first version's own recursion with 6000 of these.
+  const auto chain = [](int functions) {
+    std::vector<uint8_t> code;
+    for (int f = 0; f < functions; ++f)  // call the next; ud2
+      code.insert(code.end(), {0xe8, 0x02, 0x00, 0x00, 0x00, 0x0f, 0x0b});
+    code.push_back(0xc3);
+    return code;
+  };
+  const Verdict fits = verify_bytes(chain(6000));
+  INFO(fits.refusal);
+  CHECK(fits.accepted);
+  CHECK(fits.stack_bytes == 6000 * 8);
+  const Verdict deep = verify_bytes(chain(9000));
+  CHECK_FALSE(deep.accepted);
+  CHECK_THAT(deep.refusal, Catch::Contains("needs more than"));
 }
 
 TEST_CASE("the verifier refuses code that does not lie inside its window", "[window][verifier]") {

@@ -104,6 +104,10 @@ bool allowed_mnemonic(const Decoded& decoded) {
   switch (decoded.mnemonic()) {
     case ZYDIS_MNEMONIC_LDMXCSR:
     case ZYDIS_MNEMONIC_VLDMXCSR:
+    case ZYDIS_MNEMONIC_FXRSTOR:    // loads MXCSR and the x87 state, and Zydis lists
+    case ZYDIS_MNEMONIC_FXRSTOR64:  // neither as an operand (helper-14's attack)
+    case ZYDIS_MNEMONIC_FXSAVE:
+    case ZYDIS_MNEMONIC_FXSAVE64:
       return false;  // unmasked FP exceptions would fault in the host later
     case ZYDIS_MNEMONIC_LEA:
     case ZYDIS_MNEMONIC_UD2:  // the shape's trap
@@ -178,6 +182,16 @@ bool writes(const ZydisDecodedOperand& operand) {
   return (operand.actions & ZYDIS_OPERAND_ACTION_MASK_WRITE) != 0;
 }
 
+// Instructions Zydis reports as writing their 32-bit destination that leave
+// the whole 64-bit register as it was when the source is zero: bsf and bsr
+// (helper-14 ran one on this CPU), and tzcnt and lzcnt, which run as bsf and
+// bsr on CPUs without them. Their destination keeps its state.
+bool may_leave_destination(const Decoded& decoded) {
+  const ZydisMnemonic m = decoded.mnemonic();
+  return m == ZYDIS_MNEMONIC_BSF || m == ZYDIS_MNEMONIC_BSR || m == ZYDIS_MNEMONIC_TZCNT ||
+         m == ZYDIS_MNEMONIC_LZCNT;
+}
+
 bool stack_instruction(const Decoded& decoded) {
   const ZydisMnemonic m = decoded.mnemonic();
   return m == ZYDIS_MNEMONIC_PUSH || m == ZYDIS_MNEMONIC_POP || m == ZYDIS_MNEMONIC_CALL ||
@@ -196,7 +210,7 @@ class Verifier {
   explicit Verifier(const VerifierInput& input) : input_(input) {
     ZydisDecoderInit(&decoder_, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
     for (const CodeRange& range : input.code) code_bytes_ += range.bytes.size();
-    work_left_ = 64 * code_bytes_ + 4096;
+    work_left_ = 16 * code_bytes_ + 4096;  // steps: each instruction a few times
   }
 
   Verdict run() {
@@ -279,6 +293,11 @@ class Verifier {
     // bits are left to no one either.
     const bool control = decoded.instruction.meta.category == ZYDIS_CATEGORY_COND_BR ||
                          stack_instruction(decoded) || decoded.mnemonic() == ZYDIS_MNEMONIC_JMP;
+    // lretq is mnemonic RET to Zydis too, and pops 16 bytes (%rip and %cs).
+    const ZydisBranchType branch = decoded.instruction.meta.branch_type;
+    if (control && branch != ZYDIS_BRANCH_TYPE_NONE && branch != ZYDIS_BRANCH_TYPE_SHORT &&
+        branch != ZYDIS_BRANCH_TYPE_NEAR)
+      refuse_at(decoded, "a far branch, call or return");
     // Zydis reports 64 bits for 41 66 c3, which this machine's CPU ran as
     // retw (fuzz_verifier found it): the prefix alone refuses.
     if (control && (decoded.instruction.operand_width != 64 ||
@@ -302,6 +321,7 @@ class Verifier {
                     const State& state) const {
     const ZydisDecodedOperandMem& mem = operand.mem;
     if (mem.type != ZYDIS_MEMOP_TYPE_MEM) refuse_at(decoded, "a vector-indexed or bound access");
+    const int64_t bytes = operand.size / 8;
     const bool wide_addressing = decoded.instruction.address_width == 64;
     if (mem.segment == ZYDIS_REGISTER_GS) {
       if (mem.base == ZYDIS_REGISTER_EIP || mem.base == ZYDIS_REGISTER_RIP)
@@ -314,14 +334,27 @@ class Verifier {
         refuse_at(decoded, "%gs without a general base register");
       if ((state.clean & (1U << *base)) == 0)
         refuse_at(decoded, "%gs through a register whose upper half may be set on some path");
-      return;  // base < 4 GiB, displacement within +-2 GiB: inside the window or its guards
+      // base < 4 GiB, displacement >= -2 GiB: it starts in the window or its
+      // guards; it must end there too, or a masked store, which faults on
+      // no lane it skips, writes past the upper guard (helper-14's attack).
+      if (bytes <= 0 || mem.disp.value > static_cast<int64_t>(Window::kGuard) - bytes)
+        refuse_at(decoded, "%gs with a displacement that reaches past the upper guard");
+      return;
     }
     if (mem.segment == ZYDIS_REGISTER_FS) refuse_at(decoded, "an access through %fs");
     if (!wide_addressing || mem.index != ZYDIS_REGISTER_NONE)
       refuse_at(decoded, "an access outside the window");
-    if (mem.base == ZYDIS_REGISTER_RIP) return;  // code and constants in the window
+    if (mem.base == ZYDIS_REGISTER_RIP) {
+      // The code lies in the window, so %rip plus a 32-bit displacement
+      // starts in the window or its guards; it must end there too.
+      const uint64_t target = decoded.next() + static_cast<uint64_t>(mem.disp.value);
+      const uint64_t lowest = input_.window_base - Window::kGuard;
+      if (bytes <= 0 || target < lowest ||
+          target - lowest > 2 * Window::kGuard + Window::kSize - static_cast<uint64_t>(bytes))
+        refuse_at(decoded, "an instruction-relative access that reaches past the guards");
+      return;
+    }
     if (mem.base == ZYDIS_REGISTER_RSP) {
-      const int64_t bytes = operand.size / 8;
       const int64_t offset = mem.disp.value;
       if (bytes <= 0 || offset < 0 || offset > state.height - bytes)
         refuse_at(decoded,
@@ -355,7 +388,9 @@ class Verifier {
       const uint16_t bit = static_cast<uint16_t>(1U << *id);
       switch (ZydisRegisterGetClass(operand.reg.value)) {
         case ZYDIS_REGCLASS_GPR32:  // zero-extends, when it writes at all
-          if ((operand.actions & ZYDIS_OPERAND_ACTION_WRITE) != 0) state.clean |= bit;
+          if ((operand.actions & ZYDIS_OPERAND_ACTION_WRITE) != 0 &&
+              !may_leave_destination(decoded))
+            state.clean |= bit;
           break;
         case ZYDIS_REGCLASS_GPR64:
           state.clean &= static_cast<uint16_t>(~bit);
@@ -477,22 +512,62 @@ class Verifier {
     return function;
   }
 
-  // The stack the function at `entry` needs, its calls included; refused if
-  // it can call itself (then nothing bounds it).
-  uint64_t stack_need(uint64_t entry) {
-    if (const auto known = need_.find(entry); known != need_.end()) return known->second;
-    if (!in_progress_.insert(entry).second)
-      refuse(say(hex(entry), ": a function that can call itself (the stack has no bound)"));
-    const Function function = analyse(entry);
-    uint64_t need = static_cast<uint64_t>(function.deepest);
-    for (const auto& [callee, height] : function.calls)
-      need = std::max(need, static_cast<uint64_t>(height) + 8 + stack_need(callee));
-    if (need > input_.max_stack_bytes)
-      refuse(say(hex(entry), ": needs ", need, " bytes of stack with its calls, more than ",
-                 input_.max_stack_bytes));
-    in_progress_.erase(entry);
-    need_.emplace(entry, need);
-    return need;
+  // The stack the function at `root` needs, its calls included; refused if
+  // a function can call itself (then nothing bounds it) or the need passes
+  // the limit. A depth-first walk of the call graph on a stack of its own:
+  // the verifier's recursion would be as deep as the calls it reads
+  // (helper-14 ended the verifier with a chain of 6000).
+  uint64_t stack_need(uint64_t root) {
+    if (const auto known = need_.find(root); known != need_.end()) return known->second;
+    struct Open {
+      uint64_t entry;
+      Function function;
+      std::size_t next_call = 0;
+      uint64_t need = 0;   // of this function, its calls so far included
+      uint64_t depth = 0;  // stack below the root's return address at its entry
+    };
+    std::vector<Open> path;
+    const auto open = [&](uint64_t entry, uint64_t depth) {
+      if (!in_progress_.insert(entry).second)
+        refuse(say(hex(entry), ": a function that can call itself (the stack has no bound)"));
+      Function function = analyse(entry);
+      const auto deepest = static_cast<uint64_t>(function.deepest);
+      if (depth + deepest > input_.max_stack_bytes)
+        refuse(say(hex(root), ": needs more than ", input_.max_stack_bytes,
+                   " bytes of stack with its calls"));
+      path.push_back({entry, std::move(function), 0, deepest, depth});
+    };
+    open(root, 0);
+    for (;;) {
+      Open& top = path.back();
+      if (top.next_call < top.function.calls.size()) {
+        const auto [callee, height] = top.function.calls[top.next_call];
+        const uint64_t below = static_cast<uint64_t>(height) + 8;  // the return address
+        if (const auto known = need_.find(callee); known != need_.end()) {
+          top.need = std::max(top.need, below + known->second);
+          ++top.next_call;
+          if (top.depth + top.need > input_.max_stack_bytes)
+            refuse(say(hex(root), ": needs more than ", input_.max_stack_bytes,
+                       " bytes of stack with its calls"));
+        } else {
+          open(callee, top.depth + below);  // `top` is not used after this
+        }
+        continue;
+      }
+      const uint64_t entry = top.entry;
+      const uint64_t need = top.need;
+      in_progress_.erase(entry);
+      need_.emplace(entry, need);
+      path.pop_back();
+      if (path.empty()) return need;
+      Open& caller = path.back();
+      const auto height = static_cast<uint64_t>(caller.function.calls[caller.next_call].second);
+      caller.need = std::max(caller.need, height + 8 + need);
+      ++caller.next_call;
+      if (caller.depth + caller.need > input_.max_stack_bytes)
+        refuse(say(hex(root), ": needs more than ", input_.max_stack_bytes,
+                   " bytes of stack with its calls"));
+    }
   }
 
   const VerifierInput& input_;
