@@ -212,7 +212,8 @@ int main(int argc, char** argv) {
 
   // A call of the smallest body: directly, shaped, and shaped inside
   // run_in_window (what turns its faults into traps: a setjmp and two
-  // thread-local writes), each through a pointer, as a dispatcher calls.
+  // thread-local writes) through call_window_code (which keeps the host's
+  // callee-saved registers), each through a pointer, as a dispatcher calls.
   constexpr int kCalls = 1 << 22;
   struct BumpCall {
     Bump function;
@@ -221,7 +222,8 @@ int main(int argc, char** argv) {
   BumpCall trapped{bump_window, &counters[2]};
   const auto call_trapped = [](void* c) {
     auto* call = static_cast<BumpCall*>(c);
-    call->function(call->counter, 1);
+    (void)tc::confined::call_window_code(reinterpret_cast<const void*>(call->function),
+                                         reinterpret_cast<uint64_t>(call->counter), 1);
   };
   std::vector<double> call_native_ns, call_window_ns, call_trapped_ns;
   const auto calls_of = [&](Bump function, uint64_t* counter) {

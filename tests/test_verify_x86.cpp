@@ -515,7 +515,7 @@ declare void @llvm.trap()
   };
   const auto call = [](void* p) {
     auto* c = static_cast<Call*>(p);
-    c->result = reinterpret_cast<uint64_t (*)(uint64_t, uint64_t)>(c->entry)(c->a, c->b);
+    c->result = tc::confined::call_window_code(reinterpret_cast<const void*>(c->entry), c->a, c->b);
   };
   const auto in_window = [&](const void* at) {
     return static_cast<int64_t>(static_cast<const std::byte*>(at) - window.base());
@@ -548,6 +548,61 @@ declare void @llvm.trap()
   CHECK(honest.result == 8);
   Call aligned{code_at, reinterpret_cast<uint64_t>(data + 16), 0, 0};
   CHECK_FALSE(tc::confined::run_in_window(window, call, &aligned).has_value());
+}
+
+// What the test's assembly below reads and writes (names it can spell).
+extern "C" {
+uint64_t (*tc_test_call_window_code)(const void*, uint64_t, uint64_t, uint64_t) = nullptr;
+const void* tc_test_window_entry = nullptr;
+uint64_t tc_test_kept[6] = {};
+}
+
+TEST_CASE("window code that changes the registers a C callee keeps leaves the host's as they were",
+          "[window][verifier]") {
+  // Accepted by the verifier, which holds code to its frame, not to the C
+  // calling convention: movl $1,%ebx; movl $2,%ebp; movl $3..6,%r12d..%r15d; ret.
+  const std::vector<uint8_t> clobber = {0xbb, 0x01, 0x00, 0x00, 0x00, 0xbd, 0x02, 0x00, 0x00,
+                                        0x00, 0x41, 0xbc, 0x03, 0x00, 0x00, 0x00, 0x41, 0xbd,
+                                        0x04, 0x00, 0x00, 0x00, 0x41, 0xbe, 0x05, 0x00, 0x00,
+                                        0x00, 0x41, 0xbf, 0x06, 0x00, 0x00, 0x00, 0xc3};
+  Window window;
+  std::span<std::byte> page = window.allocate(4096, true);
+  std::memcpy(page.data(), clobber.data(), clobber.size());
+  REQUIRE(mprotect(page.data(), page.size(), PROT_READ | PROT_EXEC) == 0);
+  const auto entry = reinterpret_cast<uint64_t>(page.data());
+  const CodeRange code{entry, {page.data(), clobber.size()}};
+  REQUIRE(tc::confined::verify_window_code_x86_64(
+              VerifierInput{{&code, 1}, {&entry, 1}, reinterpret_cast<uint64_t>(window.base())})
+              .accepted);
+  tc_test_call_window_code = &tc::confined::call_window_code;
+  tc_test_window_entry = page.data();
+  // The host's own values in %rbx, %rbp, %r12-%r15 across the call, read
+  // back after it (the test's own registers saved around all of it, and
+  // the stack aligned for the call).
+  asm volatile(
+      "pushq %%rbp\n pushq %%rbx\n pushq %%r12\n pushq %%r13\n pushq %%r14\n pushq %%r15\n"
+      "movq %%rsp, %%rax\n andq $-16, %%rsp\n pushq %%rax\n pushq %%rax\n"
+      "movq $0x1111, %%rbx\n movq $0x2222, %%rbp\n movq $0x3333, %%r12\n"
+      "movq $0x4444, %%r13\n movq $0x5555, %%r14\n movq $0x6666, %%r15\n"
+      "movq tc_test_window_entry(%%rip), %%rdi\n"
+      "xorl %%esi, %%esi\n xorl %%edx, %%edx\n xorl %%ecx, %%ecx\n"
+      "callq *tc_test_call_window_code(%%rip)\n"
+      "movq %%rbx, tc_test_kept(%%rip)\n movq %%rbp, tc_test_kept+8(%%rip)\n"
+      "movq %%r12, tc_test_kept+16(%%rip)\n movq %%r13, tc_test_kept+24(%%rip)\n"
+      "movq %%r14, tc_test_kept+32(%%rip)\n movq %%r15, tc_test_kept+40(%%rip)\n"
+      "popq %%rax\n movq %%rax, %%rsp\n"
+      "popq %%r15\n popq %%r14\n popq %%r13\n popq %%r12\n popq %%rbx\n popq %%rbp\n"
+      :
+      :
+      : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "xmm0", "xmm1", "xmm2", "xmm3",
+        "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",
+        "xmm15", "memory", "cc");
+  CHECK(tc_test_kept[0] == 0x1111);
+  CHECK(tc_test_kept[1] == 0x2222);
+  CHECK(tc_test_kept[2] == 0x3333);
+  CHECK(tc_test_kept[3] == 0x4444);
+  CHECK(tc_test_kept[4] == 0x5555);
+  CHECK(tc_test_kept[5] == 0x6666);
 }
 
 #endif

@@ -15,6 +15,65 @@
 #include <cstdint>
 #include <optional>
 
+#if defined(__x86_64__)
+// call_window_code's body: the registers the C convention has a callee
+// keep are kept here instead, around a call whose callee keeps none. Six
+// pushes and the pad keep %rsp 16-byte aligned at the call.
+extern "C" uint64_t threechains_call_window_code(uint64_t entry, uint64_t a0, uint64_t a1,
+                                                 uint64_t a2);
+asm(R"(
+  .text
+  .p2align 4
+  .globl threechains_call_window_code
+  .hidden threechains_call_window_code
+  .type threechains_call_window_code, @function
+threechains_call_window_code:
+  .cfi_startproc
+  pushq %rbx
+  .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %rbx, 0
+  pushq %rbp
+  .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %rbp, 0
+  pushq %r12
+  .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %r12, 0
+  pushq %r13
+  .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %r13, 0
+  pushq %r14
+  .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %r14, 0
+  pushq %r15
+  .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %r15, 0
+  subq $8, %rsp
+  .cfi_adjust_cfa_offset 8
+  movq %rdi, %rax
+  movq %rsi, %rdi
+  movq %rdx, %rsi
+  movq %rcx, %rdx
+  callq *%rax
+  addq $8, %rsp
+  .cfi_adjust_cfa_offset -8
+  popq %r15
+  .cfi_adjust_cfa_offset -8
+  popq %r14
+  .cfi_adjust_cfa_offset -8
+  popq %r13
+  .cfi_adjust_cfa_offset -8
+  popq %r12
+  .cfi_adjust_cfa_offset -8
+  popq %rbp
+  .cfi_adjust_cfa_offset -8
+  popq %rbx
+  .cfi_adjust_cfa_offset -8
+  retq
+  .cfi_endproc
+  .size threechains_call_window_code, .-threechains_call_window_code
+)");
+#endif
+
 namespace threechains::confined {
 namespace {
 
@@ -155,6 +214,14 @@ std::optional<WindowTrap> run_in_window(const Window& window, void (*function)(v
     return std::nullopt;
   }
   return last_trap;
+}
+
+uint64_t call_window_code(const void* entry, uint64_t a0, uint64_t a1, uint64_t a2) noexcept {
+#if defined(__x86_64__)
+  return threechains_call_window_code(reinterpret_cast<uint64_t>(entry), a0, a1, a2);
+#else
+  return reinterpret_cast<uint64_t (*)(uint64_t, uint64_t, uint64_t)>(entry)(a0, a1, a2);
+#endif
 }
 
 }  // namespace threechains::confined

@@ -47,12 +47,25 @@ struct WindowTrap {
 // this one, and then this must be called again, before windows are used.
 void install_window_traps() noexcept;
 
-// Runs `function(argument)` on this thread, with the thread's %gs base at
+// Runs `function(argument)` on this thread (a host function that calls
+// window code through call_window_code), with the thread's %gs base at
 // `window` (x86-64); nullopt if it returned, the trap
 // if it faulted inside `window` or its guards. The function must be one
 // whose state a fault may abandon at any instruction: window-shaped code,
 // which holds no lock and owns nothing outside its window. Not reentrant on
 // one thread (a nested call is refused with the trap of offset INT64_MIN).
+// Calls a function of the window's code, as the verifier accepted it
+// (confine/verify_x86.hpp), with up to three integer arguments; returns
+// what it left in %rax. Host code calls window code only through this:
+// the verifier holds the code to its own stack frame, not to the C calling
+// convention, so window code may return with any register changed, those
+// a caller keeps values in (%rbx, %rbp, %r12-%r15) included, and this
+// saves and restores them (fuzz_verifier found code that returned with
+// %rbp changed, which the host then followed). x86-64; elsewhere a plain
+// call.
+[[nodiscard]] uint64_t call_window_code(const void* entry, uint64_t a0 = 0, uint64_t a1 = 0,
+                                        uint64_t a2 = 0) noexcept;
+
 [[nodiscard]] std::optional<WindowTrap> run_in_window(const Window& window, void (*function)(void*),
                                                       void* argument) noexcept;
 

@@ -13,6 +13,7 @@
 #include "confine/window_traps.hpp"
 
 #include <sys/mman.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 
 #include <immintrin.h>
@@ -42,17 +43,16 @@ struct Sandbox {
 };
 
 struct Call {
-  uint64_t entry;
-  uint64_t arguments[6];
+  const void* entry;
+  uint64_t arguments[3];
 };
 
-// The System V argument registers, from the call's table: the fuzzed code
-// sees pointers into the window, at the canaries and into its own stack.
+// The fuzzed code sees pointers at the canaries and into its window, as
+// the host calls window code: through call_window_code.
 void call_code(void* argument) {
   const auto* call = static_cast<const Call*>(argument);
-  using Entry = void (*)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
-  reinterpret_cast<Entry>(call->entry)(call->arguments[0], call->arguments[1], call->arguments[2],
-                                       call->arguments[3], call->arguments[4], call->arguments[5]);
+  (void)tc::call_window_code(call->entry, call->arguments[0], call->arguments[1],
+                             call->arguments[2]);
 }
 
 struct HostState {
@@ -74,15 +74,19 @@ HostState host_state() {
 }
 
 [[noreturn]] void run_in_child(const Sandbox& sandbox, uint64_t entry) {
-  alarm(1);  // an endless loop is no finding
+  // An endless loop is no finding: stopped after 100 ms, by the default
+  // action (libFuzzer's own SIGALRM handler, inherited, would let it run).
+  (void)signal(SIGALRM, SIG_DFL);
+  const itimerval stop_after{{0, 0}, {0, 100'000}};
+  setitimer(ITIMER_REAL, &stop_after, nullptr);
   std::array<uint8_t, 256> stack_canary{};
   stack_canary.fill(kCanary);
   auto* heap_canary = static_cast<uint8_t*>(std::malloc(256));
   std::memset(heap_canary, kCanary, 256);
   const auto window_data = reinterpret_cast<uint64_t>(sandbox.data.data());
-  Call call{entry,
+  Call call{reinterpret_cast<const void*>(entry),
             {reinterpret_cast<uint64_t>(heap_canary), reinterpret_cast<uint64_t>(&stack_canary),
-             window_data, window_data + 4096, reinterpret_cast<uint64_t>(heap_canary) + 128, 0}};
+             window_data}};
   const HostState before = host_state();
   (void)tc::run_in_window(sandbox.window, call_code, &call);  // a trap is fine
   const HostState after = host_state();
