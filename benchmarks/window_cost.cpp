@@ -218,12 +218,14 @@ int main(int argc, char** argv) {
   struct BumpCall {
     Bump function;
     uint64_t* counter;
+    uint64_t stack_bytes;
   };
-  BumpCall trapped{bump_window, &counters[2]};
+  BumpCall trapped{bump_window, &counters[2], verdict.stack_bytes};
   const auto call_trapped = [](void* c) {
     auto* call = static_cast<BumpCall*>(c);
-    (void)tc::confined::call_window_code(reinterpret_cast<const void*>(call->function),
-                                         reinterpret_cast<uint64_t>(call->counter), 1);
+    (void)tc::confined::call_window_code(
+        {reinterpret_cast<const void*>(call->function), call->stack_bytes},
+        reinterpret_cast<uint64_t>(call->counter), 1);
   };
   std::vector<double> call_native_ns, call_window_ns, call_trapped_ns;
   const auto calls_of = [&](Bump function, uint64_t* counter) {

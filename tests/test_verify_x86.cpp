@@ -23,12 +23,15 @@
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -515,7 +518,8 @@ declare void @llvm.trap()
   };
   const auto call = [](void* p) {
     auto* c = static_cast<Call*>(p);
-    c->result = tc::confined::call_window_code(reinterpret_cast<const void*>(c->entry), c->a, c->b);
+    c->result =
+        tc::confined::call_window_code({reinterpret_cast<const void*>(c->entry), 64}, c->a, c->b);
   };
   const auto in_window = [&](const void* at) {
     return static_cast<int64_t>(static_cast<const std::byte*>(at) - window.base());
@@ -552,57 +556,195 @@ declare void @llvm.trap()
 
 // What the test's assembly below reads and writes (names it can spell).
 extern "C" {
-uint64_t (*tc_test_call_window_code)(const void*, uint64_t, uint64_t, uint64_t) = nullptr;
-const void* tc_test_window_entry = nullptr;
+uint64_t (*tc_test_call_window_code)(const tc::confined::WindowCode&, uint64_t, uint64_t,
+                                     uint64_t) = nullptr;
+tc::confined::WindowCode tc_test_window_code;
 uint64_t tc_test_kept[6] = {};
 }
+
+namespace {
+
+// Hand-written code in a page of `window`, made executable, and the
+// verifier's verdict on it.
+struct HandCode {
+  tc::confined::WindowCode code;
+  Verdict verdict;
+};
+HandCode place(Window& window, const std::vector<uint8_t>& bytes) {
+  std::span<std::byte> page = window.allocate(4096, true);
+  std::memcpy(page.data(), bytes.data(), bytes.size());
+  REQUIRE(mprotect(page.data(), page.size(), PROT_READ | PROT_EXEC) == 0);
+  const auto entry = reinterpret_cast<uint64_t>(page.data());
+  const CodeRange code{entry, {page.data(), bytes.size()}};
+  HandCode placed;
+  placed.verdict = tc::confined::verify_window_code_x86_64(
+      VerifierInput{{&code, 1}, {&entry, 1}, reinterpret_cast<uint64_t>(window.base())});
+  placed.code = {page.data(), placed.verdict.stack_bytes};
+  return placed;
+}
+
+}  // namespace
 
 TEST_CASE("window code that changes the registers a C callee keeps leaves the host's as they were",
           "[window][verifier]") {
   // Accepted by the verifier, which holds code to its frame, not to the C
   // calling convention: movl $1,%ebx; movl $2,%ebp; movl $3..6,%r12d..%r15d; ret.
-  const std::vector<uint8_t> clobber = {0xbb, 0x01, 0x00, 0x00, 0x00, 0xbd, 0x02, 0x00, 0x00,
-                                        0x00, 0x41, 0xbc, 0x03, 0x00, 0x00, 0x00, 0x41, 0xbd,
-                                        0x04, 0x00, 0x00, 0x00, 0x41, 0xbe, 0x05, 0x00, 0x00,
-                                        0x00, 0x41, 0xbf, 0x06, 0x00, 0x00, 0x00, 0xc3};
   Window window;
-  std::span<std::byte> page = window.allocate(4096, true);
-  std::memcpy(page.data(), clobber.data(), clobber.size());
-  REQUIRE(mprotect(page.data(), page.size(), PROT_READ | PROT_EXEC) == 0);
-  const auto entry = reinterpret_cast<uint64_t>(page.data());
-  const CodeRange code{entry, {page.data(), clobber.size()}};
-  REQUIRE(tc::confined::verify_window_code_x86_64(
-              VerifierInput{{&code, 1}, {&entry, 1}, reinterpret_cast<uint64_t>(window.base())})
-              .accepted);
+  const HandCode clobber =
+      place(window, {0xbb, 0x01, 0x00, 0x00, 0x00, 0xbd, 0x02, 0x00, 0x00, 0x00, 0x41, 0xbc,
+                     0x03, 0x00, 0x00, 0x00, 0x41, 0xbd, 0x04, 0x00, 0x00, 0x00, 0x41, 0xbe,
+                     0x05, 0x00, 0x00, 0x00, 0x41, 0xbf, 0x06, 0x00, 0x00, 0x00, 0xc3});
+  REQUIRE(clobber.verdict.accepted);
   tc_test_call_window_code = &tc::confined::call_window_code;
-  tc_test_window_entry = page.data();
+  tc_test_window_code = clobber.code;
   // The host's own values in %rbx, %rbp, %r12-%r15 across the call, read
   // back after it (the test's own registers saved around all of it, and
   // the stack aligned for the call).
-  asm volatile(
-      "pushq %%rbp\n pushq %%rbx\n pushq %%r12\n pushq %%r13\n pushq %%r14\n pushq %%r15\n"
-      "movq %%rsp, %%rax\n andq $-16, %%rsp\n pushq %%rax\n pushq %%rax\n"
-      "movq $0x1111, %%rbx\n movq $0x2222, %%rbp\n movq $0x3333, %%r12\n"
-      "movq $0x4444, %%r13\n movq $0x5555, %%r14\n movq $0x6666, %%r15\n"
-      "movq tc_test_window_entry(%%rip), %%rdi\n"
-      "xorl %%esi, %%esi\n xorl %%edx, %%edx\n xorl %%ecx, %%ecx\n"
-      "callq *tc_test_call_window_code(%%rip)\n"
-      "movq %%rbx, tc_test_kept(%%rip)\n movq %%rbp, tc_test_kept+8(%%rip)\n"
-      "movq %%r12, tc_test_kept+16(%%rip)\n movq %%r13, tc_test_kept+24(%%rip)\n"
-      "movq %%r14, tc_test_kept+32(%%rip)\n movq %%r15, tc_test_kept+40(%%rip)\n"
-      "popq %%rax\n movq %%rax, %%rsp\n"
-      "popq %%r15\n popq %%r14\n popq %%r13\n popq %%r12\n popq %%rbx\n popq %%rbp\n"
-      :
-      :
-      : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "xmm0", "xmm1", "xmm2", "xmm3",
-        "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",
-        "xmm15", "memory", "cc");
+  const auto call = [](void*) {
+    asm volatile(
+        "pushq %%rbp\n pushq %%rbx\n pushq %%r12\n pushq %%r13\n pushq %%r14\n pushq %%r15\n"
+        "movq %%rsp, %%rax\n andq $-16, %%rsp\n pushq %%rax\n pushq %%rax\n"
+        "movq $0x1111, %%rbx\n movq $0x2222, %%rbp\n movq $0x3333, %%r12\n"
+        "movq $0x4444, %%r13\n movq $0x5555, %%r14\n movq $0x6666, %%r15\n"
+        "leaq tc_test_window_code(%%rip), %%rdi\n"
+        "xorl %%esi, %%esi\n xorl %%edx, %%edx\n xorl %%ecx, %%ecx\n"
+        "callq *tc_test_call_window_code(%%rip)\n"
+        "movq %%rbx, tc_test_kept(%%rip)\n movq %%rbp, tc_test_kept+8(%%rip)\n"
+        "movq %%r12, tc_test_kept+16(%%rip)\n movq %%r13, tc_test_kept+24(%%rip)\n"
+        "movq %%r14, tc_test_kept+32(%%rip)\n movq %%r15, tc_test_kept+40(%%rip)\n"
+        "popq %%rax\n movq %%rax, %%rsp\n"
+        "popq %%r15\n popq %%r14\n popq %%r13\n popq %%r12\n popq %%rbx\n popq %%rbp\n"
+        :
+        :
+        : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "xmm0", "xmm1", "xmm2",
+          "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
+          "xmm13", "xmm14", "xmm15", "memory", "cc");
+  };
+  tc::confined::install_window_traps();
+  REQUIRE_FALSE(tc::confined::run_in_window(window, call, nullptr).has_value());
   CHECK(tc_test_kept[0] == 0x1111);
   CHECK(tc_test_kept[1] == 0x2222);
   CHECK(tc_test_kept[2] == 0x3333);
   CHECK(tc_test_kept[3] == 0x4444);
   CHECK(tc_test_kept[4] == 0x5555);
   CHECK(tc_test_kept[5] == 0x6666);
+}
+
+namespace {
+
+// Leaves 8 KiB of a pattern in the stack below its caller's frame, where
+// the next calls' frames will be.
+[[gnu::noinline]] void leave_secret_on_stack() {
+  volatile uint64_t secret[1024];
+  for (volatile uint64_t& word : secret) word = 0x5ec2e75ec2e75ec2;
+}
+
+}  // namespace
+
+TEST_CASE("window code finds no host data in the stack it can reach, nor in its registers",
+          "[window][verifier]") {
+  // subq $512,%rsp; then for each of its 64 words: movq k(%rsp),%rax;
+  // movq %rax,%gs:k(%edi) (32-bit addressing: the window at %edi);
+  // then the registers it was handed, %rbx..%r15, %rcx, %r8, %r9, %r11, after
+  // them; addq $512,%rsp; ret.
+  std::vector<uint8_t> bytes = {0x48, 0x81, 0xec, 0x00, 0x02, 0x00, 0x00};
+  for (uint32_t k = 0; k < 512; k += 8) {
+    const auto k0 = static_cast<uint8_t>(k & 0xff);
+    const auto k1 = static_cast<uint8_t>(k >> 8);
+    bytes.insert(bytes.end(), {0x48, 0x8b, 0x84, 0x24, k0, k1, 0x00, 0x00});  // movq k(%rsp),%rax
+    bytes.insert(bytes.end(), {0x65, 0x67, 0x48, 0x89, 0x87, k0, k1, 0x00, 0x00});
+  }
+  // movq %reg,%gs:512+8i(%edi) for rbx rbp r12 r13 r14 r15 rcx r8 r9 r11 (%r10
+  // holds the entry, an address in the window)
+  const std::vector<std::pair<uint8_t, uint8_t>> registers = {
+      {0x48, 0x9f}, {0x48, 0xaf}, {0x4c, 0xa7}, {0x4c, 0xaf}, {0x4c, 0xb7},
+      {0x4c, 0xbf}, {0x48, 0x8f}, {0x4c, 0x87}, {0x4c, 0x8f}, {0x4c, 0x9f}};
+  for (std::size_t i = 0; i < registers.size(); ++i) {
+    const auto at = static_cast<uint32_t>(512 + 8 * i);
+    bytes.insert(bytes.end(),
+                 {0x65, 0x67, registers[i].first, 0x89, registers[i].second,
+                  static_cast<uint8_t>(at & 0xff), static_cast<uint8_t>(at >> 8), 0x00, 0x00});
+  }
+  bytes.insert(bytes.end(), {0x48, 0x81, 0xc4, 0x00, 0x02, 0x00, 0x00, 0xc3});
+  Window window;
+  const HandCode reader = place(window, bytes);
+  INFO(reader.verdict.refusal);
+  REQUIRE(reader.verdict.accepted);
+  CHECK(reader.verdict.stack_bytes == 512);
+  std::byte* const out = window.allocate(4096, true).data();
+
+  struct Call {
+    tc::confined::WindowCode code;
+    std::byte* out;
+  };
+  Call call{reader.code, out};
+  tc::confined::install_window_traps();
+  leave_secret_on_stack();
+  REQUIRE_FALSE(tc::confined::run_in_window(
+                    window,
+                    [](void* c) {
+                      auto* call = static_cast<Call*>(c);
+                      (void)tc::confined::call_window_code(call->code,
+                                                           reinterpret_cast<uint64_t>(call->out));
+                    },
+                    &call)
+                    .has_value());
+  std::array<uint64_t, 64 + 10> seen{};
+  std::memcpy(seen.data(), out, sizeof(seen));
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    INFO("word " << i);
+    CHECK(seen[i] == 0);
+  }
+}
+
+TEST_CASE("window code whose stack need the thread cannot give is a trap before it runs",
+          "[window][verifier]") {
+  // subq $48 KiB,%rsp; movq %rax,(%rsp); addq $48 KiB,%rsp; ret: accepted,
+  // needs 48 KiB, and touches only its deepest page.
+  Window window;
+  const HandCode deep = place(window, {0x48, 0x81, 0xec, 0x00, 0xc0, 0x00, 0x00, 0x48, 0x89, 0x04,
+                                       0x24, 0x48, 0x81, 0xc4, 0x00, 0xc0, 0x00, 0x00, 0xc3});
+  REQUIRE(deep.verdict.accepted);
+  REQUIRE(deep.verdict.stack_bytes == 48 * 1024);
+  struct Run {
+    Window* window;
+    tc::confined::WindowCode code;
+    std::optional<tc::confined::WindowTrap> trap;
+    bool returned = false;
+  };
+  const auto run_on_thread = [](Run& run, std::size_t stack_size) {
+    pthread_attr_t attributes;
+    pthread_attr_init(&attributes);
+    pthread_attr_setstacksize(&attributes, stack_size);
+    pthread_t thread;
+    REQUIRE(pthread_create(
+                &thread, &attributes,
+                [](void* r) -> void* {
+                  auto* run = static_cast<Run*>(r);
+                  tc::confined::install_window_traps();
+                  run->trap = tc::confined::run_in_window(
+                      *run->window,
+                      [](void* r2) {
+                        auto* run = static_cast<Run*>(r2);
+                        (void)tc::confined::call_window_code(run->code);
+                        run->returned = true;
+                      },
+                      run);
+                  return nullptr;
+                },
+                &run) == 0);
+    pthread_join(thread, nullptr);
+    pthread_attr_destroy(&attributes);
+  };
+  Run short_stack{&window, deep.code};
+  run_on_thread(short_stack, 64 * 1024);  // 48 KiB and a signal frame's room do not fit
+  REQUIRE(short_stack.trap.has_value());
+  CHECK(short_stack.trap->fault == tc::confined::WindowFault::stack);
+  CHECK_FALSE(short_stack.returned);
+  Run enough{&window, deep.code};
+  run_on_thread(enough, 1024 * 1024);
+  CHECK_FALSE(enough.trap.has_value());
+  CHECK(enough.returned);
 }
 
 #endif

@@ -13,14 +13,18 @@
 #include <array>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 
 #if defined(__x86_64__)
-// call_window_code's body: the registers the C convention has a callee
-// keep are kept here instead, around a call whose callee keeps none. Six
-// pushes and the pad keep %rsp 16-byte aligned at the call.
-extern "C" uint64_t threechains_call_window_code(uint64_t entry, uint64_t a0, uint64_t a1,
-                                                 uint64_t a2);
+// call_window_code's body (entry, stack bytes, three arguments): the
+// registers the C convention has a callee keep are kept here instead; the
+// stack the code can reach is zeroed (8 bytes a store: `rep stosb` cost
+// ~10 ns a call for a few bytes), and every general register but the
+// arguments and the entry is cleared, so the code starts with nothing of
+// the host's. Six pushes and the pad keep %rsp 16-byte aligned at the call.
+extern "C" uint64_t threechains_call_window_code(uint64_t entry, uint64_t stack_bytes, uint64_t a0,
+                                                 uint64_t a1, uint64_t a2);
 asm(R"(
   .text
   .p2align 4
@@ -49,11 +53,34 @@ threechains_call_window_code:
   .cfi_rel_offset %r15, 0
   subq $8, %rsp
   .cfi_adjust_cfa_offset 8
-  movq %rdi, %rax
-  movq %rsi, %rdi
-  movq %rdx, %rsi
-  movq %rcx, %rdx
-  callq *%rax
+  movq %rdi, %r10
+  movq %rdx, %r9
+  movq %rcx, %r11
+  xorl %eax, %eax
+  leaq -8(%rsp), %rdi
+  movq %rdi, %rcx
+  subq %rsi, %rcx
+1:
+  cmpq %rcx, %rdi
+  jbe 2f
+  subq $8, %rdi
+  movq %rax, (%rdi)
+  jmp 1b
+2:
+  movq %r9, %rdi
+  movq %r11, %rsi
+  movq %r8, %rdx
+  xorl %ecx, %ecx
+  xorl %r8d, %r8d
+  xorl %r9d, %r9d
+  xorl %r11d, %r11d
+  xorl %ebx, %ebx
+  xorl %ebp, %ebp
+  xorl %r12d, %r12d
+  xorl %r13d, %r13d
+  xorl %r14d, %r14d
+  xorl %r15d, %r15d
+  callq *%r10
   addq $8, %rsp
   .cfi_adjust_cfa_offset -8
   popq %r15
@@ -153,13 +180,55 @@ void restore_floating_point(const void* context) noexcept {
 #endif
 }
 
+// Ends the run active on this thread with `trap`: back to run_in_window,
+// every frame since abandoned.
+[[noreturn]] void abandon_run(ActiveRun& run, const WindowTrap& trap) noexcept {
+  last_trap = trap;
+  active = nullptr;
+  detail::before_abandoning_frames();
+  __builtin_longjmp(run.jump, 1);
+}
+
+// Room kept below the code's frames for the kernel's signal frame (about
+// 3.5 KiB with AVX-512 state) and the trap handler's own frames: a trap
+// with less died of SIGSEGV in an attacker's test.
+constexpr uint64_t kSignalRoom = 32 * 1024;
+
+// The lowest address of this thread's stack above its guard, read once
+// per thread; the top of the address space where it cannot be read, so
+// that no window code runs on a stack of unknown size.
+[[gnu::tls_model("initial-exec")]] thread_local uintptr_t stack_floor = 0;
+[[gnu::noinline, gnu::cold]] uintptr_t read_stack_floor() noexcept {
+  stack_floor = UINTPTR_MAX;
+  pthread_attr_t attributes;
+  if (pthread_getattr_np(pthread_self(), &attributes) != 0) return stack_floor;
+  void* lowest = nullptr;
+  std::size_t size = 0;
+  std::size_t guard = 0;
+  if (pthread_attr_getstack(&attributes, &lowest, &size) == 0 &&
+      pthread_attr_getguardsize(&attributes, &guard) == 0)
+    stack_floor = reinterpret_cast<uintptr_t>(lowest) + guard;
+  pthread_attr_destroy(&attributes);
+  return stack_floor;
+}
+uintptr_t stack_low() noexcept {
+  return stack_floor != 0 ? stack_floor : read_stack_floor();
+}
+
+// call_window_code's way out, kept out of its body (which then saves no
+// register of its own): no run to trap back to is a bug of the caller; too
+// little stack is a trap of the run.
+[[noreturn, gnu::noinline, gnu::cold]] void refuse_call() noexcept {
+  ActiveRun* const run = active;
+  if (run == nullptr) std::abort();  // window code runs only where its faults are traps
+  abandon_run(*run, WindowTrap{0, false, WindowFault::stack});
+}
+
 void on_fault(int signal, siginfo_t* info, void* context) {
   ActiveRun* const run = active;
   const std::optional<WindowTrap> trap =
       run != nullptr ? trap_for(*run, signal, info, context) : std::nullopt;
   if (trap) {
-    last_trap = *trap;
-    active = nullptr;
     // The kernel blocked the signal for this handler (and a handler that
     // chained to us may have blocked more): leaving by longjmp would keep
     // them blocked, and the next trap would end the process. Back to the
@@ -173,8 +242,7 @@ void on_fault(int signal, siginfo_t* info, void* context) {
       pthread_sigmask(SIG_UNBLOCK, &faults, nullptr);
     }
     restore_floating_point(context);
-    detail::before_abandoning_frames();
-    __builtin_longjmp(run->jump, 1);
+    abandon_run(*run, *trap);
   }
   std::size_t k = 0;
   while (k < kSignals.size() && kSignals[k] != signal) ++k;
@@ -216,11 +284,22 @@ std::optional<WindowTrap> run_in_window(const Window& window, void (*function)(v
   return last_trap;
 }
 
-uint64_t call_window_code(const void* entry, uint64_t a0, uint64_t a1, uint64_t a2) noexcept {
+uint64_t call_window_code(const WindowCode& code, uint64_t a0, uint64_t a1, uint64_t a2) noexcept {
+  uintptr_t here = 0;
 #if defined(__x86_64__)
-  return threechains_call_window_code(reinterpret_cast<uint64_t>(entry), a0, a1, a2);
+  asm("movq %%rsp, %0" : "=r"(here));  // not __builtin_frame_address: no frame to set up
+#elif defined(__aarch64__)
+  asm("mov %0, sp" : "=r"(here));
+#endif
+  const uintptr_t low = stack_low();
+  if (active == nullptr || here < low || here - low < kSignalRoom ||
+      here - low - kSignalRoom < code.stack_bytes)
+    refuse_call();
+#if defined(__x86_64__)
+  return threechains_call_window_code(reinterpret_cast<uint64_t>(code.entry), code.stack_bytes, a0,
+                                      a1, a2);
 #else
-  return reinterpret_cast<uint64_t (*)(uint64_t, uint64_t, uint64_t)>(entry)(a0, a1, a2);
+  return reinterpret_cast<uint64_t (*)(uint64_t, uint64_t, uint64_t)>(code.entry)(a0, a1, a2);
 #endif
 }
 

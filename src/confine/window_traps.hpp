@@ -27,6 +27,8 @@ enum class WindowFault : uint8_t {
   arithmetic,  // SIGFPE: an integer division by zero or overflow
   general,     // SIGSEGV/SIGBUS with no window address: a misaligned aligned
                // access, a non-canonical address (#GP names no address)
+  stack,       // the thread had less stack left than the code's verified need
+               // and a signal frame: call_window_code ran nothing
 };
 
 struct WindowTrap {
@@ -54,16 +56,33 @@ void install_window_traps() noexcept;
 // whose state a fault may abandon at any instruction: window-shaped code,
 // which holds no lock and owns nothing outside its window. Not reentrant on
 // one thread (a nested call is refused with the trap of offset INT64_MIN).
-// Calls a function of the window's code, as the verifier accepted it
-// (confine/verify_x86.hpp), with up to three integer arguments; returns
-// what it left in %rax. Host code calls window code only through this:
-// the verifier holds the code to its own stack frame, not to the C calling
-// convention, so window code may return with any register changed, those
-// a caller keeps values in (%rbx, %rbp, %r12-%r15) included, and this
-// saves and restores them (fuzz_verifier found code that returned with
-// %rbp changed, which the host then followed). x86-64; elsewhere a plain
-// call.
-[[nodiscard]] uint64_t call_window_code(const void* entry, uint64_t a0 = 0, uint64_t a1 = 0,
+// A function of the window's code as the verifier accepted it
+// (confine/verify_x86.hpp): where it starts, and the most stack it and its
+// calls can use (Verdict::stack_bytes).
+struct WindowCode {
+  const void* entry = nullptr;
+  uint64_t stack_bytes = 0;
+};
+
+// Calls window code with up to three integer arguments, inside
+// run_in_window (std::abort otherwise); returns what it left in %rax. Host
+// code calls window code only through this. It
+//  - keeps the host's callee-saved registers (%rbx, %rbp, %r12-%r15): the
+//    verifier holds the code to its own frames, not to the C calling
+//    convention (fuzz_verifier found code that returned with %rbp changed,
+//    which the host then followed);
+//  - hands the code no host value in a general register, and zeroes the
+//    stack the code can reach ([entry %rsp - stack_bytes, entry %rsp)),
+//    where host frames left their data (an attacker read a key and host
+//    pointers there);
+//  - first checks that the thread has stack_bytes and room for a signal
+//    frame left, and if not ends the run with a WindowFault::stack trap:
+//    the code's frames are not touched page by page, so on a short stack
+//    they would skip the guard page (an attacker review, 2026-11-28).
+// Not cleared: the vector registers (the host's last values stay
+// readable; docs/security.md, "The verifier").
+// x86-64; elsewhere a plain call.
+[[nodiscard]] uint64_t call_window_code(const WindowCode& code, uint64_t a0 = 0, uint64_t a1 = 0,
                                         uint64_t a2 = 0) noexcept;
 
 [[nodiscard]] std::optional<WindowTrap> run_in_window(const Window& window, void (*function)(void*),

@@ -43,7 +43,7 @@ struct Sandbox {
 };
 
 struct Call {
-  const void* entry;
+  tc::WindowCode code;
   uint64_t arguments[3];
 };
 
@@ -51,7 +51,7 @@ struct Call {
 // the host calls window code: through call_window_code.
 void call_code(void* argument) {
   const auto* call = static_cast<const Call*>(argument);
-  (void)tc::call_window_code(call->entry, call->arguments[0], call->arguments[1],
+  (void)tc::call_window_code(call->code, call->arguments[0], call->arguments[1],
                              call->arguments[2]);
 }
 
@@ -73,7 +73,7 @@ HostState host_state() {
   return state;
 }
 
-[[noreturn]] void run_in_child(const Sandbox& sandbox, uint64_t entry) {
+[[noreturn]] void run_in_child(const Sandbox& sandbox, uint64_t entry, uint64_t stack_bytes) {
   // An endless loop is no finding: stopped after 100 ms, by the default
   // action (libFuzzer's own SIGALRM handler, inherited, would let it run).
   (void)signal(SIGALRM, SIG_DFL);
@@ -84,7 +84,7 @@ HostState host_state() {
   auto* heap_canary = static_cast<uint8_t*>(std::malloc(256));
   std::memset(heap_canary, kCanary, 256);
   const auto window_data = reinterpret_cast<uint64_t>(sandbox.data.data());
-  Call call{reinterpret_cast<const void*>(entry),
+  Call call{{reinterpret_cast<const void*>(entry), stack_bytes},
             {reinterpret_cast<uint64_t>(heap_canary), reinterpret_cast<uint64_t>(&stack_canary),
              window_data}};
   const HostState before = host_state();
@@ -113,7 +113,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
 
   const pid_t child = fork();
   if (child < 0) std::abort();
-  if (child == 0) run_in_child(sandbox, entry);
+  if (child == 0) run_in_child(sandbox, entry, verdict.stack_bytes);
   int status = 0;
   if (waitpid(child, &status, 0) != child) std::abort();
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
