@@ -10,16 +10,20 @@
 //
 //  - Every byte decodes, and only instructions from an allowlist of plain
 //    computation appear: integer, SSE/AVX/AVX-512 arithmetic and moves,
-//    atomics, direct branches and calls, `ret`, `ud2`. No system call,
-//    privileged, segment, string, x87/MMX, control-register or flag-state
-//    instruction (std, popf, ldmxcsr: state the host would inherit).
+//    atomics, direct near branches and calls, near `ret`, `ud2`. No system
+//    call, privileged, segment, string, x87/MMX, control-register or
+//    flag-state instruction (std, popf, ldmxcsr, fxrstor: state the host
+//    would inherit); no far return; no 0x66 prefix on a branch, call,
+//    return, push or pop (a CPU may honour what Zydis ignores).
 //  - A memory access is one of: %gs with 32-bit addressing (any operands,
 //    the sum wraps inside the window); %gs plus one 64-bit register whose
 //    upper half is known zero on every path to it (written as a 32-bit
-//    register since) and any 32-bit displacement (the guards take it);
-//    %rip plus a displacement (the code lies in the window, so the
-//    guards take that too); or %rsp plus a displacement inside the
-//    function's own frame, below its return address.
+//    register since, by an instruction that always writes it: not bsf,
+//    bsr, tzcnt, lzcnt) and a displacement that keeps the whole access
+//    inside the upper guard; %rip plus a displacement whose whole access
+//    lies in the window or its guards (the code lies in the window); or
+//    %rsp plus a displacement inside the function's own frame, below its
+//    return address.
 //  - %rsp changes only by push, pop, call, ret and add/sub/lea of a
 //    constant, so its height in each function is known at every instruction
 //    and the same on every path; `ret` only at height 0. So no function
@@ -29,8 +33,11 @@
 //    the stack the code can use has a bound, which is returned.
 //
 // Not the verifier's job: what the code computes, how long it runs (fuel or
-// a watchdog), and faults that are not memory accesses (a division by zero,
-// the shape's own ud2), which the caller's trap handling answers.
+// a watchdog), faults that are not memory accesses (a division by zero,
+// the shape's own ud2), which the caller's trap handling answers, and the
+// C calling convention: the code may return with any register changed, so
+// the host calls it only through call_window_code (window_traps.hpp),
+// which also checks the thread has the returned stack bound free.
 #pragma once
 
 #include <cstddef>
