@@ -630,6 +630,57 @@ TEST_CASE("window code that changes the registers a C callee keeps leaves the ho
   CHECK(tc_test_kept[5] == 0x6666);
 }
 
+TEST_CASE("window code finds no host value in the vector registers", "[window][verifier]") {
+  // movdqu %xmmN,%gs:16N(%edi) for N = 0..15 (32-bit addressing: the
+  // window at %edi); ret.
+  std::vector<uint8_t> bytes;
+  for (uint8_t n = 0; n < 16; ++n) {
+    bytes.insert(bytes.end(), {0x65, 0x67, 0xf3});
+    if (n >= 8) bytes.push_back(0x44);
+    const auto modrm = static_cast<uint8_t>(0x80 | ((n & 7) << 3) | 7);
+    bytes.insert(bytes.end(), {0x0f, 0x7f, modrm, static_cast<uint8_t>(16 * n), 0x00, 0x00, 0x00});
+  }
+  bytes.push_back(0xc3);
+  Window window;
+  const HandCode reader = place(window, bytes);
+  INFO(reader.verdict.refusal);
+  REQUIRE(reader.verdict.accepted);
+  std::byte* const out = window.allocate(4096, true).data();
+  std::memset(out, 0x77, 256);
+  tc_test_call_window_code = &tc::confined::call_window_code;
+  tc_test_window_code = reader.code;
+  tc_test_kept[0] = reinterpret_cast<uint64_t>(out);
+  // All ones in every %xmm register, then the call, as host code that
+  // just handled a payload would leave them.
+  const auto call = [](void*) {
+    asm volatile(
+        "pcmpeqd %%xmm0, %%xmm0\n pcmpeqd %%xmm1, %%xmm1\n pcmpeqd %%xmm2, %%xmm2\n"
+        "pcmpeqd %%xmm3, %%xmm3\n pcmpeqd %%xmm4, %%xmm4\n pcmpeqd %%xmm5, %%xmm5\n"
+        "pcmpeqd %%xmm6, %%xmm6\n pcmpeqd %%xmm7, %%xmm7\n pcmpeqd %%xmm8, %%xmm8\n"
+        "pcmpeqd %%xmm9, %%xmm9\n pcmpeqd %%xmm10, %%xmm10\n pcmpeqd %%xmm11, %%xmm11\n"
+        "pcmpeqd %%xmm12, %%xmm12\n pcmpeqd %%xmm13, %%xmm13\n pcmpeqd %%xmm14, %%xmm14\n"
+        "pcmpeqd %%xmm15, %%xmm15\n"
+        "movq %%rsp, %%rax\n andq $-16, %%rsp\n pushq %%rax\n pushq %%rax\n"
+        "leaq tc_test_window_code(%%rip), %%rdi\n"
+        "movq tc_test_kept(%%rip), %%rsi\n xorl %%edx, %%edx\n xorl %%ecx, %%ecx\n"
+        "callq *tc_test_call_window_code(%%rip)\n"
+        "popq %%rax\n movq %%rax, %%rsp\n"
+        :
+        :
+        : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "xmm0", "xmm1", "xmm2",
+          "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
+          "xmm13", "xmm14", "xmm15", "memory", "cc");
+  };
+  tc::confined::install_window_traps();
+  REQUIRE_FALSE(tc::confined::run_in_window(window, call, nullptr).has_value());
+  std::array<uint64_t, 32> seen{};
+  std::memcpy(seen.data(), out, sizeof(seen));
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    INFO("%xmm" << i / 2 << ", half " << i % 2);
+    CHECK(seen[i] == 0);
+  }
+}
+
 namespace {
 
 // Leaves 8 KiB of a pattern in the stack below its caller's frame, where

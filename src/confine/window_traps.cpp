@@ -21,8 +21,17 @@
 // registers the C convention has a callee keep are kept here instead; the
 // stack the code can reach is zeroed (8 bytes a store: `rep stosb` cost
 // ~10 ns a call for a few bytes), and every general register but the
-// arguments and the entry is cleared, so the code starts with nothing of
-// the host's. Six pushes and the pad keep %rsp 16-byte aligned at the call.
+// arguments and the entry is cleared, and every vector and mask register,
+// so the code starts with nothing of the host's (nor of the peer whose
+// payload the host handled last). Six pushes and the pad keep %rsp 16-byte aligned at the call.
+// Which vector registers the trampoline clears: 0 the SSE ones, 1 all of
+// AVX's (vzeroall), 2 AVX-512's too (%zmm16-31, the mask registers).
+// Read once, when the library loads.
+extern "C" [[gnu::visibility("hidden")]] const unsigned char threechains_window_vector_level = [] {
+  __builtin_cpu_init();  // this may run before libgcc's own constructor has
+  if (__builtin_cpu_supports("avx512f")) return 2;
+  return __builtin_cpu_supports("avx") ? 1 : 0;
+}();
 extern "C" uint64_t threechains_call_window_code(uint64_t entry, uint64_t stack_bytes, uint64_t a0,
                                                  uint64_t a1, uint64_t a2);
 asm(R"(
@@ -80,6 +89,55 @@ threechains_call_window_code:
   xorl %r13d, %r13d
   xorl %r14d, %r14d
   xorl %r15d, %r15d
+  movzbl threechains_window_vector_level(%rip), %eax
+  testl %eax, %eax
+  jnz 3f
+  pxor %xmm0, %xmm0
+  pxor %xmm1, %xmm1
+  pxor %xmm2, %xmm2
+  pxor %xmm3, %xmm3
+  pxor %xmm4, %xmm4
+  pxor %xmm5, %xmm5
+  pxor %xmm6, %xmm6
+  pxor %xmm7, %xmm7
+  pxor %xmm8, %xmm8
+  pxor %xmm9, %xmm9
+  pxor %xmm10, %xmm10
+  pxor %xmm11, %xmm11
+  pxor %xmm12, %xmm12
+  pxor %xmm13, %xmm13
+  pxor %xmm14, %xmm14
+  pxor %xmm15, %xmm15
+  jmp 5f
+3:
+  vzeroall
+  cmpl $2, %eax
+  jb 5f
+  vpxord %zmm16, %zmm16, %zmm16
+  vpxord %zmm17, %zmm17, %zmm17
+  vpxord %zmm18, %zmm18, %zmm18
+  vpxord %zmm19, %zmm19, %zmm19
+  vpxord %zmm20, %zmm20, %zmm20
+  vpxord %zmm21, %zmm21, %zmm21
+  vpxord %zmm22, %zmm22, %zmm22
+  vpxord %zmm23, %zmm23, %zmm23
+  vpxord %zmm24, %zmm24, %zmm24
+  vpxord %zmm25, %zmm25, %zmm25
+  vpxord %zmm26, %zmm26, %zmm26
+  vpxord %zmm27, %zmm27, %zmm27
+  vpxord %zmm28, %zmm28, %zmm28
+  vpxord %zmm29, %zmm29, %zmm29
+  vpxord %zmm30, %zmm30, %zmm30
+  vpxord %zmm31, %zmm31, %zmm31
+  kxorw %k1, %k1, %k1
+  kxorw %k2, %k2, %k2
+  kxorw %k3, %k3, %k3
+  kxorw %k4, %k4, %k4
+  kxorw %k5, %k5, %k5
+  kxorw %k6, %k6, %k6
+  kxorw %k7, %k7, %k7
+5:
+  xorl %eax, %eax
   callq *%r10
   addq $8, %rsp
   .cfi_adjust_cfa_offset -8

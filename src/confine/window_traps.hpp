@@ -78,9 +78,10 @@ struct WindowCode {
 //  - first checks that the thread has stack_bytes and room for a signal
 //    frame left, and if not ends the run with a WindowFault::stack trap:
 //    the code's frames are not touched page by page, so on a short stack
-//    they would skip the guard page (an attacker review, 2026-11-28).
-// Not cleared: the vector registers (the host's last values stay
-// readable; docs/security.md, "The verifier").
+//    they would skip the guard page (an attacker review, 2026-11-28);
+//  - clears the vector registers (SSE, AVX, AVX-512 and its mask
+//    registers, as the CPU has them): the host's last values, another
+//    peer's payload among them, would be readable otherwise.
 // x86-64; elsewhere a plain call.
 [[nodiscard]] uint64_t call_window_code(const WindowCode& code, uint64_t a0 = 0, uint64_t a1 = 0,
                                         uint64_t a2 = 0) noexcept;
