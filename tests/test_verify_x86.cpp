@@ -552,6 +552,45 @@ declare void @llvm.trap()
   CHECK(honest.result == 8);
   Call aligned{code_at, reinterpret_cast<uint64_t>(data + 16), 0, 0};
   CHECK_FALSE(tc::confined::run_in_window(window, call, &aligned).has_value());
+
+  // The same through run_window_code, whose traps resume through the
+  // signal's return: twice each (a signal left blocked would end the
+  // process at the second), with the host's floating-point controls set
+  // to what the kernel does not give a handler, and kept.
+  uint32_t saved_mxcsr = 0;
+  asm volatile("stmxcsr %0" : "=m"(saved_mxcsr));
+  const uint32_t host_mxcsr = (saved_mxcsr & ~0x3fU) | 0x8040U | 0x6000U;
+  asm volatile("ldmxcsr %0" : : "m"(host_mxcsr));
+  const tc::confined::WindowCode divide_code{reinterpret_cast<const void*>(linked.entries[0]),
+                                             verdict.stack_bytes};
+  const tc::confined::WindowCode stop_code{reinterpret_cast<const void*>(linked.entries[1]),
+                                           verdict.stack_bytes};
+  const tc::confined::WindowCode load_code{reinterpret_cast<const void*>(code_at), 0};
+  uint64_t result = 0;
+  for (int round = 0; round < 2; ++round) {
+    INFO("round " << round);
+    const auto fast_zero = tc::confined::run_window_code(window, divide_code, result, 7, 0);
+    REQUIRE(fast_zero.has_value());
+    CHECK(fast_zero->fault == WindowFault::arithmetic);
+    const auto fast_stop = tc::confined::run_window_code(window, stop_code, result, 99);
+    REQUIRE(fast_stop.has_value());
+    CHECK(fast_stop->fault == WindowFault::illegal);
+    const auto fast_general = tc::confined::run_window_code(window, load_code, result,
+                                                            reinterpret_cast<uint64_t>(data + 4));
+    REQUIRE(fast_general.has_value());
+    CHECK(fast_general->offset == code_offset(code_at) + 2);
+    const auto fast_access = tc::confined::run_window_code(
+        window, load_code, result, reinterpret_cast<uint64_t>(window.base() + (1U << 30)));
+    REQUIRE(fast_access.has_value());
+    CHECK(fast_access->fault == WindowFault::access);
+    CHECK(fast_access->offset == int64_t{1} << 30);
+    CHECK_FALSE(tc::confined::run_window_code(window, divide_code, result, 42, 5).has_value());
+    CHECK(result == 8);
+  }
+  uint32_t after_mxcsr = 0;
+  asm volatile("stmxcsr %0" : "=m"(after_mxcsr));
+  asm volatile("ldmxcsr %0" : : "m"(saved_mxcsr));
+  CHECK((after_mxcsr & ~0x3fU) == (host_mxcsr & ~0x3fU));
 }
 
 // What the test's assembly below reads and writes (names it can spell).

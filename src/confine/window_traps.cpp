@@ -32,8 +32,11 @@ extern "C" [[gnu::visibility("hidden")]] const unsigned char threechains_window_
   if (__builtin_cpu_supports("avx512f")) return 2;
   return __builtin_cpu_supports("avx") ? 1 : 0;
 }();
+// `resume_stack`, when not null, gets %rsp as it is at the call, for a trap
+// to resume at threechains_window_resume with (run_window_code).
 extern "C" uint64_t threechains_call_window_code(uint64_t entry, uint64_t stack_bytes, uint64_t a0,
-                                                 uint64_t a1, uint64_t a2);
+                                                 uint64_t a1, uint64_t a2, uintptr_t* resume_stack);
+extern "C" char threechains_window_resume[];
 asm(R"(
   .text
   .p2align 4
@@ -62,6 +65,10 @@ threechains_call_window_code:
   .cfi_rel_offset %r15, 0
   subq $8, %rsp
   .cfi_adjust_cfa_offset 8
+  testq %r9, %r9
+  jz 0f
+  movq %rsp, (%r9)
+0:
   movq %rdi, %r10
   movq %rdx, %r9
   movq %rcx, %r11
@@ -139,6 +146,9 @@ threechains_call_window_code:
 5:
   xorl %eax, %eax
   callq *%r10
+  .globl threechains_window_resume
+  .hidden threechains_window_resume
+threechains_window_resume:
   addq $8, %rsp
   .cfi_adjust_cfa_offset -8
   popq %r15
@@ -164,6 +174,11 @@ namespace {
 
 struct ActiveRun {
   const Window* window;
+  // run_window_code's: %rsp at the trampoline's call, where a trap resumes
+  // (0 for run_in_window, whose traps jump back through `jump`), and
+  // whether one did.
+  uintptr_t resume_stack = 0;
+  volatile bool trapped = false;
   // __builtin_setjmp's buffer: the frame, stack pointer and resume address
   // only (the compiler saves what else is live around the call itself), a
   // few stores where setjmp saves every callee-saved register through a PLT
@@ -286,6 +301,21 @@ void on_fault(int signal, siginfo_t* info, void* context) {
   ActiveRun* const run = active;
   const std::optional<WindowTrap> trap =
       run != nullptr ? trap_for(*run, signal, info, context) : std::nullopt;
+  if (trap && run->resume_stack != 0) {
+    // run_window_code: the code's call returns, at the trampoline's resume
+    // point with the stack it had there; returning from the handler lets
+    // the kernel put back the signal mask and the floating-point state of
+    // the code that faulted, so nothing is left as the handler had it.
+    last_trap = *trap;
+    run->trapped = true;
+    active = nullptr;
+    auto* uc = static_cast<ucontext_t*>(context);
+#if defined(__x86_64__)
+    uc->uc_mcontext.gregs[REG_RSP] = static_cast<greg_t>(run->resume_stack);
+    uc->uc_mcontext.gregs[REG_RIP] = reinterpret_cast<greg_t>(&threechains_window_resume[0]);
+#endif
+    return;
+  }
   if (trap) {
     // The kernel blocked the signal for this handler (and a handler that
     // chained to us may have blocked more): leaving by longjmp would keep
@@ -342,6 +372,30 @@ std::optional<WindowTrap> run_in_window(const Window& window, void (*function)(v
   return last_trap;
 }
 
+#if defined(__x86_64__)
+std::optional<WindowTrap> run_window_code(const Window& window, const WindowCode& code,
+                                          uint64_t& result, uint64_t a0, uint64_t a1,
+                                          uint64_t a2) noexcept {
+  static const bool installed = (install_window_traps(), true);
+  (void)installed;
+  if (active != nullptr) return WindowTrap{INT64_MIN, false};
+  uintptr_t here = 0;
+  asm("movq %%rsp, %0" : "=r"(here));
+  const uintptr_t low = stack_low();
+  if (here < low || here - low < kSignalRoom || here - low - kSignalRoom < code.stack_bytes)
+    return WindowTrap{0, false, WindowFault::stack};
+  GsBase::use(window.base());
+  ActiveRun run;
+  run.window = &window;
+  active = &run;
+  result = threechains_call_window_code(reinterpret_cast<uint64_t>(code.entry), code.stack_bytes,
+                                        a0, a1, a2, &run.resume_stack);
+  if (run.trapped) return last_trap;  // the handler cleared `active`
+  active = nullptr;
+  return std::nullopt;
+}
+#endif
+
 uint64_t call_window_code(const WindowCode& code, uint64_t a0, uint64_t a1, uint64_t a2) noexcept {
   uintptr_t here = 0;
 #if defined(__x86_64__)
@@ -355,7 +409,7 @@ uint64_t call_window_code(const WindowCode& code, uint64_t a0, uint64_t a1, uint
     refuse_call();
 #if defined(__x86_64__)
   return threechains_call_window_code(reinterpret_cast<uint64_t>(code.entry), code.stack_bytes, a0,
-                                      a1, a2);
+                                      a1, a2, nullptr);
 #else
   return reinterpret_cast<uint64_t (*)(uint64_t, uint64_t, uint64_t)>(code.entry)(a0, a1, a2);
 #endif
