@@ -11,6 +11,7 @@
 #include "jit/host_description.hpp"
 #include "jit/host_optimiser.hpp"
 #include "jit/window_memory.hpp"
+#include "window_test_ir.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -40,6 +41,7 @@ using tc::confined::CodeRange;
 using tc::confined::Verdict;
 using tc::confined::VerifierInput;
 using tc::confined::Window;
+using window_tests::parse;
 
 namespace {
 
@@ -62,18 +64,6 @@ struct Case {
 };
 
 // ---- Real code: the shape, compiled and linked into a window by LLVM -----
-
-std::unique_ptr<llvm::Module> parse(const char* text, llvm::LLVMContext& context) {
-  llvm::SMDiagnostic error;
-  std::unique_ptr<llvm::Module> module = llvm::parseAssemblyString(text, error, context);
-  if (!module) {
-    std::string message;
-    llvm::raw_string_ostream out(message);
-    error.print("test", out);
-    FAIL(message);
-  }
-  return module;
-}
 
 // A JIT whose every graph is linked into `window`, and the mapper that
 // knows where its code went.
@@ -139,30 +129,11 @@ Verdict verify(const Linked& linked) {
       linked.code, linked.entries, reinterpret_cast<uint64_t>(linked.window->base())});
 }
 
-// saxpy (vectorised), a pointer chase, a global counter and a table read
+// saxpy (vectorised, the window tests' own), a pointer chase, a global counter and a table read
 // (%rip-relative), and a call the optimiser keeps.
-constexpr const char* kKernels = R"(
+const std::string kKernels = std::string(window_tests::kSaxpy) + R"(
 @count = global i64 0
 @table = constant [4 x i64] [i64 10, i64 20, i64 30, i64 40]
-define void @saxpy(float %a, ptr noalias %x, ptr noalias %y, i64 %n) {
-entry:
-  %empty = icmp eq i64 %n, 0
-  br i1 %empty, label %done, label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %next, %loop ]
-  %xp = getelementptr inbounds float, ptr %x, i64 %i
-  %yp = getelementptr inbounds float, ptr %y, i64 %i
-  %xv = load float, ptr %xp
-  %yv = load float, ptr %yp
-  %ax = fmul float %a, %xv
-  %s = fadd float %ax, %yv
-  store float %s, ptr %yp
-  %next = add nuw i64 %i, 1
-  %end = icmp eq i64 %next, %n
-  br i1 %end, label %done, label %loop
-done:
-  ret void
-}
 define ptr @chase(ptr %p, i64 %steps) {
 entry:
   br label %loop
@@ -229,7 +200,7 @@ const std::vector<const char*> kEntries = {"saxpy", "chase",      "bump",
 
 TEST_CASE("the verifier accepts what LLVM emits for window-shaped code, where it runs",
           "[window][verifier]") {
-  const Linked linked = link_into_window(kKernels, kEntries, true);
+  const Linked linked = link_into_window(kKernels.c_str(), kEntries, true);
   const Verdict verdict = verify(linked);
   INFO(verdict.refusal);
   REQUIRE(verdict.accepted);
@@ -253,7 +224,7 @@ TEST_CASE("the verifier refuses the same kernels compiled without the window sha
           "[window][verifier]") {
   for (const char* entry : {"saxpy", "chase", "bump"}) {
     INFO(entry);
-    const Linked linked = link_into_window(kKernels, {entry}, false);
+    const Linked linked = link_into_window(kKernels.c_str(), {entry}, false);
     const Verdict verdict = verify(linked);
     CHECK_FALSE(verdict.accepted);
     CHECK_THAT(verdict.refusal, Catch::Contains("outside the window"));

@@ -9,6 +9,7 @@
 #include "jit/host_optimiser.hpp"
 #include "jit/routed_memory.hpp"
 #include "jit/window_memory.hpp"
+#include "window_test_ir.hpp"
 
 #include <threechains/error.hpp>
 
@@ -45,6 +46,8 @@
 
 namespace tc = threechains;
 using tc::confined::Window;
+using window_tests::kSaxpy;
+using window_tests::parse;
 
 namespace {
 
@@ -115,18 +118,6 @@ void touch_byte(const volatile std::byte* at) {
   (void)*at;
 }
 
-std::unique_ptr<llvm::Module> parse(const char* text, llvm::LLVMContext& context) {
-  llvm::SMDiagnostic error;
-  std::unique_ptr<llvm::Module> module = llvm::parseAssemblyString(text, error, context);
-  if (!module) {
-    std::string message;
-    llvm::raw_string_ostream out(message);
-    error.print("test", out);
-    FAIL(message);
-  }
-  return module;
-}
-
 // A store and a load through whatever pointer they are given.
 constexpr const char* kPoke = R"(
 define void @poke(ptr %p, i64 %v) {
@@ -136,29 +127,6 @@ define void @poke(ptr %p, i64 %v) {
 define i64 @peek(ptr %p) {
   %v = load i64, ptr %p
   ret i64 %v
-}
-)";
-
-// saxpy as clang writes it before optimising: the host optimiser vectorises it.
-constexpr const char* kSaxpy = R"(
-define void @saxpy(float %a, ptr noalias %x, ptr noalias %y, i64 %n) {
-entry:
-  %empty = icmp eq i64 %n, 0
-  br i1 %empty, label %done, label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %next, %loop ]
-  %xp = getelementptr inbounds float, ptr %x, i64 %i
-  %yp = getelementptr inbounds float, ptr %y, i64 %i
-  %xv = load float, ptr %xp
-  %yv = load float, ptr %yp
-  %ax = fmul float %a, %xv
-  %s = fadd float %ax, %yv
-  store float %s, ptr %yp
-  %next = add nuw i64 %i, 1
-  %end = icmp eq i64 %next, %n
-  br i1 %end, label %done, label %loop
-done:
-  ret void
 }
 )";
 

@@ -27,7 +27,8 @@
 // Which vector registers the trampoline clears: 0 the SSE ones, 1 all of
 // AVX's, 2 AVX-512's too (%zmm16-31, the mask registers). Each by a VEX or
 // EVEX xor of its low 128 bits, which zeroes the rest, a zeroing idiom the
-// CPU drops at rename (vzeroall cost ~3 ns a call here).
+// CPU drops at rename (vzeroall measured slower, in runs not interleaved:
+// docs/performance.md).
 // Read once, when the library loads.
 extern "C" [[gnu::visibility("hidden")]] const unsigned char threechains_window_vector_level = [] {
   __builtin_cpu_init();  // this may run before libgcc's own constructor has
