@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -809,3 +810,49 @@ TEST_CASE("window code whose stack need the thread cannot give is a trap before 
 }
 
 #endif
+
+TEST_CASE("window code that never returns is stopped by the watchdog after its budget",
+          "[window][verifier]") {
+  using namespace std::chrono_literals;
+  using Clock = std::chrono::steady_clock;
+  Window window;
+  // jmp . : the verifier bounds where code goes, not how long it runs.
+  const HandCode endless = place(window, {0xeb, 0xfe});
+  REQUIRE(endless.verdict.accepted);
+  // leaq 1(%rdi),%rax; ret
+  const HandCode quick = place(window, {0x48, 0x8d, 0x47, 0x01, 0xc3});
+  REQUIRE(quick.verdict.accepted);
+  const int64_t entry_offset = static_cast<const std::byte*>(endless.code.entry) - window.base();
+
+  constexpr auto budget = 50ms;
+  auto fastest = Clock::duration::max();
+  uint64_t result = 0;
+  for (int round = 0; round < 3; ++round) {
+    const auto started = Clock::now();
+    const auto trap = tc::confined::run_window_code(window, endless.code, result, 0, 0, 0, budget);
+    const auto elapsed = Clock::now() - started;
+    INFO("round " << round << ": stopped after "
+                  << std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count()
+                  << " us");
+    REQUIRE(trap.has_value());
+    CHECK(trap->fault == tc::confined::WindowFault::time);
+    CHECK(trap->offset == entry_offset);
+    CHECK(elapsed >= budget);  // never before its budget
+    CHECK(elapsed < 1s);       // a bound a loaded CI machine keeps
+    fastest = std::min(fastest, elapsed);
+    // The thread goes on: an honest call right after answers.
+    REQUIRE_FALSE(
+        tc::confined::run_window_code(window, quick.code, result, 41, 0, 0, budget).has_value());
+    CHECK(result == 42);
+  }
+  // The watchdog promises at most 1.5 budgets and the time to be scheduled.
+  CHECK(fastest < 2 * budget);
+
+  // Many short calls under a short budget: the watchdog looks (every
+  // 250 us here) often catch one under way, and never stop one.
+  for (uint64_t i = 0; i < 200000; ++i) {
+    const auto trap = tc::confined::run_window_code(window, quick.code, result, i, 0, 0, 1ms);
+    REQUIRE_FALSE(trap.has_value());
+    REQUIRE(result == i + 1);
+  }
+}

@@ -3,12 +3,15 @@
 // that lies in that window, jumps back to run_in_window.
 #include "confine/window_traps.hpp"
 
+#include "confine/window_watchdog.hpp"
+
 #include "sanitizers.hpp"
 #include "signal_chain.hpp"
 
 #include <pthread.h>
 #include <signal.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <array>
 #include <climits>
@@ -315,23 +318,29 @@ uintptr_t stack_low() noexcept {
   abandon_run(*run, WindowTrap{0, false, WindowFault::stack});
 }
 
+// run_window_code's trap: the code's call returns, at the trampoline's
+// resume point with the stack it had there; returning from the handler
+// lets the kernel put back the signal mask and the floating-point state of
+// the code that was stopped, so nothing is left as the handler had it.
+void resume_after(ActiveRun& run, const WindowTrap& trap, void* context) noexcept {
+  last_trap = trap;
+  run.trapped = true;
+  active = nullptr;
+  auto* uc = static_cast<ucontext_t*>(context);
+#if defined(__x86_64__)
+  uc->uc_mcontext.gregs[REG_RSP] = static_cast<greg_t>(run.resume_stack);
+  uc->uc_mcontext.gregs[REG_RIP] = reinterpret_cast<greg_t>(&threechains_window_resume[0]);
+#else
+  (void)uc;
+#endif
+}
+
 void on_fault(int signal, siginfo_t* info, void* context) {
   ActiveRun* const run = active;
   const std::optional<WindowTrap> trap =
       run != nullptr ? trap_for(*run, signal, info, context) : std::nullopt;
   if (trap && run->resume_stack != 0) {
-    // run_window_code: the code's call returns, at the trampoline's resume
-    // point with the stack it had there; returning from the handler lets
-    // the kernel put back the signal mask and the floating-point state of
-    // the code that faulted, so nothing is left as the handler had it.
-    last_trap = *trap;
-    run->trapped = true;
-    active = nullptr;
-    auto* uc = static_cast<ucontext_t*>(context);
-#if defined(__x86_64__)
-    uc->uc_mcontext.gregs[REG_RSP] = static_cast<greg_t>(run->resume_stack);
-    uc->uc_mcontext.gregs[REG_RIP] = reinterpret_cast<greg_t>(&threechains_window_resume[0]);
-#endif
+    resume_after(*run, *trap, context);
     return;
   }
   if (trap) {
@@ -355,6 +364,42 @@ void on_fault(int signal, siginfo_t* info, void* context) {
   detail::pass_to_previous(previous[k], signal, info, context);
 }
 
+struct sigaction previous_time {};
+
+// The watchdog's signal (window_watchdog.hpp). It stops the run only if
+// the invocation it was sent for is still under way and the thread is in
+// window code: in the trampoline, or just after the run, it does nothing,
+// and the watchdog sends it again while the invocation lasts.
+void on_time(int signal, siginfo_t* info, void* context) {
+  const bool from_watchdog =
+      info != nullptr && info->si_code == SI_TKILL && info->si_pid == getpid();
+  if (!from_watchdog) {
+    detail::pass_to_previous(previous_time, signal, info, context);
+    return;
+  }
+  ActiveRun* const run = active;
+  const Watch* const watch = ThreadWatch::if_any();
+  if (run == nullptr || run->resume_stack == 0 || watch == nullptr || context == nullptr) return;
+  const uint64_t running = watch->running.load(std::memory_order_relaxed);
+  if (running == 0 || watch->stop.load(std::memory_order_relaxed) != running) return;
+  const uintptr_t at = instruction_address(context);
+  if (!run->window->reaches(at)) return;
+  const auto base = reinterpret_cast<uintptr_t>(run->window->base());
+  resume_after(*run, WindowTrap{static_cast<int64_t>(at - base), false, WindowFault::time},
+               context);
+}
+
+void install_time_trap() noexcept {
+  struct sigaction now {};
+  sigaction(watchdog_signal(), nullptr, &now);
+  if ((now.sa_flags & SA_SIGINFO) != 0 && now.sa_sigaction == &on_time) return;
+  struct sigaction ours {};
+  ours.sa_sigaction = &on_time;
+  ours.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+  sigemptyset(&ours.sa_mask);
+  sigaction(watchdog_signal(), &ours, &previous_time);
+}
+
 }  // namespace
 
 void install_window_traps() noexcept {
@@ -369,6 +414,7 @@ void install_window_traps() noexcept {
     sigemptyset(&ours.sa_mask);
     sigaction(kSignals[k], &ours, &previous[k]);
   }
+  install_time_trap();
 }
 
 std::optional<WindowTrap> run_in_window(const Window& window, void (*function)(void*),
@@ -392,8 +438,8 @@ std::optional<WindowTrap> run_in_window(const Window& window, void (*function)(v
 
 #if defined(__x86_64__)
 std::optional<WindowTrap> run_window_code(const Window& window, const WindowCode& code,
-                                          uint64_t& result, uint64_t a0, uint64_t a1,
-                                          uint64_t a2) noexcept {
+                                          uint64_t& result, uint64_t a0, uint64_t a1, uint64_t a2,
+                                          std::chrono::nanoseconds budget) noexcept {
   static const bool installed = (install_window_traps(), true);
   (void)installed;
   if (active != nullptr) return WindowTrap{INT64_MIN, false};
@@ -405,6 +451,7 @@ std::optional<WindowTrap> run_window_code(const Window& window, const WindowCode
   GsBase::use(window.base());
   ActiveRun run;
   run.window = &window;
+  const WatchedRun watched(budget);
   active = &run;
   result = threechains_call_window_code(reinterpret_cast<uint64_t>(code.entry), code.stack_bytes,
                                         a0, a1, a2, &run.resume_stack);

@@ -13,6 +13,7 @@
 
 #include "confine/window.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 
@@ -29,6 +30,8 @@ enum class WindowFault : uint8_t {
                // access, a non-canonical address (#GP names no address)
   stack,       // the thread had less stack left than the code's verified need
                // and a signal frame: call_window_code ran nothing
+  time,        // it ran past its budget (run_window_code, window_watchdog.hpp);
+               // the offset is the instruction it was stopped at
 };
 
 struct WindowTrap {
@@ -39,7 +42,8 @@ struct WindowTrap {
 };
 
 // Puts the trap handler on top of the SIGSEGV, SIGBUS, SIGILL and SIGFPE
-// handlers installed now, passing what is not a window's fault to them: a
+// handlers installed now (and the watchdog's signal's, window_watchdog.hpp),
+// passing what is not a window's fault to them: a
 // fault is the window's when its address lies in the active window or its
 // guards, or when the instruction that faulted lies in the window (only the
 // window's own code runs there). run_in_window does it
@@ -93,10 +97,12 @@ struct WindowCode {
 // the trap if it faulted. A trap resumes the trampoline's return through
 // the signal's own return, so the kernel puts back the signal mask and the
 // floating-point state, and no host frame is abandoned: no setjmp.
-[[nodiscard]] std::optional<WindowTrap> run_window_code(const Window& window,
-                                                        const WindowCode& code, uint64_t& result,
-                                                        uint64_t a0 = 0, uint64_t a1 = 0,
-                                                        uint64_t a2 = 0) noexcept;
+// With a `budget`, the watchdog (window_watchdog.hpp) stops the code with a
+// WindowFault::time trap after at least `budget` and at most about 1.5
+// times it; none (zero) lets it run until it returns or faults.
+[[nodiscard]] std::optional<WindowTrap> run_window_code(
+    const Window& window, const WindowCode& code, uint64_t& result, uint64_t a0 = 0,
+    uint64_t a1 = 0, uint64_t a2 = 0, std::chrono::nanoseconds budget = {}) noexcept;
 
 [[nodiscard]] std::optional<WindowTrap> run_in_window(const Window& window, void (*function)(void*),
                                                       void* argument) noexcept;
