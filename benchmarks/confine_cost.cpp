@@ -9,6 +9,10 @@
 // and prints each confined figure as a multiple of the unconfined one, one
 // JSON line per figure to --json (or stderr). Also the counter's first load
 // each way (once: the confined one includes starting the compile worker).
+// A third JitCache runs the same code in the window tier
+// (ConfinementOptions::window_tier, x86-64), its counter and arrays in
+// memory exposed to windows (JitCache::allocate_exposed); its figures are
+// printed beside, as multiples of the unconfined ones.
 #include <threechains/ifunc.hpp>
 #include <threechains/jit_cache.hpp>
 
@@ -17,9 +21,12 @@
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <stdexcept>
+#include <tuple>
 #include <vector>
 
 namespace tc = threechains;
@@ -40,9 +47,10 @@ struct Loaded {
   const tc::CachedIfunc* saxpy = nullptr;
 };
 
-tc::JitOptions options() {
+tc::JitOptions options(bool window_tier = false) {
   tc::JitOptions o;
   o.tiering = tc::Tiering::ir_only;
+  o.confinement.window_tier = window_tier;
   return o;
 }
 
@@ -79,14 +87,18 @@ int main(int argc, char** argv) {
 
   Loaded plain{tc::JitCache(options())};
   Loaded confined{tc::JitCache(options())};
+  Loaded windowed{tc::JitCache(options(true))};
   // First loads of the counter: unconfined it compiles in this process,
   // confined in a compile worker started for it (LLVM's start included).
   double load_plain_ms = 0;
   double load_confined_ms = 0;
-  for (auto [loaded, mode] : {std::pair{&plain, tc::Confine::no}, {&confined, tc::Confine::yes}}) {
+  double load_windowed_ms = 0;
+  for (auto [loaded, mode, took] : {std::tuple{&plain, tc::Confine::no, &load_plain_ms},
+                                    {&confined, tc::Confine::yes, &load_confined_ms},
+                                    {&windowed, tc::Confine::yes, &load_windowed_ms}}) {
     const auto load_started = std::chrono::steady_clock::now();
     (void)loaded->cache.load(counter.id(), counter.codec(), counter.code(), mode);
-    (mode == tc::Confine::no ? load_plain_ms : load_confined_ms) =
+    *took =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_started)
             .count();
     (void)loaded->cache.load(saxpy.id(), saxpy.codec(), saxpy.code(), mode);
@@ -99,9 +111,20 @@ int main(int argc, char** argv) {
   confined.cache.expose({{"x", bytes(x), false},
                          {"y", bytes(y_confined), true},
                          {"counter", {reinterpret_cast<std::byte*>(&count_confined), 8}, true}});
+  // The window tier's data where windows see it.
+  const bool in_window =
+      windowed.cache.in_window(*windowed.counter) && windowed.cache.in_window(*windowed.saxpy);
+  auto* const x_windowed =
+      reinterpret_cast<float*>(windowed.cache.allocate_exposed("x", n * 4, false).data());
+  auto* const y_windowed =
+      reinterpret_cast<float*>(windowed.cache.allocate_exposed("y", n * 4, true).data());
+  auto* const count_windowed =
+      reinterpret_cast<uint64_t*>(windowed.cache.allocate_exposed("counter", 8, true).data());
+  std::copy(x.begin(), x.end(), x_windowed);
 
   const int saxpy_calls = std::max(1, calls / static_cast<int>(n / 64 + 1));
-  std::vector<double> call_plain, call_confined, saxpy_plain, saxpy_confined;
+  std::vector<double> call_plain, call_confined, saxpy_plain, saxpy_confined, call_windowed,
+      saxpy_windowed;
   for (int r = 0; r < rounds; ++r) {
     alignas(16) uint64_t one = 1;
     call_plain.push_back(ns_per(
@@ -112,6 +135,21 @@ int main(int argc, char** argv) {
             throw std::runtime_error("the confined counter trapped");
         },
         calls));
+    call_windowed.push_back(ns_per(
+        [&] {
+          if (windowed.cache.invoke(*windowed.counter, &one, sizeof(one), count_windowed))
+            throw std::runtime_error("the windowed counter trapped");
+        },
+        calls));
+    alignas(16) SaxpyRequest windowed_request{0.5F, 1, n, x_windowed, y_windowed};
+    saxpy_windowed.push_back(ns_per(
+                                 [&] {
+                                   if (windowed.cache.invoke(*windowed.saxpy, &windowed_request,
+                                                             sizeof(windowed_request), nullptr))
+                                     throw std::runtime_error("the windowed saxpy trapped");
+                                 },
+                                 saxpy_calls) /
+                             static_cast<double>(n));
     alignas(16) SaxpyRequest plain_request{0.5F, 1, n, x.data(), y_plain.data()};
     alignas(16) SaxpyRequest confined_request{0.5F, 1, n, x.data(), y_confined.data()};
     saxpy_plain.push_back(ns_per(
@@ -130,7 +168,8 @@ int main(int argc, char** argv) {
                                  saxpy_calls) /
                              static_cast<double>(n));
   }
-  if (count_plain != count_confined || y_plain != y_confined) {
+  if (count_plain != count_confined || y_plain != y_confined || count_plain != *count_windowed ||
+      !std::equal(y_plain.begin(), y_plain.end(), y_windowed)) {
     std::fprintf(stderr, "confined and unconfined results differ\n");
     return 1;
   }
@@ -139,22 +178,29 @@ int main(int argc, char** argv) {
     const char* unit;
     double plain;
     double confined;
+    double windowed;
   };
   const Figure figures[] = {
-      {"counter call", "ns/call", bench::median(call_plain), bench::median(call_confined)},
-      {"saxpy", "ns/element", bench::median(saxpy_plain), bench::median(saxpy_confined)},
-      {"counter load", "ms", load_plain_ms, load_confined_ms},
+      {"counter call", "ns/call", bench::median(call_plain), bench::median(call_confined),
+       bench::median(call_windowed)},
+      {"saxpy", "ns/element", bench::median(saxpy_plain), bench::median(saxpy_confined),
+       bench::median(saxpy_windowed)},
+      {"counter load", "ms", load_plain_ms, load_confined_ms, load_windowed_ms},
   };
-  fmt::print("{:<14} {:>12} {:>12} {:>8}  ({} rounds, median; n = {})\n", "", "unconfined",
-             "confined", "ratio", rounds, n);
+  fmt::print("{:<14} {:>12} {:>12} {:>8} {:>12} {:>8}  ({} rounds, median; n = {}{})\n", "",
+             "unconfined", "checked", "ratio", "window", "ratio", rounds, n,
+             in_window ? "" : "; NOT in the window tier: this build or CPU has none");
   std::FILE* out = json.empty() ? stderr : std::fopen(json.c_str(), "a");
   for (const Figure& f : figures) {
-    fmt::print("{:<14} {:>9.3f} {:<2} {:>9.3f} {:<2} {:>7.2f}x\n", f.name, f.plain, "", f.confined,
-               "", f.confined / f.plain);
+    fmt::print("{:<14} {:>9.3f} {:<2} {:>9.3f} {:<2} {:>7.2f}x {:>9.3f} {:<2} {:>7.2f}x\n", f.name,
+               f.plain, "", f.confined, "", f.confined / f.plain, f.windowed, "",
+               f.windowed / f.plain);
     fmt::print(out,
                "{{\"bench\":\"confine\",\"figure\":\"{}\",\"unit\":\"{}\",\"unconfined\":{:.4f},"
-               "\"confined\":{:.4f},\"ratio\":{:.3f},\"rounds\":{},\"n\":{}}}\n",
-               f.name, f.unit, f.plain, f.confined, f.confined / f.plain, rounds, n);
+               "\"confined\":{:.4f},\"ratio\":{:.3f},\"window\":{:.4f},\"window_ratio\":{:.3f},"
+               "\"in_window\":{},\"rounds\":{},\"n\":{}}}\n",
+               f.name, f.unit, f.plain, f.confined, f.confined / f.plain, f.windowed,
+               f.windowed / f.plain, in_window, rounds, n);
   }
   if (out != stderr) std::fclose(out);
   return 0;

@@ -28,6 +28,7 @@
 
 #include <sys/wait.h>
 
+#include <sys/mman.h>
 #include <unistd.h>
 #include <csignal>
 
@@ -179,9 +180,9 @@ TEST_CASE("a confinement window is 4 GiB aligned, zeroed, and faults outside wha
   CHECK(base % Window::kSize == 0);
   const std::span<std::byte> writable = window.allocate(100, true);
   const std::span<std::byte> readable = window.allocate(page + 1, false);
-  CHECK(writable.data() == window.base());
+  CHECK(writable.data() == window.base() + Window::kLowGuard);  // a null pointer faults
   CHECK(writable.size() == 100);
-  CHECK(readable.data() == window.base() + page);  // whole pages
+  CHECK(readable.data() == window.base() + Window::kLowGuard + page);  // whole pages
   CHECK(window.used() == 3 * page);
   CHECK(
       std::all_of(readable.begin(), readable.end(), [](std::byte b) { return b == std::byte{0}; }));
@@ -196,12 +197,15 @@ TEST_CASE("a confinement window is 4 GiB aligned, zeroed, and faults outside wha
   CHECK(segfaults([&] { touch_byte(window.base() - Window::kGuard); }));
   CHECK(segfaults([&] { touch_byte(window.base() + Window::kSize); }));
   CHECK(segfaults([&] { touch_byte(window.base() + Window::kSize + Window::kGuard - 1); }));
-  CHECK(segfaults([&] { touch_byte(window.base() + window.used()); }));
+  CHECK(segfaults([&] { touch_byte(window.base() + Window::kLowGuard + window.used()); }));
+  CHECK(segfaults([&] { touch_byte(window.base()); }));
+  CHECK(segfaults([&] { touch_byte(window.base() + Window::kLowGuard - 1); }));
   CHECK(segfaults([&] { readable[0] = std::byte{1}; }));
   CHECK_FALSE(segfaults([&] { touch_byte(readable.data() + readable.size() - 1); }));
 
-  // Past its 4 GiB it hands out nothing, and says how much is left.
-  (void)window.allocate(Window::kSize - window.used(), true);
+  // Past its own half it hands out nothing, and says how much is left:
+  // the upper half is for memory shared with the host (map_shared).
+  (void)window.allocate(Window::kShared - Window::kLowGuard - window.used(), true);
   try {
     (void)window.allocate(1, true);
     FAIL("a full window handed out a page");
@@ -214,7 +218,7 @@ TEST_CASE("a confinement window is 4 GiB aligned, zeroed, and faults outside wha
   Window moved = std::move(window);
   CHECK(reinterpret_cast<uintptr_t>(moved.base()) == base);
   CHECK(window.base() == nullptr);  // NOLINT(bugprone-use-after-move): what the move left
-  CHECK(moved.base()[99] == std::byte{7});
+  CHECK(moved.base()[Window::kLowGuard + 99] == std::byte{7});
 }
 
 #if defined(__x86_64__)
@@ -225,30 +229,45 @@ TEST_CASE("window-shaped code reaches only its window, whatever pointer it is gi
   const Peek peek = shaped.peek;
 
   Window window;
-  const std::span<std::byte> all = window.allocate(Window::kSize, true);  // committed as touched
+  // All of it mapped (committed as touched): its own half, and a file in
+  // the shared half; only the low guard stays unmapped.
+  (void)window.allocate(Window::kShared - Window::kLowGuard, true);
+  const int file = memfd_create("window-test", MFD_CLOEXEC);
+  REQUIRE(file >= 0);
+  REQUIRE(ftruncate(file, static_cast<off_t>(Window::kSize - Window::kShared)) == 0);
+  window.map_shared(file, 0, Window::kShared, Window::kSize - Window::kShared, true);
+  close(file);
+  std::byte* const all = window.base();
   tc::confined::GsBase::use(window.base());
-  auto canary = std::make_unique<uint64_t>(0xC0FFEE);
-  const auto canary_address = reinterpret_cast<uintptr_t>(canary.get());
-  const uint64_t offset = canary_address & 0xffffffff;
+  // A canary whose address's low 32 bits lie past the low guard (nearly
+  // every heap address does).
+  std::vector<std::unique_ptr<uint64_t>> canaries;
+  do {
+    canaries.push_back(std::make_unique<uint64_t>(0xC0FFEE));
+  } while ((reinterpret_cast<uintptr_t>(canaries.back().get()) & 0xffffffff) < Window::kLowGuard);
+  uint64_t* const canary = canaries.back().get();
+  const uint64_t offset = reinterpret_cast<uintptr_t>(canary) & 0xffffffff;
 
-  poke(canary.get(), 0x5151);  // the canary's own address, outside the window
+  poke(canary, 0x5151);  // the canary's own address, outside the window
   CHECK(*canary == 0xC0FFEE);
   uint64_t landed = 0;
-  std::memcpy(&landed, all.data() + offset, 8);
+  std::memcpy(&landed, all + offset, 8);
   CHECK(landed == 0x5151);  // it went to the window, at the pointer's low 32 bits
-  CHECK(peek(canary.get()) == 0x5151);
+  CHECK(peek(canary) == 0x5151);
 
   // A pointer into the window means what it says.
-  poke(all.data() + 64, 77);
+  std::byte* const inside = all + Window::kLowGuard + 64;
+  poke(inside, 77);
   uint64_t at64 = 0;
-  std::memcpy(&at64, all.data() + 64, 8);
+  std::memcpy(&at64, inside, 8);
   CHECK(at64 == 77);
-  CHECK(peek(all.data() + 64) == 77);
+  CHECK(peek(inside) == 77);
 
   // Any upper half, the same place.
-  const auto forged = reinterpret_cast<void*>((uint64_t{0xdeadbeef} << 32) | 64);
+  const auto forged =
+      reinterpret_cast<void*>((uint64_t{0xdeadbeef} << 32) | (Window::kLowGuard + 64));
   poke(forged, 78);
-  CHECK(peek(all.data() + 64) == 78);
+  CHECK(peek(inside) == 78);
   CHECK(*canary == 0xC0FFEE);
 }
 
@@ -313,11 +332,11 @@ TEST_CASE("a window-shaped access its window does not allow is a trap, and the t
   for (int round = 0; round < 3; ++round) {
     call.at = readable + 8;
     call.value = 1;
-    CHECK(run_in_window(window, poke, &call) == WindowTrap{4096 + 8, true});
+    CHECK(run_in_window(window, poke, &call) == WindowTrap{Window::kLowGuard + 4096 + 8, true});
     call.at = window.base() + 3 * 4096;  // not handed out
     CHECK(run_in_window(window, peek, &call) == WindowTrap{3 * 4096, false});
     call.at = writable + 4093;  // its last bytes would be on the read-only page
-    CHECK(run_in_window(window, poke, &call) == WindowTrap{4096, true});
+    CHECK(run_in_window(window, poke, &call) == WindowTrap{Window::kLowGuard + 4096, true});
     call.at = writable + 16;
     call.value = 100 + static_cast<uint64_t>(round);
     CHECK_FALSE(run_in_window(window, poke, &call).has_value());

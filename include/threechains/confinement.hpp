@@ -51,6 +51,15 @@ struct ConfinementOptions {
   // when it starts compiling (LLVM's libraries). Not applied in sanitizer
   // builds (their shadow memory needs terabytes of address space).
   std::size_t compile_memory_limit = std::size_t{2} << 30;
+  // The window tier (x86-64; docs/security.md, "The window tier"): confined
+  // bitcode that needs no import, local variable or memory intrinsic once
+  // optimised is compiled to address only a 4 GiB window of its own, and
+  // runs at about native speed once a verifier of its machine code (not
+  // the compiler) accepted it. It reaches its payload (copied into the
+  // window) and memory the target exposes with JitCache::allocate_exposed,
+  // not regions exposed by address: target_args elsewhere is passed as
+  // null. Other confined code keeps the checked tier. Off by default.
+  bool window_tier = false;
 };
 
 // A region of the target process that confined code may use, by name.

@@ -152,6 +152,16 @@ class JitCache {
   [[nodiscard]] std::string confined_name(const CachedIfunc& ifunc) const;
   // Regions of this process that confined code may use (replaces the last set).
   void expose(const std::vector<ExposedRegion>& regions);
+  // Memory that confined code of both tiers may use, the window tier
+  // without a copy (ConfinementOptions::window_tier): `bytes` of zeroed
+  // memory, writable by confined code if `writable`, owned by this cache
+  // (valid while it lives). Pointers into it (as target_args, or in a
+  // payload) mean the same memory to window code. Throws
+  // Error(errc::limit_exceeded) past 2 GiB in all.
+  [[nodiscard]] std::span<std::byte> allocate_exposed(const std::string& name, std::size_t bytes,
+                                                      bool writable);
+  // Whether a cached confined ifunc runs in the window tier.
+  [[nodiscard]] bool in_window(const CachedIfunc& ifunc) const noexcept;
   // The JIT'd function holding `address` (an instruction of injected code),
   // and `offset` into it; nullptr if none. Allocation- and lock-free: a
   // signal handler on the thread that uses this cache may ask while an ifunc

@@ -8,6 +8,8 @@
 // itself: it lies in no region.
 #pragma once
 
+#include "confine/window_tier.hpp"
+
 #include <threechains/confinement.hpp>
 #include <threechains/ifunc.hpp>
 
@@ -108,6 +110,9 @@ struct Code {
   // zero), to set them back when another caller runs it (Runner::run).
   std::vector<std::vector<std::byte>> initial;
   mutable uint64_t caller = 0;  // whom it last ran for
+  // Set for code of the window tier (confine/window_tier.hpp), which has
+  // neither globals table nor sites: the fields above stay empty.
+  std::unique_ptr<WindowedCode> windowed;
 
   // Takes `initial` from the globals as they are now (right after linking).
   void remember_initial_globals();

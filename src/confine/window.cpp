@@ -49,6 +49,7 @@ Window::Window() {
   reservation_ = window - kGuard;
   reserved_ = span;
   base_ = window;
+  used_ = kLowGuard;
   // The slack before and after: munmap of a part of a mapping cannot fail
   // for reasons of ours, and a failure would only leave address space held.
   if (reservation_ > start) (void)munmap(start, static_cast<std::size_t>(reservation_ - start));
@@ -97,8 +98,9 @@ bool Window::contains(const void* address, std::size_t bytes) const noexcept {
 std::span<std::byte> Window::allocate(std::size_t bytes, bool writable) {
   const std::size_t page = page_size();
   const std::size_t rounded = bytes == 0 ? page : (bytes + page - 1) / page * page;
-  if (base_ == nullptr || rounded < bytes || rounded > kSize - used_) {
-    throw Error(errc::limit_exceeded, "a confinement window has " + std::to_string(kSize - used_) +
+  if (base_ == nullptr || rounded < bytes || rounded > kShared - used_) {
+    throw Error(errc::limit_exceeded, "a confinement window has " +
+                                          std::to_string(base_ == nullptr ? 0 : kShared - used_) +
                                           " bytes left, not the " + std::to_string(bytes) +
                                           " asked for");
   }
@@ -116,6 +118,23 @@ std::span<std::byte> Window::allocate(std::size_t bytes, bool writable) {
   return {at, bytes};
 }
 
+void Window::map_shared(int fd, uint64_t file_offset, uint64_t offset, std::size_t bytes,
+                        bool writable) {
+  if (base_ == nullptr || offset < kShared || offset > kSize || bytes > kSize - offset ||
+      offset % page_size() != 0) {
+    throw Error(errc::limit_exceeded, "cannot share " + std::to_string(bytes) +
+                                          " bytes at offset " + std::to_string(offset) +
+                                          " of a confinement window: not in its shared half");
+  }
+  const int protection = PROT_READ | (writable ? PROT_WRITE : 0);
+  if (mmap(base_ + offset, bytes, protection, MAP_SHARED | MAP_FIXED, fd,
+           static_cast<off_t>(file_offset)) == MAP_FAILED) {
+    throw Error(errc::limit_exceeded,
+                "cannot map " + std::to_string(bytes) +
+                    " shared bytes into a confinement window: " + std::strerror(errno));
+  }
+}
+
 void Window::retire(std::span<std::byte> pages) noexcept {
   const std::size_t page = page_size();
   const auto begin = reinterpret_cast<uintptr_t>(pages.data()) / page * page;
@@ -131,7 +150,7 @@ void Window::retire(std::span<std::byte> pages) noexcept {
 
 #if defined(__x86_64__)
 
-thread_local const std::byte* GsBase::current_ = nullptr;
+constinit thread_local const std::byte* GsBase::current_ = nullptr;
 
 namespace {
 // Linux lets user code write the base itself where the CPU has FSGSBASE and

@@ -27,6 +27,12 @@ class Window {
   static constexpr uint64_t kSize = uint64_t{1} << 32;
   // On each side: a signed 32-bit displacement reaches 2 GiB either way.
   static constexpr uint64_t kGuard = uint64_t{1} << 31;
+  // allocate() hands out [kLowGuard, kShared): the first pages stay
+  // unmapped, so a null pointer and small offsets from it fault; the upper
+  // half is for memory shared with the host and every window alike
+  // (map_shared, confine/exposure.hpp).
+  static constexpr uint64_t kLowGuard = uint64_t{1} << 16;
+  static constexpr uint64_t kShared = kSize / 2;
 
   // Reserves the window and its guards (address space only: nothing is
   // committed until allocate()). Throws Error(errc::limit_exceeded) if the
@@ -48,7 +54,7 @@ class Window {
     return reservation_ != nullptr && address >= begin && address - begin < reserved_;
   }
   // Bytes handed out so far (whole pages).
-  [[nodiscard]] std::size_t used() const noexcept { return used_; }
+  [[nodiscard]] std::size_t used() const noexcept { return used_ == 0 ? 0 : used_ - kLowGuard; }
 
   // Not thread-safe: one owner hands out a window's pages (the
   // WindowMemoryMapper takes its own lock around it).
@@ -62,13 +68,19 @@ class Window {
   // again: 4 GiB of address space outlasts any code cache's turnover.
   void retire(std::span<std::byte> pages) noexcept;
 
+  // Maps `bytes` of file `fd` from `file_offset` at `offset` in the shared
+  // half ([kShared, kSize)), shared with every other mapping of it:
+  // readable, and writable if `writable`. Throws Error(errc::limit_exceeded)
+  // if the range is not in the shared half or the mapping fails.
+  void map_shared(int fd, uint64_t file_offset, uint64_t offset, std::size_t bytes, bool writable);
+
  private:
   void release() noexcept;
 
   std::byte* reservation_ = nullptr;  // the guards and the window, owned
   std::size_t reserved_ = 0;
   std::byte* base_ = nullptr;  // reservation_ + kGuard
-  std::size_t used_ = 0;
+  std::size_t used_ = 0;       // the next offset allocate() hands out
 };
 
 #if defined(__x86_64__)
@@ -93,7 +105,7 @@ class GsBase {
 
  private:
   static void write(const std::byte* base) noexcept;
-  [[gnu::tls_model("initial-exec")]] static thread_local const std::byte* current_;
+  [[gnu::tls_model("initial-exec")]] static constinit thread_local const std::byte* current_;
 };
 #endif
 

@@ -120,7 +120,7 @@ struct WatchRegistration {
   WatchRegistration& operator=(const WatchRegistration&) = delete;
 };
 
-thread_local Watch* ThreadWatch::current_ = nullptr;
+constinit thread_local Watch* ThreadWatch::current_ = nullptr;
 
 Watch* ThreadWatch::register_this_thread() noexcept {
   if (thread_ending) return nullptr;

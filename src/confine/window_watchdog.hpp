@@ -55,7 +55,7 @@ class ThreadWatch {
  private:
   friend struct WatchRegistration;
   [[gnu::noinline, gnu::cold]] static Watch* register_this_thread() noexcept;
-  [[gnu::tls_model("initial-exec")]] static thread_local Watch* current_;
+  [[gnu::tls_model("initial-exec")]] static constinit thread_local Watch* current_;
 };
 
 // Brackets one invocation of window code under `budget` on this thread.

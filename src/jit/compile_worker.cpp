@@ -9,9 +9,9 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -69,7 +69,8 @@ std::vector<std::byte> contents(int fd, std::size_t limit) {
   std::vector<std::byte> bytes(std::min(static_cast<std::size_t>(info.st_size), limit));
   std::size_t done = 0;
   while (done < bytes.size()) {
-    const ssize_t got = pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    const ssize_t got =
+        pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) break;
     done += static_cast<std::size_t>(got);
@@ -136,6 +137,7 @@ CompileWorkers::Job CompileWorkers::prepare(const std::string& name,
   worker::JobHeader header;
   header.optimisation_level = settings_.optimisation_level;
   header.codegen_level = settings_.codegen_level;
+  header.window_shape = settings_.window_shape ? 1 : 0;
   header.max_global_bytes = settings_.max_global_bytes;
   header.memory_limit = settings_.memory_limit;
   // The parent reads the worker's CPU time; this stops a worker whose
@@ -284,7 +286,8 @@ CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const Job& job) c
   std::vector<std::string> kept;
   for (const char* variable :
        {"LD_LIBRARY_PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS", "LSAN_OPTIONS"}) {
-    if (const char* value = std::getenv(variable)) kept.push_back(std::string(variable) + "=" + value);
+    if (const char* value = std::getenv(variable))
+      kept.push_back(std::string(variable) + "=" + value);
   }
   // The worker links this library, and so UCX, which it never uses: its
   // memory hooks (code patched into libc at load) stay off there. Both
@@ -328,22 +331,22 @@ CompileWorkers::Outcome CompileWorkers::finish(Running& worker, int status) cons
     outcome.error = Error(errc::code_refused, "compile crashed: " + why);
   };
   if (worker.stopped == Running::Stopped::cpu) {
-    outcome.error = Error(errc::code_refused,
-                          "compile ran past " + milliseconds(settings_.time_limit) +
-                              " ms of CPU time and was stopped "
-                              "(ConfinementOptions::compile_time_limit)");
+    outcome.error =
+        Error(errc::code_refused, "compile ran past " + milliseconds(settings_.time_limit) +
+                                      " ms of CPU time and was stopped "
+                                      "(ConfinementOptions::compile_time_limit)");
   } else if (worker.stopped == Running::Stopped::blocked) {
-    outcome.error = Error(errc::code_refused,
-                          "compile stopped: its worker used no CPU time for " +
-                              milliseconds(settings_.time_limit) + " ms, " +
-                              milliseconds(outcome.took) + " ms after it started (blocked)");
+    outcome.error = Error(errc::code_refused, "compile stopped: its worker used no CPU time for " +
+                                                  milliseconds(settings_.time_limit) + " ms, " +
+                                                  milliseconds(outcome.took) +
+                                                  " ms after it started (blocked)");
   } else if (worker.stopped == Running::Stopped::starved) {
-    outcome.error = Error(errc::timeout,
-                          "the target was too busy to finish the compile in " +
-                              milliseconds(outcome.took) + " ms (its worker had " +
-                              milliseconds(worker.cpu_seen) + " of its " +
-                              milliseconds(settings_.time_limit) +
-                              " ms of CPU time); the code is not refused: send it again");
+    outcome.error =
+        Error(errc::timeout, "the target was too busy to finish the compile in " +
+                                 milliseconds(outcome.took) + " ms (its worker had " +
+                                 milliseconds(worker.cpu_seen) + " of its " +
+                                 milliseconds(settings_.time_limit) +
+                                 " ms of CPU time); the code is not refused: send it again");
     outcome.target_failed = true;
   } else if (WIFEXITED(status) && WEXITSTATUS(status) == worker::kExitCompiled) {
     outcome.object = contents(worker.object, settings_.output_limit);
@@ -353,8 +356,8 @@ CompileWorkers::Outcome CompileWorkers::finish(Running& worker, int status) cons
     const std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     const std::size_t newline = text.find('\n');
     const int code = newline == std::string::npos ? 0 : std::atoi(text.substr(0, newline).c_str());
-    outcome.error = Error(refusal_code(code),
-                          newline == std::string::npos ? text : text.substr(newline + 1));
+    outcome.error =
+        Error(refusal_code(code), newline == std::string::npos ? text : text.substr(newline + 1));
   } else if (WIFEXITED(status)) {
     const std::string said = last_words(worker.messages);
     crashed(said.empty() ? "exit status " + std::to_string(WEXITSTATUS(status)) : said);
@@ -363,14 +366,16 @@ CompileWorkers::Outcome CompileWorkers::finish(Running& worker, int status) cons
     const std::string said = last_words(worker.messages);
     const std::string tail = said.empty() ? "" : ": " + said;
     if (signal == SIGXCPU) {
-      outcome.error = Error(errc::code_refused, "compile ran past its CPU time and was stopped" + tail);
+      outcome.error =
+          Error(errc::code_refused, "compile ran past its CPU time and was stopped" + tail);
     } else if (signal == SIGXFSZ) {
       crashed("it wrote more than " + std::to_string(settings_.output_limit) + " bytes");
     } else if (signal == SIGSYS) {
       crashed("it made a system call its seccomp filter refuses" + tail);
     } else {
       crashed(std::string(sigabbrev_np(signal) != nullptr ? "SIG" : "signal ") +
-              (sigabbrev_np(signal) != nullptr ? sigabbrev_np(signal) : std::to_string(signal)) + tail);
+              (sigabbrev_np(signal) != nullptr ? sigabbrev_np(signal) : std::to_string(signal)) +
+              tail);
     }
   }
   worker.pid = -1;  // reaped

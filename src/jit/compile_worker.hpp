@@ -25,12 +25,13 @@ namespace threechains {
 class CompileWorkers {
  public:
   struct Settings {
-    int optimisation_level = 2;             // JitOptions::optimisation_level
-    int codegen_level = 2;                  // JitOptions::codegen_level
-    std::size_t max_global_bytes = 0;       // ConfinementOptions::max_global_bytes
-    std::chrono::milliseconds time_limit{2000};  // ConfinementOptions::compile_time_limit
-    std::size_t memory_limit = 0;           // ConfinementOptions::compile_memory_limit
+    int optimisation_level = 2;                        // JitOptions::optimisation_level
+    int codegen_level = 2;                             // JitOptions::codegen_level
+    std::size_t max_global_bytes = 0;                  // ConfinementOptions::max_global_bytes
+    std::chrono::milliseconds time_limit{2000};        // ConfinementOptions::compile_time_limit
+    std::size_t memory_limit = 0;                      // ConfinementOptions::compile_memory_limit
     std::size_t output_limit = std::size_t{64} << 20;  // the object and messages, at most
+    bool window_shape = false;                         // ConfinementOptions::window_tier
   };
   struct Outcome {
     std::vector<std::byte> object;  // the compiled object, if it compiled
@@ -93,11 +94,11 @@ class CompileWorkers {
     uint64_t ticket = 0;
     pid_t pid = -1;
     int pidfd = -1;
-    int object = -1;    // memfds the worker writes
+    int object = -1;  // memfds the worker writes
     int refusal = -1;
     int messages = -1;  // its stdout and stderr
     std::chrono::steady_clock::time_point started;
-    clockid_t cpu_clock{};     // its CPU time, read from here
+    clockid_t cpu_clock{};  // its CPU time, read from here
     bool has_cpu_clock = false;
     // Its CPU time when last seen to grow, and when: a worker whose CPU
     // time stands still is blocked; one whose CPU time grows slowly is

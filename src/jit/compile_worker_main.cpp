@@ -36,7 +36,9 @@ using threechains::Error;
 // A sanitizer reserves terabytes of shadow address space, and its leak check
 // at exit runs a tracer: no address-space cap, no leak check, in such builds.
 constexpr bool kSanitized = true;
-extern "C" const char* __asan_default_options() { return "detect_leaks=0"; }
+extern "C" const char* __asan_default_options() {
+  return "detect_leaks=0";
+}
 #else
 constexpr bool kSanitized = false;
 #endif
@@ -92,15 +94,20 @@ void confine_system_calls() {
   if (filter == nullptr) refuse(errc::jit_failed, "compile worker: seccomp_init failed");
   int failed = 0;
   const auto allow = [&](int call) { failed |= seccomp_rule_add(filter, SCMP_ACT_ALLOW, call, 0); };
-  for (const int call :
-       {SCMP_SYS(read), SCMP_SYS(write), SCMP_SYS(pread64), SCMP_SYS(pwrite64), SCMP_SYS(lseek),
-        SCMP_SYS(fstat), SCMP_SYS(close), SCMP_SYS(brk), SCMP_SYS(munmap), SCMP_SYS(mremap),
-        SCMP_SYS(madvise), SCMP_SYS(futex), SCMP_SYS(getpid), SCMP_SYS(gettid),
-        SCMP_SYS(sched_yield), SCMP_SYS(sched_getaffinity), SCMP_SYS(clock_gettime),
-        SCMP_SYS(gettimeofday), SCMP_SYS(getrandom), SCMP_SYS(rt_sigreturn),
-        SCMP_SYS(rt_sigprocmask), SCMP_SYS(rt_sigaction), SCMP_SYS(sigaltstack),
-        SCMP_SYS(exit), SCMP_SYS(exit_group), SCMP_SYS(getrusage),
-        SCMP_SYS(sysinfo)})  // glibc's qsort asks how much memory there is
+  for (const int call : {SCMP_SYS(read),           SCMP_SYS(write),
+                         SCMP_SYS(pread64),        SCMP_SYS(pwrite64),
+                         SCMP_SYS(lseek),          SCMP_SYS(fstat),
+                         SCMP_SYS(close),          SCMP_SYS(brk),
+                         SCMP_SYS(munmap),         SCMP_SYS(mremap),
+                         SCMP_SYS(madvise),        SCMP_SYS(futex),
+                         SCMP_SYS(getpid),         SCMP_SYS(gettid),
+                         SCMP_SYS(sched_yield),    SCMP_SYS(sched_getaffinity),
+                         SCMP_SYS(clock_gettime),  SCMP_SYS(gettimeofday),
+                         SCMP_SYS(getrandom),      SCMP_SYS(rt_sigreturn),
+                         SCMP_SYS(rt_sigprocmask), SCMP_SYS(rt_sigaction),
+                         SCMP_SYS(sigaltstack),    SCMP_SYS(exit),
+                         SCMP_SYS(exit_group),     SCMP_SYS(getrusage),
+                         SCMP_SYS(sysinfo)})  // glibc's qsort asks how much memory there is
     allow(call);
   // Memory, never executable: this process writes an object, it runs none.
   for (const int call : {SCMP_SYS(mmap), SCMP_SYS(mprotect)}) {
@@ -157,14 +164,16 @@ int main(int argc, char** argv) {
   llvm::install_bad_alloc_error_handler(fatal, nullptr);
   try {
     threechains::ConfinedCompiler compiler({header.optimisation_level, header.codegen_level,
-                                            static_cast<std::size_t>(header.max_global_bytes)});
+                                            static_cast<std::size_t>(header.max_global_bytes),
+                                            header.window_shape != 0});
     // From here on, the bitcode drives: limits first.
     limit(RLIMIT_CORE, 0);
     if (header.cpu_seconds != 0) limit(RLIMIT_CPU, header.cpu_seconds);
     if (header.output_limit != 0) limit(RLIMIT_FSIZE, header.output_limit);
     // Beyond what it has mapped now (LLVM's libraries, its TargetMachines):
     // what compiling this bitcode may add.
-    if (header.memory_limit != 0 && !kSanitized) limit(RLIMIT_AS, mapped_bytes() + header.memory_limit);
+    if (header.memory_limit != 0 && !kSanitized)
+      limit(RLIMIT_AS, mapped_bytes() + header.memory_limit);
 #ifdef THREECHAINS_HAVE_SECCOMP
     confine_system_calls();
 #endif

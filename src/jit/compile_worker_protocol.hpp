@@ -35,10 +35,12 @@ struct JobHeader {
   uint64_t magic = kMagic;
   int32_t optimisation_level = 2;  // JitOptions::optimisation_level
   int32_t codegen_level = 2;       // JitOptions::codegen_level
-  uint64_t max_global_bytes = 0;   // ConfinementOptions::max_global_bytes
-  uint64_t memory_limit = 0;       // bytes of address space (RLIMIT_AS); 0: none
-  uint64_t cpu_seconds = 0;        // RLIMIT_CPU: the backstop to the parent's clock
-  uint64_t output_limit = 0;       // bytes the worker may write (RLIMIT_FSIZE)
+  uint32_t window_shape = 0;       // 1: ConfinementOptions::window_tier (the shape where it takes)
+  uint32_t reserved = 0;
+  uint64_t max_global_bytes = 0;  // ConfinementOptions::max_global_bytes
+  uint64_t memory_limit = 0;      // bytes of address space (RLIMIT_AS); 0: none
+  uint64_t cpu_seconds = 0;       // RLIMIT_CPU: the backstop to the parent's clock
+  uint64_t output_limit = 0;      // bytes the worker may write (RLIMIT_FSIZE)
   uint64_t name_bytes = 0;
   uint64_t bitcode_bytes = 0;
   // Then: the name, the bitcode. The worker describes this host itself

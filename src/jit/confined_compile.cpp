@@ -18,6 +18,7 @@
 #include <llvm/IR/DiagnosticPrinter.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
+#include <llvm/Transforms/Utils/Cloning.h>
 #include <llvm/Support/Error.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/raw_ostream.h>
@@ -39,21 +40,23 @@ ConfinedCompiler::ConfinedCompiler(const Options& options)
     : options_(options), machines_(std::make_unique<Machines>()) {
   auto host = describe_host(options.codegen_level);
   if (!host)
-    throw Error(errc::jit_failed, "cannot describe this host to LLVM: " + message_of(host.takeError()));
+    throw Error(errc::jit_failed,
+                "cannot describe this host to LLVM: " + message_of(host.takeError()));
   auto optimiser_machine = host->createTargetMachine();
   if (!optimiser_machine)
-    throw Error(errc::jit_failed, "cannot describe this host to LLVM: " +
-                                      message_of(optimiser_machine.takeError()));
+    throw Error(errc::jit_failed,
+                "cannot describe this host to LLVM: " + message_of(optimiser_machine.takeError()));
   auto codegen_machine = host->createTargetMachine();
   if (!codegen_machine)
-    throw Error(errc::jit_failed, "cannot describe this host to LLVM: " +
-                                      message_of(codegen_machine.takeError()));
+    throw Error(errc::jit_failed,
+                "cannot describe this host to LLVM: " + message_of(codegen_machine.takeError()));
   // Confined code calls the confined runtime's imports only (confine/screen.cpp
   // renames them); the optimiser must not write a call to anything else.
-  LibraryCalls calls = library_calls((*optimiser_machine)->getTargetTriple(),
-                                     [](std::string_view name) { return confined::is_confined_import(name); });
-  machines_->optimiser = std::make_unique<HostOptimiser>(std::move(*optimiser_machine),
-                                                         options.optimisation_level, std::move(calls));
+  LibraryCalls calls =
+      library_calls((*optimiser_machine)->getTargetTriple(),
+                    [](std::string_view name) { return confined::is_confined_import(name); });
+  machines_->optimiser = std::make_unique<HostOptimiser>(
+      std::move(*optimiser_machine), options.optimisation_level, std::move(calls));
   machines_->codegen = std::move(*codegen_machine);
 }
 
@@ -86,7 +89,23 @@ std::vector<std::byte> ConfinedCompiler::compile(std::span<const std::byte> bitc
   (void)machines_->optimiser->run(**module);
   // After the optimiser: no pass after this one sees the code before its
   // checks, so none can reason them away.
-  confine_module(**module, name);
+  std::unique_ptr<llvm::Module> shaped;
+  if (options_.window_shape) {
+    // Shaped on a copy: what the shape refuses (an import, a local
+    // variable) takes the checked pass instead.
+    shaped = llvm::CloneModule(**module);
+    try {
+      shape_for_window(*shaped, name);
+    } catch (const Error& e) {
+      if (e.code() != errc::import_refused) throw;
+      shaped.reset();
+    }
+  }
+  if (shaped) {
+    *module = std::move(shaped);
+  } else {
+    confine_module(**module, name);
+  }
   llvm::orc::SimpleCompiler compiler(*machines_->codegen);
   auto object = compiler(**module);
   if (!object) {

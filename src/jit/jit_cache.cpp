@@ -46,27 +46,51 @@ namespace {
 // memory comes from reserved slabs that are reused after an eviction, not
 // from an mmap per load and an munmap per eviction (a fifth of a binary
 // ifunc's load, and most of its eviction, in threechains-bench-jit's profile).
+// With `routed` (the window tier), that memory manager is the fallback of
+// a RoutedMemoryManager, which links code confined to a window there.
 llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> object_linking_layer(
-    llvm::orc::ExecutionSession& session) {
+    llvm::orc::ExecutionSession& session, jit::RoutedMemoryManager** routed) {
   constexpr std::size_t kReservation = std::size_t{1} << 20;
   auto memory =
       llvm::orc::MapperJITLinkMemoryManager::CreateWithMapper<llvm::orc::InProcessMemoryMapper>(
           kReservation);
   if (!memory) return memory.takeError();
-  auto layer = std::make_unique<llvm::orc::ObjectLinkingLayer>(session, std::move(*memory));
+  std::unique_ptr<llvm::jitlink::JITLinkMemoryManager> manager = std::move(*memory);
+  if (routed != nullptr) {
+    auto in_windows = std::make_unique<jit::RoutedMemoryManager>(std::move(manager));
+    *routed = in_windows.get();
+    manager = std::move(in_windows);
+  }
+  auto layer = std::make_unique<llvm::orc::ObjectLinkingLayer>(session, std::move(manager));
   auto eh_frames = llvm::orc::EHFrameRegistrationPlugin::Create(session);
   if (!eh_frames) return eh_frames.takeError();
   layer->addPlugin(std::move(*eh_frames));
   return layer;
+}
+
+// Whether confined code may take the window tier here: asked for, on
+// x86-64, and with the verifier built in (Zydis found).
+bool window_tier_here(const ConfinementOptions& options) noexcept {
+#if defined(__x86_64__) && defined(THREECHAINS_HAVE_WINDOW_VERIFIER)
+  return options.window_tier;
+#else
+  (void)options;
+  return false;
+#endif
 }
 }  // namespace
 
 JitCache::Impl::Impl(const JitOptions& options)
     : policy(options.imports),
       runner(options.confinement),
-      workers(CompileWorkers::Settings{
-          options.optimisation_level, options.codegen_level, options.confinement.max_global_bytes,
-          options.confinement.compile_time_limit, options.confinement.compile_memory_limit}) {
+      workers([&options] {
+        CompileWorkers::Settings settings{
+            options.optimisation_level, options.codegen_level, options.confinement.max_global_bytes,
+            options.confinement.compile_time_limit, options.confinement.compile_memory_limit};
+        settings.window_shape = window_tier_here(options.confinement);
+        return settings;
+      }()),
+      window_tier(window_tier_here(options.confinement)) {
   auto builder = describe_host(options.codegen_level);
   if (!builder)
     throw Error(errc::jit_failed,
@@ -115,7 +139,9 @@ JitCache::Impl::Impl(const JitOptions& options)
   auto created =
       llvm::orc::LLJITBuilder()
           .setJITTargetMachineBuilder(std::move(*builder))
-          .setObjectLinkingLayerCreator(object_linking_layer)
+          .setObjectLinkingLayerCreator([this](llvm::orc::ExecutionSession& session) {
+            return object_linking_layer(session, window_tier ? &routed : nullptr);
+          })
           .setProcessSymbolsJITDylibSetup(
               [this](llvm::orc::LLJIT& j) -> llvm::Expected<llvm::orc::JITDylibSP> {
                 auto& jd = j.getExecutionSession().createBareJITDylib("<Process Symbols>");
@@ -239,10 +265,9 @@ void JitCache::Impl::prepare_confined(ConfinedPreparation::Job& job,
   const ParsedImage* object = nullptr;
   const ParsedImage* ir = nullptr;
   // runs_here's cache belongs to the serving thread: this asks LLVM afresh.
-  const std::vector<ParsedImage> images =
-      images_for_host(job.id, job.code, object, ir, [this](const std::string& image) {
-        return image == triple || same_target(image, triple);
-      });
+  const std::vector<ParsedImage> images = images_for_host(
+      job.id, job.code, object, ir,
+      [this](const std::string& image) { return image == triple || same_target(image, triple); });
   const ParsedImage& image = confinable(job.codec, object, ir);
   // What is decided by the content is thrown above; what follows can fail
   // only for this process's reasons (descriptors, memory, the disk).
@@ -431,8 +456,12 @@ std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
                     impl_->link_stored_object(prepared.id, pending.image, *prepared.stored)) {
               entries_.emplace(prepared.id,
                                CachedIfunc{entry, &impl_->confined_codes.at(prepared.id)});
-              done.result = LoadResult{entry, std::chrono::steady_clock::now() - pending.started,
-                                       pending.image.triple, pending.image.name, true, 1};
+              done.result = LoadResult{entry,
+                                       std::chrono::steady_clock::now() - pending.started,
+                                       pending.image.triple,
+                                       pending.image.name,
+                                       true,
+                                       1};
             }
           }
           if (!done.result) {
@@ -536,6 +565,11 @@ void* JitCache::lookup(CodeId id, const std::string& symbol) {
 std::optional<ConfinedTrap> JitCache::invoke_confined(const CachedIfunc& ifunc, void* payload,
                                                       std::size_t size, void* target_args,
                                                       uint64_t caller) noexcept {
+  if (confined::WindowedCode* const windowed = ifunc.confined->windowed.get()) {
+    windowed->serve(caller);
+    return windowed->run(payload, size, target_args, impl_->arena ? &*impl_->arena : nullptr,
+                         impl_->runner.options().time_budget);
+  }
   impl_->runner.serve(caller, *ifunc.confined);
   return impl_->runner.run(ifunc.main, *ifunc.confined, payload, size, target_args);
 }
@@ -546,7 +580,16 @@ std::size_t JitCache::committed_bytes(CodeId id) const noexcept {
   std::size_t bytes = 0;
   for (const confined::Region& global : it->second.globals) bytes += global.end - global.begin;
   for (const std::vector<std::byte>& initial : it->second.initial) bytes += initial.size();
+  if (const confined::WindowedCode* windowed = it->second.windowed.get()) {
+    bytes += windowed->payload.size();
+    for (const confined::WindowedCode::Data& data : windowed->data)
+      bytes += data.bytes.size() + data.initial.size();
+  }
   return bytes;
+}
+
+bool JitCache::in_window(const CachedIfunc& ifunc) const noexcept {
+  return ifunc.confined != nullptr && ifunc.confined->windowed != nullptr;
 }
 
 std::string JitCache::confined_name(const CachedIfunc& ifunc) const {
@@ -554,8 +597,27 @@ std::string JitCache::confined_name(const CachedIfunc& ifunc) const {
 }
 
 void JitCache::expose(const std::vector<ExposedRegion>& regions) {
-  impl_->runner.expose(regions);
-  for (const auto& [id, code] : impl_->confined_codes) confined::Runner::clear_sites(code);
+  impl_->exposed_by_address = regions;
+  impl_->expose_all();
+}
+
+void JitCache::Impl::expose_all() {
+  std::vector<ExposedRegion> all = exposed_by_address;
+  all.insert(all.end(), exposed_in_arena.begin(), exposed_in_arena.end());
+  runner.expose(all);
+  for (const auto& [id, code] : confined_codes) confined::Runner::clear_sites(code);
+}
+
+std::span<std::byte> JitCache::allocate_exposed(const std::string& name, std::size_t bytes,
+                                                bool writable) {
+  if (!impl_->arena) {
+    impl_->arena.emplace();
+    for (Impl::WindowSlot& slot : impl_->windows) impl_->arena->attach(slot.window);
+  }
+  const std::span<std::byte> memory = impl_->arena->allocate(bytes, writable);
+  impl_->exposed_in_arena.push_back({name, memory, writable});
+  impl_->expose_all();
+  return memory;
 }
 
 bool JitCache::evict(CodeId id) {

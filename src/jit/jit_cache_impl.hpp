@@ -8,7 +8,9 @@
 // Private to the library: LLVM's types stay out of the public headers.
 #pragma once
 
+#include "confine/exposure.hpp"
 #include "confine/runtime.hpp"
+#include "confine/window.hpp"
 #include "jit/background_compiler.hpp"
 #include "jit/bitcode_checks.hpp"
 #include "jit/compile_worker.hpp"
@@ -22,6 +24,7 @@
 #include "jit/object_store.hpp"
 #include "jit/prelinked_image.hpp"
 #include "jit/process_symbols.hpp"
+#include "jit/routed_memory.hpp"
 
 #include <threechains/runtime.h>
 #include <threechains/error.hpp>
@@ -58,6 +61,7 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <initializer_list>
 #include <mutex>
 #include <optional>
@@ -233,6 +237,28 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   // globals, from the table the confinement pass emitted.
   confined::Code confined_code(llvm::orc::JITDylib& jd, CodeId id, const std::string& name);
 
+  // The window tier (ConfinementOptions::window_tier; jit_cache_windows.cpp).
+  // A window for one code: a spare one, else a new one (errc::limit_exceeded
+  // past kMaxWindows).
+  struct WindowSlot {
+    confined::Window window;
+    std::span<std::byte> payload;  // where its invocations' payloads are copied
+  };
+  static constexpr std::size_t kMaxWindows = 1024;  // 8 GiB of address space each
+  WindowSlot& acquire_window();
+  // Back to the spares, its payload copy dropped (what was linked there is
+  // unlinked with its JITDylib, its pages replaced by zeroed ones).
+  void release_window(WindowSlot& slot) noexcept;
+  // Whether a compiled confined object claims the window shape: it defines
+  // no confined globals table (the checked pass always emits one). A claim
+  // the code cannot back is refused by the verifier.
+  [[nodiscard]] static bool claims_window_shape(const std::vector<std::byte>& object);
+  // What the runner needs of code linked into `slot` with entry `main`,
+  // once the verifier accepted it (errc::code_refused, naming the rule, if not).
+  confined::Code window_code(WindowSlot& slot, CodeId id, const std::string& name, uint64_t main);
+  // The exposed regions the checked tier sees: the application's and the arena's.
+  void expose_all();
+
   // A JITDylib for one ifunc's code (each its own, so helper symbols of two
   // ifuncs never clash): an emptied one if there is one, else a new one.
   // Making one costs more than linking a small object (threechains-bench-jit,
@@ -252,6 +278,18 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   ImportPolicy policy;
   confined::Runner runner;  // before the JIT: its state is bound into every JITDylib
   CompileWorkers workers;   // where confined bitcode compiles
+  // The window tier: on where this build verifies x86-64 code and the
+  // options ask for it. Its windows (before the JIT, whose memory manager
+  // links into them, and the codes that point at them) are reused after
+  // evictions; the arena is mapped into each.
+  bool window_tier = false;
+  std::deque<WindowSlot> windows;
+  std::vector<WindowSlot*> spare_windows;
+  std::unordered_map<CodeId, WindowSlot*> window_of;  // windowed codes' slots
+  std::optional<confined::ExposureArena> arena;       // made by the first allocate_exposed
+  std::vector<ExposedRegion> exposed_by_address;      // JitCache::expose
+  std::vector<ExposedRegion> exposed_in_arena;        // JitCache::allocate_exposed
+  jit::RoutedMemoryManager* routed = nullptr;         // the JIT's memory manager, if window_tier
   struct PendingLoad {
     ParsedImage image;  // name, triple and deps for the link (its bytes went to the worker)
     std::string store_key;

@@ -89,7 +89,8 @@ std::string JitCache::Impl::store_key(CodeId id, const ParsedImage& image, Confi
     blake2b += kDigits[byte & 15];
   }
   return "threechains object 1\nid " + hex_id(id) + "\nimage " + image.triple + "\nblake2b " +
-         blake2b + "\nconfined " + (confine == Confine::yes ? "1" : "0") + "\n" + host_key;
+         blake2b + "\nconfined " + (confine == Confine::yes ? "1" : "0") +
+         (confine == Confine::yes && window_tier ? "\nwindow tier" : "") + "\n" + host_key;
 }
 
 IfuncMain JitCache::Impl::link_stored(CodeId id, const ParsedImage& image, const std::string& key,
@@ -167,7 +168,17 @@ IfuncMain JitCache::Impl::link(CodeId id, CodecId codec, const ParsedImage& imag
   const std::string entry_name = image.name + "_main";
   failure = {};  // what this load's diagnostics and errors collect
   llvm::orc::JITDylib& jd = acquire_dylib();
+  // The window tier: linked into a window of its own, against nothing
+  // outside it (shaped code imports nothing; an object that does fails to
+  // link), and verified before it is used.
+  WindowSlot* slot = nullptr;
   try {
+    if (confine == Confine::yes && object != nullptr && window_tier &&
+        claims_window_shape(*object)) {
+      slot = &acquire_window();
+      routed->route(&jd, slot->window);
+      jd.setLinkOrder({}, true);
+    }
     for (const std::string& library : image.deps)
       jd.addToLinkOrder(dependency(library, image.name));
     const llvm::StringRef bytes(reinterpret_cast<const char*>(image.bytes.data()),
@@ -249,12 +260,23 @@ IfuncMain JitCache::Impl::link(CodeId id, CodecId codec, const ParsedImage& imag
       throw Error(errc::jit_failed, "ifunc '" + image.name + "': " + diagnosed +
                                         (diagnosed.empty() ? "" : "; ") + failure.message);
     }
-    if (confine == Confine::yes) confined_codes[id] = confined_code(jd, id, image.name);
+    if (slot != nullptr) {
+      confined_codes[id] = window_code(*slot, id, image.name, address->getValue());
+      window_of[id] = slot;
+    } else if (confine == Confine::yes) {
+      confined_codes[id] = confined_code(jd, id, image.name);
+    }
     dylibs[id].push_back(&jd);
     return address->toPtr<IfuncMain>();
   } catch (...) {
     if (llvm::Error e = jit->getExecutionSession().removeJITDylib(jd))
       llvm::consumeError(std::move(e));
+    if (slot != nullptr) {
+      routed->unroute(&jd);  // before its address can be a new JITDylib's
+      confined_codes.erase(id);
+      window_of.erase(id);
+      release_window(*slot);
+    }
     throw;
   }
 }
@@ -344,11 +366,19 @@ bool JitCache::Impl::evict(CodeId id) {
   if (it == dylibs.end()) return had_image;
   std::vector<llvm::orc::JITDylib*> tiers = std::move(it->second);
   dylibs.erase(it);
+  WindowSlot* slot = nullptr;
+  if (const auto in_window = window_of.find(id); in_window != window_of.end()) {
+    slot = in_window->second;
+    window_of.erase(in_window);
+  }
   std::string errors;
   for (llvm::orc::JITDylib* dylib : tiers) {
+    // Unrouted first: a spare JITDylib must link where a new one would.
+    if (slot != nullptr) routed->unroute(dylib);
     if (llvm::Error e = release_dylib(*dylib))
       errors += (errors.empty() ? "" : "; ") + message_of(std::move(e));
   }
+  if (slot != nullptr) release_window(*slot);
   if (!errors.empty())
     throw Error(errc::jit_failed, "evicting ifunc " + hex_id(id) + ": " + errors);
   return true;

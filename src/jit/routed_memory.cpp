@@ -25,9 +25,13 @@ void RoutedMemoryManager::route(const llvm::jitlink::JITLinkDylib* dylib,
   for (const std::unique_ptr<InWindow>& known : windows_)
     if (known->window == &window) in = known.get();
   if (in == nullptr) {
-    windows_.push_back(std::make_unique<InWindow>(
-        InWindow{&window, std::make_unique<llvm::orc::MapperJITLinkMemoryManager>(
-                              kWindowReservation, std::make_unique<WindowMemoryMapper>(window))}));
+    auto mapper = std::make_unique<WindowMemoryMapper>(window);
+    WindowMemoryMapper* const kept = mapper.get();
+    windows_.push_back(
+        std::make_unique<InWindow>(InWindow{&window,
+                                            std::make_unique<llvm::orc::MapperJITLinkMemoryManager>(
+                                                kWindowReservation, std::move(mapper)),
+                                            kept}));
     in = windows_.back().get();
   }
   routes_[dylib] = in;
@@ -36,6 +40,13 @@ void RoutedMemoryManager::route(const llvm::jitlink::JITLinkDylib* dylib,
 void RoutedMemoryManager::unroute(const llvm::jitlink::JITLinkDylib* dylib) {
   const std::lock_guard<std::mutex> lock(mutex_);
   routes_.erase(dylib);
+}
+
+WindowMemoryMapper* RoutedMemoryManager::mapper_of(const confined::Window& window) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  for (const std::unique_ptr<InWindow>& known : windows_)
+    if (known->window == &window) return known->mapper;
+  return nullptr;
 }
 
 void RoutedMemoryManager::allocate(const llvm::jitlink::JITLinkDylib* dylib,

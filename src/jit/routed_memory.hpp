@@ -16,6 +16,8 @@
 
 namespace threechains::jit {
 
+class WindowMemoryMapper;
+
 class RoutedMemoryManager final : public llvm::jitlink::JITLinkMemoryManager {
  public:
   explicit RoutedMemoryManager(std::unique_ptr<llvm::jitlink::JITLinkMemoryManager> fallback)
@@ -32,6 +34,10 @@ class RoutedMemoryManager final : public llvm::jitlink::JITLinkMemoryManager {
   // unrouted first, or another key's code lands in this window.
   void unroute(const llvm::jitlink::JITLinkDylib* dylib);
 
+  // The mapper that links into `window`, once something was routed there
+  // (nullptr before); it lives as long as this manager.
+  [[nodiscard]] WindowMemoryMapper* mapper_of(const confined::Window& window);
+
   void allocate(const llvm::jitlink::JITLinkDylib* dylib, llvm::jitlink::LinkGraph& graph,
                 OnAllocatedFunction on_allocated) override;
   using JITLinkMemoryManager::allocate;
@@ -43,6 +49,7 @@ class RoutedMemoryManager final : public llvm::jitlink::JITLinkMemoryManager {
   struct InWindow {
     const confined::Window* window;
     std::unique_ptr<llvm::jitlink::JITLinkMemoryManager> memory;
+    WindowMemoryMapper* mapper;  // owned by `memory`
   };
 
   std::mutex mutex_;

@@ -66,6 +66,7 @@ void WindowMemoryMapper::initialize(AllocInfo& allocation, OnInitializedFunction
   ExecutorAddr lowest(~uint64_t{0});
   ExecutorAddr highest(0);
   std::vector<confined::CodeRange> code;
+  std::vector<std::span<std::byte>> data;
   for (const AllocInfo::SegInfo& segment : allocation.Segments) {
     const ExecutorAddr base = allocation.MappingBase + segment.Offset;
     const std::size_t size = segment.ContentSize + segment.ZeroFillSize;
@@ -86,13 +87,15 @@ void WindowMemoryMapper::initialize(AllocInfo& allocation, OnInitializedFunction
       llvm::sys::Memory::InvalidateInstructionCache(base.toPtr<void*>(), size);
       code.push_back({base.getValue(), {base.toPtr<const std::byte*>(), segment.ContentSize}});
     }
+    if (has(protection, llvm::orc::MemProt::Write) && size != 0)
+      data.emplace_back(base.toPtr<std::byte*>(), size);
   }
   auto deallocation = llvm::orc::shared::runFinalizeActions(allocation.Actions);
   if (!deallocation) return on_initialized(deallocation.takeError());
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     initialized_[lowest] = {whole_pages(highest - lowest, getPageSize()), std::move(code),
-                            std::move(*deallocation)};
+                            std::move(data), std::move(*deallocation)};
   }
   on_initialized(lowest);
 }
@@ -153,6 +156,14 @@ std::vector<confined::CodeRange> WindowMemoryMapper::executable_code() {
   for (const auto& [address, linked] : initialized_)
     code.insert(code.end(), linked.code.begin(), linked.code.end());
   return code;
+}
+
+std::vector<std::span<std::byte>> WindowMemoryMapper::writable_data() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::span<std::byte>> data;
+  for (const auto& [address, linked] : initialized_)
+    data.insert(data.end(), linked.data.begin(), linked.data.end());
+  return data;
 }
 
 }  // namespace threechains::jit

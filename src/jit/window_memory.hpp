@@ -20,6 +20,7 @@
 #include <llvm/ExecutionEngine/Orc/MemoryMapper.h>
 
 #include <mutex>
+#include <span>
 #include <vector>
 
 namespace threechains::jit {
@@ -45,11 +46,16 @@ class WindowMemoryMapper final : public llvm::orc::MemoryMapper {
   // read-only, so nothing running in the window can change them after they
   // are verified; the spans stay valid until their module is unlinked.
   [[nodiscard]] std::vector<confined::CodeRange> executable_code();
+  // The writable segments of everything linked into the window now (its
+  // data and zero-initialised globals): what the confined tier sets back
+  // to how it was linked when the code runs for another caller.
+  [[nodiscard]] std::vector<std::span<std::byte>> writable_data();
 
  private:
   struct Initialized {
-    std::size_t bytes = 0;                  // from its address, whole pages
-    std::vector<confined::CodeRange> code;  // its executable segments
+    std::size_t bytes = 0;                   // from its address, whole pages
+    std::vector<confined::CodeRange> code;   // its executable segments
+    std::vector<std::span<std::byte>> data;  // its writable segments
     std::vector<llvm::orc::shared::WrapperFunctionCall> deallocation;
   };
   // Runs one allocation's deallocation actions and replaces its pages with

@@ -1,0 +1,107 @@
+// What window_tier.hpp says.
+#include "confine/window_tier.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace threechains::confined {
+
+namespace {
+// A payload into the window: most are a few words, which a call to memcpy
+// would cost more than (threechains-bench-confine, the counter).
+void copy_payload(std::byte* to, const std::byte* from, std::size_t size) noexcept {
+  if (size > 16) {
+    std::memcpy(to, from, size);
+  } else if (size >= 8) {  // the first and last 8 bytes, overlapping
+    uint64_t first = 0;
+    uint64_t last = 0;
+    std::memcpy(&first, from, 8);
+    std::memcpy(&last, from + size - 8, 8);
+    std::memcpy(to, &first, 8);
+    std::memcpy(to + size - 8, &last, 8);
+  } else {
+    for (std::size_t k = 0; k < size; ++k) to[k] = from[k];
+  }
+}
+}  // namespace
+
+void WindowedCode::remember_initial_data() {
+  for (Data& segment : data) {
+    segment.initial.clear();
+    if (std::any_of(segment.bytes.begin(), segment.bytes.end(),
+                    [](std::byte b) { return b != std::byte{0}; }))
+      segment.initial.assign(segment.bytes.begin(), segment.bytes.end());
+  }
+}
+
+void WindowedCode::change_caller(uint64_t next_caller) noexcept {
+  std::memset(payload.data(), 0, payload_dirty);
+  payload_dirty = 0;
+  for (Data& segment : data) {
+    if (segment.initial.empty()) {
+      std::memset(segment.bytes.data(), 0, segment.bytes.size());
+    } else {
+      std::memcpy(segment.bytes.data(), segment.initial.data(), segment.bytes.size());
+    }
+  }
+  caller = next_caller;
+}
+
+std::optional<ConfinedTrap> WindowedCode::run(const void* payload_bytes, std::size_t size,
+                                              void* target_args, const ExposureArena* arena,
+                                              std::chrono::nanoseconds budget) noexcept {
+  if (size > payload.size()) {
+    // Larger than the window's payload area: a new one, the old one retired.
+    try {
+      std::size_t bytes = std::max<std::size_t>(payload.size(), 1);
+      while (bytes < size) bytes *= 2;
+      const std::span<std::byte> larger = window->allocate(bytes, true);
+      window->retire(payload);
+      payload = larger;
+      payload_dirty = 0;
+    } catch (...) {
+      return ConfinedTrap{TrapReason::out_of_bounds, 0};  // the window has no room for it
+    }
+  }
+  copy_payload(payload.data(), static_cast<const std::byte*>(payload_bytes), size);
+  payload_dirty = std::max(payload_dirty, size);
+  const bool exposed =
+      arena != nullptr && target_args != nullptr && arena->contains(target_args, 1);
+#if defined(__x86_64__)
+  uint64_t result = 0;
+  const std::optional<WindowTrap> trap =
+      run_window_code(*window, entry, result, reinterpret_cast<uint64_t>(payload.data()), size,
+                      exposed ? reinterpret_cast<uint64_t>(target_args) : 0, budget);
+  if (!trap) return std::nullopt;
+  return confined_trap_of(*trap);
+#else
+  (void)exposed;
+  (void)budget;
+  return ConfinedTrap{TrapReason::unreachable, 0};  // no window tier here: never loaded
+#endif
+}
+
+ConfinedTrap confined_trap_of(const WindowTrap& trap) noexcept {
+  TrapReason reason = TrapReason::out_of_bounds;
+  switch (trap.fault) {
+    case WindowFault::access:
+    case WindowFault::general:
+      reason = TrapReason::out_of_bounds;
+      break;
+    case WindowFault::illegal:
+      reason = TrapReason::unreachable;
+      break;
+    case WindowFault::arithmetic:
+      reason = TrapReason::division;
+      break;
+    case WindowFault::stack:
+      reason = TrapReason::stack_exhausted;
+      break;
+    case WindowFault::time:
+      reason = TrapReason::out_of_time;
+      break;
+  }
+  return ConfinedTrap{reason, static_cast<uintptr_t>(trap.offset)};
+}
+
+}  // namespace threechains::confined

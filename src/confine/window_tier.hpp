@@ -1,0 +1,66 @@
+// Internal: the window tier of confined code (issue 33). Confined bitcode
+// that takes the window shape (confine/pass.hpp) is compiled that way by
+// the compile worker, linked into a window of its own (jit/routed_memory.hpp),
+// and run only after the verifier (confine/verify_x86.hpp) accepted the
+// machine code as linked: the compiler is outside what the target trusts.
+// This is what one such ifunc holds, and how one invocation runs:
+//  - the payload is copied into the window (a pointer to the frame's own
+//    bytes would mean nothing there);
+//  - target_args is passed where it lies in memory exposed to windows
+//    (ExposureArena): its low 32 bits are its offset there; anything else
+//    is passed as null, which faults (Window::kLowGuard);
+//  - for another caller than the last, the payload copy is wiped and the
+//    writable globals are set back to how they were linked;
+//  - run_window_code runs it under the time budget (window_watchdog.hpp).
+#pragma once
+
+#include "confine/exposure.hpp"
+#include "confine/window.hpp"
+#include "confine/window_traps.hpp"
+
+#include <threechains/confinement.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace threechains::confined {
+
+struct WindowedCode {
+  Window* window = nullptr;       // the JitCache's, kept while it lives
+  WindowCode entry;               // as the verifier accepted it
+  std::span<std::byte> payload;   // in the window: where payloads are copied
+  std::size_t payload_dirty = 0;  // bytes of it written since it was wiped
+  struct Data {
+    std::span<std::byte> bytes;      // a writable segment, in the window
+    std::vector<std::byte> initial;  // as linked (empty: all zero)
+  };
+  std::vector<Data> data;
+  uint64_t caller = 0;  // whom it last ran for
+
+  // Takes `data`'s initial values from the segments as they are now.
+  void remember_initial_data();
+  // Before a run for `caller`: wipes the payload copy and sets the data
+  // back if the caller changed.
+  void serve(uint64_t next_caller) noexcept {
+    if (next_caller != caller) [[unlikely]]
+      change_caller(next_caller);
+  }
+  // Runs one invocation; nullopt if it returned, else the trap (its
+  // address: the offset in the window it reached for, or the offset of
+  // the instruction stopped).
+  [[nodiscard]] std::optional<ConfinedTrap> run(const void* payload_bytes, std::size_t size,
+                                                void* target_args, const ExposureArena* arena,
+                                                std::chrono::nanoseconds budget) noexcept;
+
+ private:
+  void change_caller(uint64_t next_caller) noexcept;
+};
+
+// What a trap of window code is, in the terms every confined tier reports.
+[[nodiscard]] ConfinedTrap confined_trap_of(const WindowTrap& trap) noexcept;
+
+}  // namespace threechains::confined

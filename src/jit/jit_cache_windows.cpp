@@ -1,0 +1,107 @@
+// JitCache: the window tier of confined code (ConfinementOptions::
+// window_tier; confine/window_tier.hpp). A window per loaded code, reused
+// after evictions; the verifier between linking and the first run.
+#include "jit/jit_cache_impl.hpp"
+
+#include "jit/window_memory.hpp"
+
+#if defined(THREECHAINS_HAVE_WINDOW_VERIFIER)
+#include "confine/verify_x86.hpp"
+#endif
+
+#include <llvm/Object/ObjectFile.h>
+
+#include <sys/mman.h>
+
+namespace threechains {
+
+namespace {
+// Where a window's payloads are copied, to begin with; a larger payload
+// takes a larger area (WindowedCode::run).
+constexpr std::size_t kPayloadArea = std::size_t{64} << 10;
+}  // namespace
+
+JitCache::Impl::WindowSlot& JitCache::Impl::acquire_window() {
+  if (!spare_windows.empty()) {
+    WindowSlot& slot = *spare_windows.back();
+    spare_windows.pop_back();
+    return slot;
+  }
+  if (windows.size() >= kMaxWindows) {
+    throw Error(errc::limit_exceeded, "no confinement window left: " + std::to_string(kMaxWindows) +
+                                          " codes of the window tier are loaded (evict some)");
+  }
+  WindowSlot& slot = windows.emplace_back();
+  try {
+    slot.payload = slot.window.allocate(kPayloadArea, true);
+    if (arena) arena->attach(slot.window);
+  } catch (...) {
+    windows.pop_back();
+    throw;
+  }
+  return slot;
+}
+
+void JitCache::Impl::release_window(WindowSlot& slot) noexcept {
+  // The next code's payloads start from zeroed pages (private anonymous
+  // memory reads as zero once dropped).
+  (void)madvise(slot.payload.data(), slot.payload.size(), MADV_DONTNEED);
+  spare_windows.push_back(&slot);
+}
+
+bool JitCache::Impl::claims_window_shape(const std::vector<std::byte>& object) {
+  const llvm::StringRef bytes(reinterpret_cast<const char*>(object.data()), object.size());
+  auto file = llvm::object::ObjectFile::createObjectFile(llvm::MemoryBufferRef(bytes, "confined"));
+  if (!file) {
+    llvm::consumeError(file.takeError());
+    return false;  // the link refuses it, as it would any object
+  }
+  for (const llvm::object::SymbolRef& symbol : (*file)->symbols()) {
+    auto name = symbol.getName();
+    if (!name) {
+      llvm::consumeError(name.takeError());
+      continue;
+    }
+    if (*name == confined::kGlobalsSymbol) return false;
+  }
+  return true;
+}
+
+confined::Code JitCache::Impl::window_code(WindowSlot& slot, CodeId id, const std::string& name,
+                                           uint64_t main) {
+  jit::WindowMemoryMapper* const mapper = routed->mapper_of(slot.window);
+  if (mapper == nullptr) throw Error(errc::jit_failed, "ifunc '" + name + "': no window mapper");
+#if defined(THREECHAINS_HAVE_WINDOW_VERIFIER)
+  // The machine code as it will run: linked, relocated, read-only. The
+  // window holds this code only, so this is every executable byte there.
+  const std::vector<confined::CodeRange> code = mapper->executable_code();
+  const confined::Verdict verdict = confined::verify_window_code_x86_64(
+      confined::VerifierInput{code, {&main, 1}, reinterpret_cast<uint64_t>(slot.window.base())});
+  if (!verdict.accepted) {
+    throw Error(
+        errc::code_refused,
+        "ifunc '" + name + "': the window verifier refused its machine code: " + verdict.refusal);
+  }
+  confined::Code result{name, id, {}};
+  result.windowed = std::make_unique<confined::WindowedCode>();
+  confined::WindowedCode& windowed = *result.windowed;
+  windowed.window = &slot.window;
+  windowed.entry = {reinterpret_cast<const void*>(main), verdict.stack_bytes};
+  windowed.payload = slot.payload;
+  for (const std::span<std::byte> data : mapper->writable_data())
+    windowed.data.push_back({data, {}});
+  windowed.remember_initial_data();
+  // On top of the fault handlers again: one installed since (a test
+  // framework's, an application's) that does not pass faults on would
+  // otherwise take this code's traps for crashes.
+  confined::install_window_traps();
+  return result;
+#else
+  (void)id;
+  (void)main;
+  throw Error(errc::code_refused,
+              "ifunc '" + name + "': this build has no verifier for the window tier");
+#endif
+}
+
+}  // namespace threechains

@@ -1,0 +1,270 @@
+// The window tier of confined code (ConfinementOptions::window_tier, issue
+// 33): a JitCache compiles confined bitcode that takes the window shape in
+// its compile worker, links it into a window of its own, runs the verifier
+// on the machine code as linked, and runs it there; code that does not take
+// the shape keeps the checked tier. The ifuncs are the clang-built
+// containers of the test suite, compiled by the real worker; the attacker
+// (tests/ifuncs/window_escape.c) tries each way out from inside a window.
+#include "support/temp_dir.hpp"
+
+#include <threechains/error.hpp>
+#include <threechains/ifunc.hpp>
+#include <threechains/jit_cache.hpp>
+
+#include <catch2/catch.hpp>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <span>
+#include <vector>
+
+using namespace threechains;
+using namespace std::chrono_literals;
+
+namespace {
+
+#if defined(__x86_64__)
+constexpr bool kWindowTierHere = true;
+#else
+constexpr bool kWindowTierHere = false;
+#endif
+
+JitOptions window_options() {
+  JitOptions options;
+  options.confinement.window_tier = true;
+  options.confinement.time_budget = 20ms;
+  return options;
+}
+
+// A target global that no region exposes, in the shape of a counter.
+constexpr uint64_t kCanaryWord = 0x5a5a5a5a5a5a5a5aULL;
+std::array<uint64_t, 8> g_canary{};
+
+struct Order {
+  uint64_t command;
+  uint64_t argument;
+};
+enum : uint64_t { add = 0, write_address, read_address, spin, divide, write_code, far_store };
+
+struct SaxpyRequest {
+  float a;
+  uint32_t repeat;
+  uint64_t n;
+  const float* x;
+  float* y;
+};
+
+}  // namespace
+
+TEST_CASE("confined code that takes the window shape runs in a window, next to the checked tier",
+          "[confinement][window]") {
+  if (!kWindowTierHere) {
+    WARN("skipped: the window tier is x86-64 only");
+    return;
+  }
+  JitCache cache(window_options());
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  (void)cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
+  const CachedIfunc* const loaded = cache.find_ifunc(counter.id());
+  REQUIRE(loaded != nullptr);
+  REQUIRE(cache.in_window(*loaded));
+
+  // The counter in memory exposed to windows: the pointer means the same
+  // memory inside the window.
+  const std::span<std::byte> exposed = cache.allocate_exposed("counter", 8, true);
+  auto* const count = reinterpret_cast<uint64_t*>(exposed.data());
+  alignas(16) uint64_t increment = 5;
+  for (int k = 0; k < 3; ++k)
+    CHECK_FALSE(cache.invoke(*loaded, &increment, sizeof(increment), count).has_value());
+  CHECK_FALSE(cache.invoke(*loaded, nullptr, 0, count).has_value());
+  CHECK(*count == 16);
+
+  // target_args anywhere else is passed as null: the store faults, and
+  // the memory it named is untouched.
+  uint64_t outside = 1234;
+  const std::optional<ConfinedTrap> trap =
+      cache.invoke(*loaded, &increment, sizeof(increment), &outside);
+  REQUIRE(trap.has_value());
+  CHECK(trap->reason == TrapReason::out_of_bounds);
+  CHECK(trap->address < 4096);  // an offset in the window: null's page, never a host address
+  CHECK(outside == 1234);
+  CHECK_FALSE(cache.invoke(*loaded, &increment, sizeof(increment), count).has_value());
+  CHECK(*count == 21);
+
+  // saxpy over arrays exposed to windows: the result the plain loop gives.
+  const Ifunc saxpy = Ifunc::load(TC_SAXPY_BITCODE);
+  (void)cache.load(saxpy.id(), saxpy.codec(), saxpy.code(), Confine::yes);
+  const CachedIfunc* const kernel = cache.find_ifunc(saxpy.id());
+  REQUIRE(kernel != nullptr);
+  CHECK(cache.in_window(*kernel));
+  constexpr std::size_t n = 1000;
+  auto* const x = reinterpret_cast<float*>(cache.allocate_exposed("x", n * 4, false).data());
+  auto* const y = reinterpret_cast<float*>(cache.allocate_exposed("y", n * 4, true).data());
+  std::vector<float> expected(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(i);
+    y[i] = 1.0F;
+    expected[i] = 0.5F * x[i] + 1.0F;
+    expected[i] = 0.5F * x[i] + expected[i];
+  }
+  alignas(16) SaxpyRequest request{0.5F, 2, n, x, y};
+  CHECK_FALSE(cache.invoke(*kernel, &request, sizeof(request), nullptr).has_value());
+  CHECK(std::equal(y, y + n, expected.begin()));
+  // x is read-only to confined code: saxpy told to write it traps.
+  alignas(16) SaxpyRequest backwards{0.5F, 1, n, y, x};
+  const std::optional<ConfinedTrap> read_only =
+      cache.invoke(*kernel, &backwards, sizeof(backwards), nullptr);
+  REQUIRE(read_only.has_value());
+  CHECK(read_only->reason == TrapReason::out_of_bounds);
+  CHECK(x[1] == 1.0F);
+
+  // Evicted and loaded again: a window of its own again, and it counts on.
+  CHECK(cache.evict(counter.id()));
+  (void)cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
+  const CachedIfunc* const again = cache.find_ifunc(counter.id());
+  REQUIRE(again != nullptr);
+  CHECK(cache.in_window(*again));
+  CHECK_FALSE(cache.invoke(*again, nullptr, 0, count).has_value());
+  CHECK(*count == 22);
+
+  // Without the option, the same code keeps the checked tier.
+  JitCache checked;
+  (void)checked.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
+  CHECK_FALSE(checked.in_window(*checked.find_ifunc(counter.id())));
+}
+
+TEST_CASE("window code cannot reach the target, outlast its budget or keep it from serving",
+          "[confinement][window]") {
+  if (!kWindowTierHere) {
+    WARN("skipped: the window tier is x86-64 only");
+    return;
+  }
+  g_canary.fill(kCanaryWord);
+  JitCache cache(window_options());
+  const Ifunc escape = Ifunc::load(TC_WINDOW_ESCAPE);
+  (void)cache.load(escape.id(), escape.codec(), escape.code(), Confine::yes);
+  const CachedIfunc* const loaded = cache.find_ifunc(escape.id());
+  REQUIRE(loaded != nullptr);
+  REQUIRE(cache.in_window(*loaded));
+  auto* const count =
+      reinterpret_cast<uint64_t*>(cache.allocate_exposed("counter", 8, true).data());
+  const auto address = [](const void* p) { return reinterpret_cast<uint64_t>(p); };
+
+  struct Attempt {
+    const char* what;
+    Order order;
+    std::optional<TrapReason> reason;  // nullopt: trap or not, as the window's layout has it
+  };
+  const std::array<Attempt, 7> attempts{{
+      {"a store to a target global", {write_address, address(g_canary.data())}, std::nullopt},
+      {"a load from a target global", {read_address, address(g_canary.data())}, std::nullopt},
+      {"a store far into the window", {far_store, 0}, TrapReason::out_of_bounds},
+      {"a store into its own code", {write_code, 0}, TrapReason::out_of_bounds},
+      {"a division by zero", {divide, 0}, TrapReason::division},
+      {"an endless loop", {spin, 0}, TrapReason::out_of_time},
+      {"a store to the target's stack", {write_address, address(&attempts)}, std::nullopt},
+  }};
+  uint64_t expected = 0;
+  for (const Attempt& attempt : attempts) {
+    INFO(attempt.what);
+    alignas(16) Order order = attempt.order;
+    const auto started = std::chrono::steady_clock::now();
+    const std::optional<ConfinedTrap> trap = cache.invoke(*loaded, &order, sizeof(order), count);
+    const auto took = std::chrono::steady_clock::now() - started;
+    if (attempt.reason) {
+      REQUIRE(trap.has_value());
+      CHECK(trap->reason == *attempt.reason);
+      CHECK(trap->address < (uint64_t{1} << 32));  // an offset in its window
+    }
+    if (attempt.order.command == spin) {
+      CHECK(took >= 20ms);
+      CHECK(took < 1s);
+    }
+    // Nothing of the target's changed: the canaries, and the counter only
+    // by what a load could add (the window's own bytes, never the canary).
+    CHECK(std::all_of(g_canary.begin(), g_canary.end(),
+                      [](uint64_t w) { return w == kCanaryWord; }));
+    CHECK(*count - expected != kCanaryWord);
+    expected = *count;
+    // Honest work right after: done, with the right result.
+    alignas(16) Order honest{add, 3};
+    CHECK_FALSE(cache.invoke(*loaded, &honest, sizeof(honest), count).has_value());
+    expected += 3;
+    CHECK(*count == expected);
+  }
+}
+
+TEST_CASE("the target runs no window code the verifier refuses, whoever compiled it",
+          "[confinement][window]") {
+  if (!kWindowTierHere) {
+    WARN("skipped: the window tier is x86-64 only");
+    return;
+  }
+  // The code cache on disk holds what the worker compiled; an attacker who
+  // can write there (or a compromised worker) hands the target an object
+  // that claims the window shape. Here: the counter's %gs prefix replaced
+  // by %ds, so its store would go to the address itself, in the target.
+  const test::TempDir directory("threechains-window-store");
+  JitOptions options = window_options();
+  options.code_cache_directory = directory.path();
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  {
+    JitCache cache(options);
+    const LoadResult first = cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
+    CHECK_FALSE(first.from_code_cache);
+  }
+  std::vector<std::filesystem::path> entries;
+  for (const auto& entry : std::filesystem::directory_iterator(directory.path()))
+    entries.push_back(entry.path());
+  REQUIRE(entries.size() == 1);
+  std::string bytes;
+  {
+    std::ifstream in(entries[0], std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // An entry: magic, key size, object size, the object's XXH3; the key; the object.
+  REQUIRE(bytes.size() > 32);
+  uint64_t key_size = 0;
+  uint64_t object_size = 0;
+  std::memcpy(&key_size, bytes.data() + 8, 8);
+  std::memcpy(&object_size, bytes.data() + 16, 8);
+  REQUIRE(32 + key_size + object_size == bytes.size());
+  CHECK(bytes.substr(32, key_size).find("window tier") != std::string::npos);
+  char* const object = bytes.data() + 32 + key_size;
+  // The first %gs-prefixed instruction with a 64-bit operand (65 48..4f).
+  std::size_t at = 0;
+  while (at + 1 < object_size &&
+         !(static_cast<unsigned char>(object[at]) == 0x65 &&
+           (static_cast<unsigned char>(object[at + 1]) & 0xf8) == 0x48))
+    ++at;
+  REQUIRE(at + 1 < object_size);
+  object[at] = 0x3e;  // %ds
+  const uint64_t hash = XXH3_64bits(object, object_size);
+  std::memcpy(bytes.data() + 24, &hash, 8);
+  {
+    std::ofstream out(entries[0], std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+
+  // The tampered entry reads well, links, and is refused by the verifier:
+  // the cache compiles the code again, and that runs.
+  JitCache cache(options);
+  const LoadResult again = cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
+  CHECK_FALSE(again.from_code_cache);
+  const CachedIfunc* const loaded = cache.find_ifunc(counter.id());
+  REQUIRE(loaded != nullptr);
+  REQUIRE(cache.in_window(*loaded));
+  auto* const count =
+      reinterpret_cast<uint64_t*>(cache.allocate_exposed("counter", 8, true).data());
+  CHECK_FALSE(cache.invoke(*loaded, nullptr, 0, count).has_value());
+  CHECK(*count == 1);
+}
