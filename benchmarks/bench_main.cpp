@@ -75,10 +75,11 @@ struct Options {
   uint16_t port = 0;
   std::string am_address;  // the target's strong-baseline worker, in hex
   int port_fd = -1;
-  double floor_us = 0;  // the transport's physical floor, one way (floor.hpp); 0: not measured
-  double floor_mps = 0;  // shm: a bare ring's rate in the same window (floor.hpp); 0: not measured
+  double floor_us = 0;    // the transport's physical floor, one way (floor.hpp); 0: not measured
+  double floor_mps = 0;   // shm: a bare ring's rate in the same window (floor.hpp); 0: not measured
   bool confined = false;  // the target trusts the key as a (confined) code signer only
-  int hogs = 0;           // processes that only spin beside the pair while it is measured
+  bool window_tier = false;  // ...and runs it in the window tier (implies confined)
+  int hogs = 0;              // processes that only spin beside the pair while it is measured
 };
 
 void pin(int cpu) {
@@ -186,16 +187,25 @@ int run_target(const Options& o) {
   } else {
     trust.allow_native_code_signer(key);
   }
+  tc::JitOptions jit{.promote_after_calls = o.promote_after};
+  jit.confinement.window_tier = o.window_tier;
   tc::Receiver receiver(worker, {.trust = trust,
                                  .limits = {.max_ring_bytes_per_peer = std::size_t{1} << 40,
                                             .max_ring_bytes = std::size_t{1} << 40},
                                  .max_slot_size = o.max_size + (64 << 10),
                                  .target_args = &state.ran,
                                  .target_args_bytes = sizeof(state.ran),
-                                 .jit = {.promote_after_calls = o.promote_after},
+                                 .jit = jit,
                                  // Spins for good: its loop also progresses the strong
                                  // baseline's worker, whose messages would not wake it.
                                  .progress = {.sleep_when_idle = false}});
+  // The window tier reaches its counter only in memory exposed to windows.
+  uint64_t* counter = &state.ran;
+  if (o.window_tier) {
+    counter = reinterpret_cast<uint64_t*>(
+        receiver.cache().allocate_exposed("counter", sizeof(uint64_t), true).data());
+    receiver.set_target_args(counter, sizeof(uint64_t));
+  }
   worker.set_am_handler(kAmBench, &on_bench_am, &state);
   worker.set_am_handler(kAmTotals, &on_totals, &state);
   // The strong AM baseline: a worker of its own, reached by its address.
@@ -238,6 +248,7 @@ int run_target(const Options& o) {
   });
   ack.finish();
   strong_ack.finish();
+  state.ran = *counter;
   // Every message the source sent ran exactly once.
   if (state.totals[0] != state.ran || state.totals[1] != state.am_ran ||
       state.totals[2] != strong_state.am_ran || state.ran != receiver.stats().frames_dispatched) {
@@ -267,8 +278,7 @@ int run_target(const Options& o) {
         std::string(codec) == "bitcode"             ? "JIT compile"
         : std::string(codec) == "pre-linked binary" ? "load (mapped, no linker)"
                                                     : "JITLink link",
-        rounds[rounds.size() / 2],
-        rounds.front(), rounds.size());
+        rounds[rounds.size() / 2], rounds.front(), rounds.size());
   }
   return 0;
 }
@@ -304,7 +314,8 @@ class JsonOut {
   void write_floor(const std::string& transport, const std::string& name, double value,
                    const char* unit) {
     if (file_ == nullptr) return;
-    fmt::print(file_, "{{\"transport\":\"{}\",\"floor\":\"{}\",\"value\":{:.4f},\"unit\":\"{}\"}}\n",
+    fmt::print(file_,
+               "{{\"transport\":\"{}\",\"floor\":\"{}\",\"value\":{:.4f},\"unit\":\"{}\"}}\n",
                transport, name, value, unit);
     std::fflush(file_);
   }
@@ -385,8 +396,8 @@ int run_source(const Options& o) {
   const tc::Ifunc tiered = tc::Ifunc::load(o.tiered);
   const tc::Ifunc prelinked = tc::Ifunc::load(o.prelinked);
   tc::Source source(worker);
-  const std::size_t code = std::max({bitcode.code().size(), binary.code().size(),
-                                     tiered.code().size(), prelinked.code().size()});
+  const std::size_t code = std::max(
+      {bitcode.code().size(), binary.code().size(), tiered.code().size(), prelinked.code().size()});
   tc::Channel channel = source.connect("127.0.0.1", o.port,
                                        {.slots = o.window,
                                         .slot_size = o.max_size + code + 128,
@@ -720,7 +731,10 @@ int main(int argc, char** argv) {
                  "processes that only spin beside source and target while they are measured");
   app.add_flag("--confined", o.confined,
                "the target runs the counter confined (use bitcode modes: binary is refused)");
+  app.add_flag("--window-tier", o.window_tier,
+               "as --confined, in the window tier (ConfinementOptions::window_tier; x86-64)");
   CLI11_PARSE(app, argc, argv);
+  if (o.window_tier) o.confined = true;
   try {
     if (o.role == "target") return run_target(o);
     if (o.role == "source") return run_source(o);
@@ -747,8 +761,7 @@ int main(int argc, char** argv) {
       if (!steady.empty()) {
         std::vector<std::string> args = pass;
         // The floor first, here, where no UCX runs yet (floor.hpp).
-        const bool latency =
-            std::find(steady.begin(), steady.end(), "latency") != steady.end();
+        const bool latency = std::find(steady.begin(), steady.end(), "latency") != steady.end();
         if (latency && o.floor_us <= 0) {
           const double floor = t == "tcp" ? bench::tcp_loopback_floor_us(20000, 3)
                                           : bench::cache_line_floor_us(200000, 3);
@@ -762,9 +775,10 @@ int main(int argc, char** argv) {
         const bool rate = std::find(steady.begin(), steady.end(), "rate") != steady.end();
         if (rate && t == "shm" && o.floor_mps <= 0) {
           const double floor = bench::ring_rate_floor_mps(o.window, 2000000, 3);
-          fmt::print("== floor over shm: a bare ring of {} slots between two processes, {:.3f} "
-                     "M frames/s ==\n",
-                     o.window, floor);
+          fmt::print(
+              "== floor over shm: a bare ring of {} slots between two processes, {:.3f} "
+              "M frames/s ==\n",
+              o.window, floor);
           args.push_back("--floor-mps");
           args.push_back(fmt::format("{:.6f}", floor));
         }

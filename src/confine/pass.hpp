@@ -37,9 +37,9 @@ void confine_module(llvm::Module& module, const std::string& ifunc);
 // store and atomic of `module` addresses the thread's %gs base plus the low
 // 32 bits of its pointer, so the code reaches its window and nothing else,
 // whatever pointer it forms; the guard pages make a bounds check needless.
-// Run after the optimiser (the vectorised loops keep their shape). The
-// first step of the tier, measured by threechains-bench-window and not yet
-// what a JitCache runs. The module's globals reach their own memory only
+// Run after the optimiser (the vectorised loops keep their shape), by the
+// compile worker for a JitCache with ConfinementOptions::window_tier
+// (confine/window_tier.hpp). The module's globals reach their own memory only
 // when it is linked into the window (jit/window_memory.hpp); linked
 // elsewhere, their accesses land in the window at their addresses' low 32
 // bits (confined still, but not what the code meant). Refused, with

@@ -602,7 +602,11 @@ void JitCache::expose(const std::vector<ExposedRegion>& regions) {
 }
 
 void JitCache::Impl::expose_all() {
-  std::vector<ExposedRegion> all = exposed_by_address;
+  // A region the application exposes by address inside the arena (its
+  // target_args, allocated there) is the arena's already, as allocated.
+  std::vector<ExposedRegion> all;
+  for (const ExposedRegion& region : exposed_by_address)
+    if (!arena || !arena->contains(region.bytes.data(), region.bytes.size())) all.push_back(region);
   all.insert(all.end(), exposed_in_arena.begin(), exposed_in_arena.end());
   runner.expose(all);
   for (const auto& [id, code] : confined_codes) confined::Runner::clear_sites(code);

@@ -4,7 +4,8 @@
 //                          process, dependency libraries), through the ImportPolicy;
 //   jit_cache_linking.cpp  code into JITDylibs: linked, from the store, pre-linked,
 //                          confined, evicted;
-//   jit_cache_tiers.cpp    tiered code: tier 0 at once, tier 1 compiled later.
+//   jit_cache_tiers.cpp    tiered code: tier 0 at once, tier 1 compiled later;
+//   jit_cache_windows.cpp  the window tier of confined code: a window per code, verified.
 // Private to the library: LLVM's types stay out of the public headers.
 #pragma once
 
