@@ -692,6 +692,59 @@ TEST_CASE("window code finds no host value in the vector registers", "[window][v
   }
 }
 
+// All ones in %k0-%k7 (the test's own code is built without AVX-512, so
+// it touches none of them after this).
+[[gnu::target("avx512f"), gnu::noinline]] void fill_mask_registers() {
+  asm volatile(
+      "kxnorw %%k0, %%k0, %%k0\n kxnorw %%k1, %%k1, %%k1\n kxnorw %%k2, %%k2, %%k2\n"
+      "kxnorw %%k3, %%k3, %%k3\n kxnorw %%k4, %%k4, %%k4\n kxnorw %%k5, %%k5, %%k5\n"
+      "kxnorw %%k6, %%k6, %%k6\n kxnorw %%k7, %%k7, %%k7\n" ::
+          : "k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7");
+}
+
+TEST_CASE("window code finds no host value in the mask registers", "[window][verifier]") {
+  if (!__builtin_cpu_supports("avx512f")) {
+    WARN("skipped: this CPU has no AVX-512 mask registers");
+    return;
+  }
+  // kmovw %kN,%eax; movl %eax,%gs:4N(%edi) for N = 0..7; ret. An attacker
+  // review read another caller's value and glibc's strlen match mask in
+  // %k0, which the trampoline left.
+  std::vector<uint8_t> bytes;
+  for (uint8_t n = 0; n < 8; ++n) {
+    bytes.insert(bytes.end(), {0xc5, 0xf8, 0x93, static_cast<uint8_t>(0xc0 | n)});
+    bytes.insert(bytes.end(), {0x65, 0x67, 0x89, 0x87, static_cast<uint8_t>(4 * n), 0, 0, 0});
+  }
+  bytes.push_back(0xc3);
+  Window window;
+  const HandCode reader = place(window, bytes);
+  INFO(reader.verdict.refusal);
+  REQUIRE(reader.verdict.accepted);
+  std::byte* const out = window.allocate(4096, true).data();
+  std::memset(out, 0x77, 64);
+  // A first call does this thread's first-time work (the stack's bounds,
+  // read through glibc's string functions, which use %k0 themselves).
+  uint64_t result = 0;
+  REQUIRE_FALSE(
+      tc::confined::run_window_code(window, reader.code, result, reinterpret_cast<uint64_t>(out))
+          .has_value());
+  std::memset(out, 0x77, 64);
+  // All ones in every mask register, then the fast way in at once (the
+  // code between uses no mask register: it is built without AVX-512).
+  fill_mask_registers();
+  // Called outside Catch's macros, whose own code (glibc's strlen) uses %k0.
+  const bool trapped =
+      tc::confined::run_window_code(window, reader.code, result, reinterpret_cast<uint64_t>(out))
+          .has_value();
+  REQUIRE_FALSE(trapped);
+  std::array<uint32_t, 8> seen{};
+  std::memcpy(seen.data(), out, sizeof(seen));
+  for (std::size_t n = 0; n < seen.size(); ++n) {
+    INFO("%k" << n);
+    CHECK(seen[n] == 0);
+  }
+}
+
 namespace {
 
 // Leaves 8 KiB of a pattern in the stack below its caller's frame, where

@@ -11,8 +11,9 @@
 #include <threechains/ifunc.hpp>
 #include <threechains/jit_cache.hpp>
 
-#include <catch2/catch.hpp>
+#include <unwind.h>
 #include <xxhash.h>
+#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <array>
@@ -23,12 +24,15 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
-#include <string>
 #include <span>
+#include <string>
 #include <vector>
 
 using namespace threechains;
 using namespace std::chrono_literals;
+
+// libgcc's: the FDE registered or found for `pc`.
+extern "C" const void* _Unwind_Find_FDE(const void* pc, void* bases);
 
 namespace {
 
@@ -191,8 +195,8 @@ TEST_CASE("window code cannot reach the target, outlast its budget or keep it fr
     }
     // Nothing of the target's changed: the canaries, and the counter only
     // by what a load could add (the window's own bytes, never the canary).
-    CHECK(std::all_of(g_canary.begin(), g_canary.end(),
-                      [](uint64_t w) { return w == kCanaryWord; }));
+    CHECK(
+        std::all_of(g_canary.begin(), g_canary.end(), [](uint64_t w) { return w == kCanaryWord; }));
     CHECK(*count - expected != kCanaryWord);
     expected = *count;
     // Honest work right after: done, with the right result.
@@ -219,7 +223,8 @@ TEST_CASE("the target runs no window code the verifier refuses, whoever compiled
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   {
     JitCache cache(options);
-    const LoadResult first = cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
+    const LoadResult first =
+        cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
     CHECK_FALSE(first.from_code_cache);
   }
   std::vector<std::filesystem::path> entries;
@@ -242,9 +247,8 @@ TEST_CASE("the target runs no window code the verifier refuses, whoever compiled
   char* const object = bytes.data() + 32 + key_size;
   // The first %gs-prefixed instruction with a 64-bit operand (65 48..4f).
   std::size_t at = 0;
-  while (at + 1 < object_size &&
-         !(static_cast<unsigned char>(object[at]) == 0x65 &&
-           (static_cast<unsigned char>(object[at + 1]) & 0xf8) == 0x48))
+  while (at + 1 < object_size && !(static_cast<unsigned char>(object[at]) == 0x65 &&
+                                   (static_cast<unsigned char>(object[at + 1]) & 0xf8) == 0x48))
     ++at;
   REQUIRE(at + 1 < object_size);
   object[at] = 0x3e;  // %ds
@@ -267,4 +271,89 @@ TEST_CASE("the target runs no window code the verifier refuses, whoever compiled
       reinterpret_cast<uint64_t*>(cache.allocate_exposed("counter", 8, true).data());
   CHECK_FALSE(cache.invoke(*loaded, nullptr, 0, count).has_value());
   CHECK(*count == 1);
+}
+
+TEST_CASE("window code leaves the host's unwinder alone and nothing of one caller for the next",
+          "[confinement][window]") {
+  if (!kWindowTierHere) {
+    WARN("skipped: the window tier is x86-64 only");
+    return;
+  }
+  JitCache cache(window_options());
+  const Ifunc escape = Ifunc::load(TC_WINDOW_ESCAPE);
+  (void)cache.load(escape.id(), escape.codec(), escape.code(), Confine::yes);
+  const CachedIfunc* loaded = cache.find_ifunc(escape.id());
+  REQUIRE(loaded != nullptr);
+  REQUIRE(cache.in_window(*loaded));
+  auto* const count =
+      reinterpret_cast<uint64_t*>(cache.allocate_exposed("counter", 8, true).data());
+
+  // Its unwind tables are not the host's: libgcc searches registered
+  // frames before the process's own, so an object's FDE over host code
+  // would run its personality routine in the host (an attacker review did).
+  // The same code built with unwind tables, unconfined, has its registered.
+  {
+    const Ifunc unwinding = Ifunc::load(TC_WINDOW_ESCAPE_UNWIND);
+    void* bases[3] = {};
+    JitCache windowed(window_options());
+    (void)windowed.load(unwinding.id(), unwinding.codec(), unwinding.code(), Confine::yes);
+    const CachedIfunc* const in_window = windowed.find_ifunc(unwinding.id());
+    REQUIRE(in_window != nullptr);
+    REQUIRE(windowed.in_window(*in_window));
+    CHECK(_Unwind_Find_FDE(reinterpret_cast<const char*>(in_window->main) + 1, bases) == nullptr);
+    JitCache plain;
+    (void)plain.load(unwinding.id(), unwinding.codec(), unwinding.code());
+    const IfuncMain entry = plain.find(unwinding.id());
+    REQUIRE(entry != nullptr);
+    CHECK(_Unwind_Find_FDE(reinterpret_cast<const char*>(entry) + 1, bases) != nullptr);
+  }
+
+  // What the code can write in its window, outside its own globals (its
+  // payload area beyond the payload, the rest of its code reservation), is
+  // nothing the next caller reads: every page of the first 2 MiB, written
+  // for caller 1 and read for caller 2.
+  constexpr uint64_t kMarker = 0xbadbadbadULL;  // what write_address stores
+  constexpr uint64_t kFirst = 0x10000;
+  constexpr uint64_t kEnd = 0x200000;
+  for (uint64_t at = kFirst; at < kEnd; at += 0x1000) {
+    alignas(16) Order write{write_address, at + 0x800};
+    (void)cache.invoke(*loaded, &write, sizeof(write), count, /*caller=*/1);
+  }
+  uint64_t readable = 0;
+  for (uint64_t at = kFirst; at < kEnd; at += 0x1000) {
+    INFO("window offset " << at + 0x800);
+    const uint64_t before = *count;
+    alignas(16) Order read{read_address, at + 0x800};
+    if (!cache.invoke(*loaded, &read, sizeof(read), count, /*caller=*/2)) {
+      ++readable;
+      CHECK(*count - before != kMarker);
+    }
+  }
+  CHECK(readable > 0);  // the payload area and the code's own data read as zero
+
+  // A payload larger than the window's payload area, then the code evicted
+  // and loaded again into the same window: the next code's payloads go
+  // where they should, and nothing of the large one is left to read.
+  std::vector<uint64_t> large(16 << 10, 0x5ec2e75ec2e75ec2ULL);
+  large[0] = add;
+  large[1] = 5;
+  const uint64_t before_large = *count;
+  CHECK_FALSE(cache.invoke(*loaded, large.data(), large.size() * 8, count, 3).has_value());
+  CHECK(*count == before_large + 5);
+  CHECK(cache.evict(escape.id()));
+  (void)cache.load(escape.id(), escape.codec(), escape.code(), Confine::yes);
+  loaded = cache.find_ifunc(escape.id());
+  REQUIRE(loaded != nullptr);
+  REQUIRE(cache.in_window(*loaded));
+  alignas(16) Order honest{add, 1};
+  const uint64_t before_small = *count;
+  CHECK_FALSE(cache.invoke(*loaded, &honest, sizeof(honest), count, 4).has_value());
+  CHECK(*count == before_small + 1);
+  for (uint64_t at = kFirst; at < kEnd; at += 0x1000) {
+    INFO("window offset " << at + 0x40);
+    const uint64_t before = *count;
+    alignas(16) Order read{read_address, at + 0x40};
+    if (!cache.invoke(*loaded, &read, sizeof(read), count, 4))
+      CHECK(*count - before != 0x5ec2e75ec2e75ec2ULL);
+  }
 }

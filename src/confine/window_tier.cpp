@@ -35,8 +35,7 @@ void WindowedCode::remember_initial_data() {
 }
 
 void WindowedCode::change_caller(uint64_t next_caller) noexcept {
-  std::memset(payload.data(), 0, payload_dirty);
-  payload_dirty = 0;
+  std::memset(payload.data(), 0, payload.size());
   for (Data& segment : data) {
     if (segment.initial.empty()) {
       std::memset(segment.bytes.data(), 0, segment.bytes.size());
@@ -58,13 +57,11 @@ std::optional<ConfinedTrap> WindowedCode::run(const void* payload_bytes, std::si
       const std::span<std::byte> larger = window->allocate(bytes, true);
       window->retire(payload);
       payload = larger;
-      payload_dirty = 0;
     } catch (...) {
       return ConfinedTrap{TrapReason::out_of_bounds, 0};  // the window has no room for it
     }
   }
   copy_payload(payload.data(), static_cast<const std::byte*>(payload_bytes), size);
-  payload_dirty = std::max(payload_dirty, size);
   const bool exposed =
       arena != nullptr && target_args != nullptr && arena->contains(target_args, 1);
 #if defined(__x86_64__)

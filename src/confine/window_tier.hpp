@@ -9,8 +9,9 @@
 //  - target_args is passed where it lies in memory exposed to windows
 //    (ExposureArena): its low 32 bits are its offset there; anything else
 //    is passed as null, which faults (Window::kLowGuard);
-//  - for another caller than the last, the payload copy is wiped and the
-//    writable globals are set back to how they were linked;
+//  - for another caller than the last, the whole payload area is wiped
+//    (the code may write anywhere in it) and the writable globals are set
+//    back to how they were linked;
 //  - run_window_code runs it under the time budget (window_watchdog.hpp).
 #pragma once
 
@@ -32,8 +33,10 @@ namespace threechains::confined {
 struct WindowedCode {
   Window* window = nullptr;       // the JitCache's, kept while it lives
   WindowCode entry;               // as the verifier accepted it
-  std::span<std::byte> payload;   // in the window: where payloads are copied
-  std::size_t payload_dirty = 0;  // bytes of it written since it was wiped
+  // In the window: where payloads are copied. The code may write all of
+  // it, so a caller change wipes all of it; it grows for a larger payload
+  // (the window's slot takes the grown one back on eviction).
+  std::span<std::byte> payload;
   struct Data {
     std::span<std::byte> bytes;      // a writable segment, in the window
     std::vector<std::byte> initial;  // as linked (empty: all zero)

@@ -157,6 +157,7 @@ threechains_call_window_code:
   vpxord %xmm29, %xmm29, %xmm29
   vpxord %xmm30, %xmm30, %xmm30
   vpxord %xmm31, %xmm31, %xmm31
+  kxorw %k0, %k0, %k0
   kxorw %k1, %k1, %k1
   kxorw %k2, %k2, %k2
   kxorw %k3, %k3, %k3

@@ -360,6 +360,11 @@ bool JitCache::Impl::runs_here(const std::string& image_triple) {
 
 bool JitCache::Impl::evict(CodeId id) {
   drop_promotion(id);
+  if (const auto in_window = window_of.find(id); in_window != window_of.end()) {
+    // The payload area it ran with, grown or not, goes back with the window
+    // (and is wiped there): the one it started with may be retired.
+    in_window->second->payload = confined_codes.at(id).windowed->payload;
+  }
   confined_codes.erase(id);
   const bool had_image = release_prelinked(id);
   const auto it = dylibs.find(id);

@@ -17,8 +17,9 @@ namespace threechains {
 
 namespace {
 // Where a window's payloads are copied, to begin with; a larger payload
-// takes a larger area (WindowedCode::run).
-constexpr std::size_t kPayloadArea = std::size_t{64} << 10;
+// takes a larger area (WindowedCode::run). A page: a caller change wipes
+// all of it.
+constexpr std::size_t kPayloadArea = std::size_t{4} << 10;
 }  // namespace
 
 JitCache::Impl::WindowSlot& JitCache::Impl::acquire_window() {

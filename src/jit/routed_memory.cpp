@@ -42,6 +42,11 @@ void RoutedMemoryManager::unroute(const llvm::jitlink::JITLinkDylib* dylib) {
   routes_.erase(dylib);
 }
 
+bool RoutedMemoryManager::routes(const llvm::jitlink::JITLinkDylib* dylib) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return routes_.contains(dylib);
+}
+
 WindowMemoryMapper* RoutedMemoryManager::mapper_of(const confined::Window& window) {
   const std::lock_guard<std::mutex> lock(mutex_);
   for (const std::unique_ptr<InWindow>& known : windows_)

@@ -34,6 +34,9 @@ class RoutedMemoryManager final : public llvm::jitlink::JITLinkMemoryManager {
   // unrouted first, or another key's code lands in this window.
   void unroute(const llvm::jitlink::JITLinkDylib* dylib);
 
+  // Whether graphs linked for `dylib` go into a window.
+  [[nodiscard]] bool routes(const llvm::jitlink::JITLinkDylib* dylib);
+
   // The mapper that links into `window`, once something was routed there
   // (nullptr before); it lives as long as this manager.
   [[nodiscard]] WindowMemoryMapper* mapper_of(const confined::Window& window);

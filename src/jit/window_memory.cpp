@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <iterator>
 
@@ -49,6 +50,14 @@ void WindowMemoryMapper::reserve(size_t bytes, OnReservedFunction on_reserved) {
   try {
     const std::lock_guard<std::mutex> lock(mutex_);
     pages = window_.allocate(bytes, true);
+    // Inaccessible until a graph is prepared there: what the window's code
+    // could otherwise write in the reservation's unused pages (and read
+    // back for another caller, or leave for the next code in the window)
+    // would outlive every wipe (an attacker review, 2026-11-28).
+    if (mprotect(pages.data(), whole_pages(bytes, getPageSize()), PROT_NONE) != 0)
+      throw Error(
+          errc::limit_exceeded,
+          std::string("cannot protect a window's code reservation: ") + std::strerror(errno));
     reservations_[ExecutorAddr::fromPtr(pages.data())] = whole_pages(bytes, getPageSize());
   } catch (const Error& error) {
     return on_reserved(failure(error.what()));
@@ -58,8 +67,14 @@ void WindowMemoryMapper::reserve(size_t bytes, OnReservedFunction on_reserved) {
 }
 
 char* WindowMemoryMapper::prepare(llvm::jitlink::LinkGraph& /*graph*/, ExecutorAddr address,
-                                  size_t /*content_size*/) {
-  return address.toPtr<char*>();  // in process: the working memory is the memory
+                                  size_t content_size) {
+  // In process the working memory is the memory: writable while JITLink
+  // writes the graph there, until initialize() gives each segment its own
+  // protection. Nothing runs in the window while it links (one code per
+  // window, run only once verified).
+  (void)mprotect(address.toPtr<void*>(), whole_pages(content_size, getPageSize()),
+                 PROT_READ | PROT_WRITE);
+  return address.toPtr<char*>();
 }
 
 void WindowMemoryMapper::initialize(AllocInfo& allocation, OnInitializedFunction on_initialized) {
@@ -87,15 +102,22 @@ void WindowMemoryMapper::initialize(AllocInfo& allocation, OnInitializedFunction
       llvm::sys::Memory::InvalidateInstructionCache(base.toPtr<void*>(), size);
       code.push_back({base.getValue(), {base.toPtr<const std::byte*>(), segment.ContentSize}});
     }
+    // Whole pages: the page's protection is the segment's, so what the code
+    // writes past the segment's end on its last page must be set back too
+    // (a test wrote a marker there for one caller and read it for the next).
     if (has(protection, llvm::orc::MemProt::Write) && size != 0)
-      data.emplace_back(base.toPtr<std::byte*>(), size);
+      data.emplace_back(base.toPtr<std::byte*>(), whole_pages(size, getPageSize()));
   }
-  auto deallocation = llvm::orc::shared::runFinalizeActions(allocation.Actions);
-  if (!deallocation) return on_initialized(deallocation.takeError());
+  // The graph's allocation actions are not run: each is a call into the
+  // host with the graph's data (registering its .eh_frame with libgcc,
+  // which searches registered frames before the process's own, handed an
+  // attacker review the host's unwinding and a personality routine the
+  // verifier never read). Window code is never unwound through, debugged
+  // by a JIT interface or initialised: nothing of it runs but its entry.
   {
     const std::lock_guard<std::mutex> lock(mutex_);
-    initialized_[lowest] = {whole_pages(highest - lowest, getPageSize()), std::move(code),
-                            std::move(data), std::move(*deallocation)};
+    initialized_[lowest] = {
+        whole_pages(highest - lowest, getPageSize()), std::move(code), std::move(data), {}};
   }
   on_initialized(lowest);
 }
@@ -104,9 +126,9 @@ llvm::Error WindowMemoryMapper::unlink(ExecutorAddr address) {
   const auto it = initialized_.find(address);
   if (it == initialized_.end()) return failure("no linked allocation at this address");
   llvm::Error error = llvm::orc::shared::runDeallocActions(it->second.deallocation);
-  // Fresh zeroed pages, writable, as reserve() gave them: the next graph
-  // linked here reads nothing of this one.
-  if (mmap(address.toPtr<void*>(), it->second.bytes, PROT_READ | PROT_WRITE,
+  // Fresh pages, inaccessible, as reserve() left them: the next graph
+  // linked here reads nothing of this one (prepare() opens them again).
+  if (mmap(address.toPtr<void*>(), it->second.bytes, PROT_NONE,
            MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
     error = llvm::joinErrors(std::move(error), failure(std::string("cannot clear unlinked code: ") +
                                                        std::strerror(errno)));
