@@ -69,10 +69,11 @@ struct SaxpyRequest {
 
 }  // namespace
 
-TEST_CASE("confined code that takes the window shape runs in a window, next to the checked tier",
-          "[confinement][window]") {
+TEST_CASE(
+    "confined code that takes the window shape runs in a window, beside checked confined code",
+    "[confinement][window]") {
   if (!kWindowTierHere) {
-    WARN("skipped: the window tier is x86-64 only");
+    WARN("SKIP: the window tier is x86-64 only");
     return;
   }
   JitCache cache(window_options());
@@ -149,7 +150,7 @@ TEST_CASE("confined code that takes the window shape runs in a window, next to t
 TEST_CASE("window code cannot reach the target, outlast its budget or keep it from serving",
           "[confinement][window]") {
   if (!kWindowTierHere) {
-    WARN("skipped: the window tier is x86-64 only");
+    WARN("SKIP: the window tier is x86-64 only");
     return;
   }
   g_canary.fill(kCanaryWord);
@@ -162,6 +163,7 @@ TEST_CASE("window code cannot reach the target, outlast its budget or keep it fr
   auto* const count =
       reinterpret_cast<uint64_t*>(cache.allocate_exposed("counter", 8, true).data());
   const auto address = [](const void* p) { return reinterpret_cast<uint64_t>(p); };
+  volatile uint64_t stack_canary = kCanaryWord;  // on this thread's stack
 
   struct Attempt {
     const char* what;
@@ -175,7 +177,9 @@ TEST_CASE("window code cannot reach the target, outlast its budget or keep it fr
       {"a store into its own code", {write_code, 0}, TrapReason::out_of_bounds},
       {"a division by zero", {divide, 0}, TrapReason::division},
       {"an endless loop", {spin, 0}, TrapReason::out_of_time},
-      {"a store to the target's stack", {write_address, address(&attempts)}, std::nullopt},
+      {"a store to the target's stack",
+       {write_address, address(const_cast<uint64_t*>(&stack_canary))},
+       std::nullopt},
   }};
   uint64_t expected = 0;
   for (const Attempt& attempt : attempts) {
@@ -197,6 +201,7 @@ TEST_CASE("window code cannot reach the target, outlast its budget or keep it fr
     // by what a load could add (the window's own bytes, never the canary).
     CHECK(
         std::all_of(g_canary.begin(), g_canary.end(), [](uint64_t w) { return w == kCanaryWord; }));
+    CHECK(stack_canary == kCanaryWord);
     CHECK(*count - expected != kCanaryWord);
     expected = *count;
     // Honest work right after: done, with the right result.
@@ -210,7 +215,7 @@ TEST_CASE("window code cannot reach the target, outlast its budget or keep it fr
 TEST_CASE("the target runs no window code the verifier refuses, whoever compiled it",
           "[confinement][window]") {
   if (!kWindowTierHere) {
-    WARN("skipped: the window tier is x86-64 only");
+    WARN("SKIP: the window tier is x86-64 only");
     return;
   }
   // The code cache on disk holds what the worker compiled; an attacker who
@@ -276,7 +281,7 @@ TEST_CASE("the target runs no window code the verifier refuses, whoever compiled
 TEST_CASE("window code leaves the host's unwinder alone and nothing of one caller for the next",
           "[confinement][window]") {
   if (!kWindowTierHere) {
-    WARN("skipped: the window tier is x86-64 only");
+    WARN("SKIP: the window tier is x86-64 only");
     return;
   }
   JitCache cache(window_options());

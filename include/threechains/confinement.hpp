@@ -9,6 +9,12 @@
 // addresses), and the regions the target application exposes by name
 // (ReceiverOptions::exposed; target_args when target_args_bytes says how
 // large it is). docs/security.md, "Confined ifuncs", says how and why.
+//
+// ConfinementOptions::window_tier adds a second way for code that needs
+// no import, local variable or memory intrinsic: no checks in the code, a
+// 4 GiB window of its own instead, and a verifier of its machine code.
+// Such code reaches its payload (a copy) and memory from
+// JitCache::allocate_exposed, nothing exposed by address; see window_tier.
 #pragma once
 
 #include <chrono>
@@ -27,7 +33,7 @@ struct ConfinementOptions {
   // fuel (at most an eighth of this budget's worth) is spent, so an
   // invocation ends within 1.25x the budget whatever it does (taking an
   // instruction to cost at most 100 ns; docs/security.md, "What one frame
-  // can cost").
+  // can cost"). Code of the window tier: within about 1.5x (window_tier).
   std::chrono::microseconds time_budget{10'000};
   // The data stack confined code's local variables live on (one per
   // Receiver; return addresses stay on the thread's own stack).
@@ -54,11 +60,26 @@ struct ConfinementOptions {
   // The window tier (x86-64; docs/security.md, "The window tier"): confined
   // bitcode that needs no import, local variable or memory intrinsic once
   // optimised is compiled to address only a 4 GiB window of its own, and
-  // runs at about native speed once a verifier of its machine code (not
-  // the compiler) accepted it. It reaches its payload (copied into the
-  // window) and memory the target exposes with JitCache::allocate_exposed,
-  // not regions exposed by address: target_args elsewhere is passed as
-  // null. Other confined code keeps the checked tier. Off by default.
+  // runs once a verifier of its machine code (not the compiler) accepted
+  // it. Its computation runs near native speed (saxpy about 1x, where the
+  // checked tier takes 3x); a call costs about what the checked tier's does
+  // (docs/performance.md). Which tier code gets is decided by what the
+  // optimiser leaves of it; JitCache::in_window says. What differs for the
+  // code:
+  //  - it reaches memory the target exposes only if JitCache::
+  //    allocate_exposed made it, and target_args only if it lies there
+  //    (receiver.cache().allocate_exposed, then set_target_args): any
+  //    other target_args is passed as null, regions exposed by address
+  //    are out of reach;
+  //  - its payload is a copy: what it writes there is not kept;
+  //  - its time is held by a watchdog thread: stopped after at least
+  //    time_budget and at most about 1.5x it plus scheduling, on the clock
+  //    (a call preempted for longer is stopped too). The watchdog signals
+  //    with SIGRTMAX-2, which the application must leave alone and not
+  //    block on threads that run ifuncs (blocked, it stops nothing), and
+  //    wakes every quarter budget while window code runs;
+  //  - a store to read-only memory traps as out_of_bounds (not read_only).
+  // Other confined code keeps the checked tier. Off by default.
   bool window_tier = false;
 };
 
@@ -88,7 +109,10 @@ enum class TrapReason : uint32_t {
 // Why a confined invocation ended early, and where.
 struct ConfinedTrap {
   TrapReason reason;
-  uintptr_t address;  // the address it reached for, where there is one
+  // The address it reached for, where there is one; for code of the window
+  // tier, an offset in its window (of the access, or of the instruction
+  // stopped), never an address of the target's.
+  uintptr_t address;
 };
 
 }  // namespace threechains

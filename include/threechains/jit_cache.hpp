@@ -146,7 +146,9 @@ class JitCache {
     return invoke_confined(ifunc, payload, size, target_args, caller);
   }
   // Memory confined code loaded as `id` holds beyond its container: its
-  // globals and the copy of their initial values (0 if not confined).
+  // globals and the copy of their initial values (0 if not confined); for
+  // the window tier, also its payload area, which grows with the largest
+  // payload it was given.
   [[nodiscard]] std::size_t committed_bytes(CodeId id) const noexcept;
   // The name of a cached confined ifunc, for reports ("" if not confined).
   [[nodiscard]] std::string confined_name(const CachedIfunc& ifunc) const;
@@ -154,10 +156,15 @@ class JitCache {
   void expose(const std::vector<ExposedRegion>& regions);
   // Memory that confined code of both tiers may use, the window tier
   // without a copy (ConfinementOptions::window_tier): `bytes` of zeroed
-  // memory, writable by confined code if `writable`, owned by this cache
-  // (valid while it lives). Pointers into it (as target_args, or in a
-  // payload) mean the same memory to window code. Throws
-  // Error(errc::limit_exceeded) past 2 GiB in all.
+  // memory (whole pages), writable by confined code if `writable`, owned by
+  // this cache and valid while it lives (never freed before). Pointers
+  // into it (as target_args, or in a payload) mean the same memory to
+  // window code. Every confined ifunc of either tier may use every piece:
+  // there is no isolation between callers inside it. `name` is for
+  // reports. expose() does not replace these. Not while the Receiver's
+  // progress thread runs (it remaps every window). Throws
+  // Error(errc::limit_exceeded) past 2 GiB in all, or when the process
+  // has no memfd or address space (8 GiB for the host's view) left.
   [[nodiscard]] std::span<std::byte> allocate_exposed(const std::string& name, std::size_t bytes,
                                                       bool writable);
   // Whether a cached confined ifunc runs in the window tier.

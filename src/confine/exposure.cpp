@@ -48,8 +48,9 @@ std::span<std::byte> ExposureArena::allocate(std::size_t bytes, bool writable) {
                                           std::to_string(offset + rounded) +
                                           " bytes: " + std::strerror(errno));
   }
-  // The host writes every piece; windows get what `writable` says. Into
-  // the windows first, so a failure there leaves the host nothing to use.
+  // The host writes every piece; windows get what `writable` says. A
+  // failure part way leaves the piece unused (not handed out, `size_`
+  // unchanged): the next allocation maps over the same offset.
   host_view_.map_shared(fd_, offset, Window::kShared + offset, rounded, true);
   for (Window* window : windows_)
     window->map_shared(fd_, offset, Window::kShared + offset, rounded, writable);

@@ -85,7 +85,7 @@ class Window {
 
 #if defined(__x86_64__)
 // This thread's %gs base: what window-shaped code adds to every offset.
-// Writing it costs ~12 ns in a VM (measured, threechains-bench-window), so
+// Writing it costs 12-18 ns in a VM (measured, threechains-bench-window), so
 // use() writes only when the base changes; reading our own copy costs
 // nothing. Nothing else in a Linux x86-64 process uses %gs (the C library's
 // thread pointer is %fs).

@@ -35,7 +35,7 @@ void WindowedCode::remember_initial_data() {
 }
 
 void WindowedCode::change_caller(uint64_t next_caller) noexcept {
-  std::memset(payload.data(), 0, payload.size());
+  std::memset(payload->data(), 0, payload->size());
   for (Data& segment : data) {
     if (segment.initial.empty()) {
       std::memset(segment.bytes.data(), 0, segment.bytes.size());
@@ -49,25 +49,26 @@ void WindowedCode::change_caller(uint64_t next_caller) noexcept {
 std::optional<ConfinedTrap> WindowedCode::run(const void* payload_bytes, std::size_t size,
                                               void* target_args, const ExposureArena* arena,
                                               std::chrono::nanoseconds budget) noexcept {
-  if (size > payload.size()) {
+  std::span<std::byte>& area = *payload;
+  if (size > area.size()) {
     // Larger than the window's payload area: a new one, the old one retired.
     try {
-      std::size_t bytes = std::max<std::size_t>(payload.size(), 1);
+      std::size_t bytes = std::max<std::size_t>(area.size(), 1);
       while (bytes < size) bytes *= 2;
       const std::span<std::byte> larger = window->allocate(bytes, true);
-      window->retire(payload);
-      payload = larger;
+      window->retire(area);
+      area = larger;
     } catch (...) {
       return ConfinedTrap{TrapReason::out_of_bounds, 0};  // the window has no room for it
     }
   }
-  copy_payload(payload.data(), static_cast<const std::byte*>(payload_bytes), size);
+  copy_payload(area.data(), static_cast<const std::byte*>(payload_bytes), size);
   const bool exposed =
       arena != nullptr && target_args != nullptr && arena->contains(target_args, 1);
 #if defined(__x86_64__)
   uint64_t result = 0;
   const std::optional<WindowTrap> trap =
-      run_window_code(*window, entry, result, reinterpret_cast<uint64_t>(payload.data()), size,
+      run_window_code(*window, entry, result, reinterpret_cast<uint64_t>(area.data()), size,
                       exposed ? reinterpret_cast<uint64_t>(target_args) : 0, budget);
   if (!trap) return std::nullopt;
   return confined_trap_of(*trap);

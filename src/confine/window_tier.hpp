@@ -31,12 +31,13 @@
 namespace threechains::confined {
 
 struct WindowedCode {
-  Window* window = nullptr;       // the JitCache's, kept while it lives
-  WindowCode entry;               // as the verifier accepted it
-  // In the window: where payloads are copied. The code may write all of
-  // it, so a caller change wipes all of it; it grows for a larger payload
-  // (the window's slot takes the grown one back on eviction).
-  std::span<std::byte> payload;
+  Window* window = nullptr;  // the JitCache's, kept while it lives
+  WindowCode entry;          // as the verifier accepted it
+  // In the window: where payloads are copied, owned by the window's slot
+  // in the JitCache (which outlives the code, and wipes it when the next
+  // code gets the window). The code may write all of it, so a caller
+  // change wipes all of it; it grows for a larger payload.
+  std::span<std::byte>* payload = nullptr;
   struct Data {
     std::span<std::byte> bytes;      // a writable segment, in the window
     std::vector<std::byte> initial;  // as linked (empty: all zero)

@@ -2,6 +2,8 @@
 // at every registered Watch each quarter of the smallest budget.
 #include "confine/window_watchdog.hpp"
 
+#include "asymmetric_fence.hpp"
+
 #include <pthread.h>
 #include <signal.h>
 
@@ -18,6 +20,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::chrono::nanoseconds kShortestPeriod = std::chrono::microseconds(250);
+// No window code run this long: the watchdog sleeps until the next run.
+constexpr std::chrono::milliseconds kIdleBeforeParking{100};
 
 class Watchdog {
  public:
@@ -34,7 +38,10 @@ class Watchdog {
     // Either throws before anything is kept: the Watch's registration
     // then fails, and nothing here points at it.
     if (!started_) {
-      std::thread([this] { look_forever(); }).detach();
+      std::thread([this] {
+        pthread_setname_np(pthread_self(), "tc-watchdog");  // for ps, perf and a test
+        look_forever();
+      }).detach();
       started_ = true;
     }
     watched_.push_back({watch, thread, 0, {}});
@@ -48,6 +55,20 @@ class Watchdog {
     std::erase_if(watched_, [watch](const Watched& w) { return w.watch == watch; });
   }
 
+  // A run began while the watchdog was parked (ThreadWatch::parked_).
+  void unpark() noexcept {
+    const std::lock_guard lock(mutex_);
+    ThreadWatch::parked_.store(false, std::memory_order_relaxed);
+    wake_.notify_one();
+  }
+
+  // Whether every registering thread's runs see the watchdog's parking
+  // (membarrier, asymmetric_fence.hpp); else it never parks.
+  void can_park(bool yes) noexcept {
+    const std::lock_guard lock(mutex_);
+    parking_allowed_ = parking_allowed_ && yes;
+  }
+
  private:
   struct Watched {
     Watch* watch;
@@ -58,14 +79,41 @@ class Watchdog {
 
   void look_forever() {
     std::unique_lock lock(mutex_);
+    Clock::time_point idle_since = Clock::now();
     for (;;) {
       if (watched_.empty()) {
         wake_.wait(lock, [this] { return !watched_.empty(); });
         continue;
       }
       wake_.wait_for(lock, period());
-      look(Clock::now());
+      const Clock::time_point now = Clock::now();
+      if (look(now)) idle_since = now;
+      if (now - idle_since >= kIdleBeforeParking && park(lock)) idle_since = Clock::now();
     }
+  }
+
+  // Sleeps until a run begins, if none is under way once every thread has
+  // seen `parked_`: a run that began before it (its `running` store not
+  // yet visible here) is seen after the fence, and one that begins after
+  // it sees `parked_` and wakes the watchdog (WatchedRun). Under mutex_
+  // (released while asleep). Whether it slept.
+  bool park(std::unique_lock<std::mutex>& lock) {
+    if (!parking_allowed_) return false;
+    ThreadWatch::parked_.store(true, std::memory_order_relaxed);
+    if (!detail::heavy_fence()) {
+      parking_allowed_ = false;
+      ThreadWatch::parked_.store(false, std::memory_order_relaxed);
+      return false;
+    }
+    for (const Watched& w : watched_) {
+      if (w.watch->running.load(std::memory_order_relaxed) != 0) {
+        ThreadWatch::parked_.store(false, std::memory_order_relaxed);
+        return false;
+      }
+    }
+    wake_.wait(lock, [] { return !ThreadWatch::parked_.load(std::memory_order_relaxed); });
+    for (Watched& w : watched_) w.seen = 0;  // the next look starts afresh
+    return true;
   }
 
   [[nodiscard]] std::chrono::nanoseconds period() const noexcept {
@@ -79,10 +127,13 @@ class Watchdog {
   }
 
   // Under mutex_: a thread cannot end (and its pthread_t go stale) while
-  // it is signalled, since it removes its Watch first.
-  void look(Clock::time_point now) noexcept {
+  // it is signalled, since it removes its Watch first. Whether any run was
+  // under way.
+  bool look(Clock::time_point now) noexcept {
+    bool busy = false;
     for (Watched& w : watched_) {
       const uint64_t running = w.watch->running.load(std::memory_order_relaxed);
+      busy = busy || running != 0;
       if (running == 0 || running != w.seen) {
         w.seen = running;
         w.since = now;
@@ -93,12 +144,14 @@ class Watchdog {
       w.watch->stop.store(running, std::memory_order_relaxed);
       pthread_kill(w.thread, watchdog_signal());  // again at each look until it stops
     }
+    return busy;
   }
 
   std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<Watched> watched_;
   bool started_ = false;
+  bool parking_allowed_ = true;
 };
 
 [[gnu::tls_model("initial-exec")]] thread_local bool thread_ending = false;
@@ -122,9 +175,14 @@ struct WatchRegistration {
 
 constinit thread_local Watch* ThreadWatch::current_ = nullptr;
 
+void ThreadWatch::wake_watchdog() noexcept {
+  Watchdog::get().unpark();
+}
+
 Watch* ThreadWatch::register_this_thread() noexcept {
   if (thread_ending) return nullptr;
   try {
+    Watchdog::get().can_park(detail::hot_side_registered());
     thread_local WatchRegistration registration;
     current_ = &registration.watch;
   } catch (...) {  // no memory for the list, or no thread: nothing watches
@@ -136,8 +194,8 @@ Watch* ThreadWatch::register_this_thread() noexcept {
 int watchdog_signal() noexcept {
   // glibc keeps the first real-time signals for itself and moves SIGRTMIN
   // past them; the top ones are rarely claimed by anything.
-  static const int signal = SIGRTMAX - 2;
-  return signal;
+  static const int number = SIGRTMAX - 2;
+  return number;
 }
 
 }  // namespace threechains::confined

@@ -18,7 +18,8 @@
 // looks, at most 1.5 budgets plus the time the watchdog and the signal
 // take to be scheduled (measured in docs/security.md, "The window").
 // The watchdog wakes every quarter of the smallest budget in use (at least
-// 250 us) while a thread that ran window code under a budget lives.
+// 250 us) while window code runs, and sleeps once none has run for 100 ms
+// (where the kernel offers membarrier; else it keeps waking).
 #pragma once
 
 #include <atomic>
@@ -52,6 +53,13 @@ class ThreadWatch {
   // nullptr if the thread has none; for the signal handler.
   [[nodiscard]] static Watch* if_any() noexcept { return current_; }
 
+  // Set while the watchdog sleeps, no window code having run for 100 ms: a
+  // run that begins then wakes it (wake_watchdog). The watchdog parks only
+  // after a heavy fence (asymmetric_fence.hpp) shows no run under way, so
+  // either it sees a run's `running` store or the run sees this.
+  static inline std::atomic<bool> parked_{false};
+  static void wake_watchdog() noexcept;
+
  private:
   friend struct WatchRegistration;
   [[gnu::noinline, gnu::cold]] static Watch* register_this_thread() noexcept;
@@ -68,6 +76,11 @@ class WatchedRun {
     if (watch_->budget_ns.load(std::memory_order_relaxed) != budget.count())
       watch_->budget_ns.store(budget.count(), std::memory_order_relaxed);
     watch_->running.store(++watch_->serial, std::memory_order_relaxed);
+    // The store before the load, for the compiler; the watchdog's heavy
+    // fence orders them for the CPU.
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    if (ThreadWatch::parked_.load(std::memory_order_relaxed)) [[unlikely]]
+      ThreadWatch::wake_watchdog();
   }
   ~WatchedRun() {
     if (watch_ != nullptr) watch_->running.store(0, std::memory_order_relaxed);

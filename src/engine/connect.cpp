@@ -1,6 +1,6 @@
 // Engine, source role: connecting to a Receiver (one or many at once), the
 // handshake up to its welcome, and the delivery a channel's frames take.
-#include "engine/asymmetric_fence.hpp"
+#include "asymmetric_fence.hpp"
 #include "engine/engine.hpp"
 
 #include <threechains/container.hpp>

@@ -19,7 +19,7 @@
 //     ucp_worker_signal;
 //   - time (handshakes' deadlines, refused peers' linger, tier-1 compiles,
 //     puts from a source with RDMA, which read no sleep word): shorter sleeps.
-#include "engine/asymmetric_fence.hpp"
+#include "asymmetric_fence.hpp"
 #include "engine/engine.hpp"
 
 #include <algorithm>

@@ -29,7 +29,7 @@ inline constexpr int kExitRefused = 3;
 inline constexpr int kExitFatal = 4;  // LLVM reported a fatal error (its text on stderr)
 inline constexpr int kExitUsage = 2;
 
-inline constexpr uint64_t kMagic = 0x3343'4357'4f52'4b31;  // "3CCWORK1"
+inline constexpr uint64_t kMagic = 0x3343'4357'4f52'4b32;  // "3CCWORK2": window_shape
 
 struct JobHeader {
   uint64_t magic = kMagic;

@@ -46,45 +46,6 @@ namespace {
 // memory comes from reserved slabs that are reused after an eviction, not
 // from an mmap per load and an munmap per eviction (a fifth of a binary
 // ifunc's load, and most of its eviction, in threechains-bench-jit's profile).
-// Window code's graphs: one with initialisers or finalisers is refused
-// (nothing would run them, and nothing of window code is to run but its
-// entry). Their allocation actions, .eh_frame registration among them, are
-// never run (jit/window_memory.cpp).
-class WindowGraphRules final : public llvm::orc::ObjectLinkingLayer::Plugin {
- public:
-  explicit WindowGraphRules(jit::RoutedMemoryManager& routed) : routed_(routed) {}
-  void modifyPassConfig(llvm::orc::MaterializationResponsibility& mr,
-                        llvm::jitlink::LinkGraph& /*graph*/,
-                        llvm::jitlink::PassConfiguration& config) override {
-    if (!routed_.routes(&mr.getTargetJITDylib())) return;
-    config.PrePrunePasses.push_back([](llvm::jitlink::LinkGraph& g) -> llvm::Error {
-      for (const llvm::jitlink::Section& section : g.sections()) {
-        const llvm::StringRef name = section.getName();
-        for (const llvm::StringRef refused : {".init_array", ".fini_array", ".preinit_array",
-                                              ".ctors", ".dtors", ".init", ".fini"}) {
-          if (name == refused || name.starts_with((refused + ".").str())) {
-            return llvm::make_error<llvm::StringError>(
-                "window code may not have initialisers or finalisers (section " + name.str() + ")",
-                llvm::inconvertibleErrorCode());
-          }
-        }
-      }
-      return llvm::Error::success();
-    });
-  }
-  llvm::Error notifyFailed(llvm::orc::MaterializationResponsibility&) override {
-    return llvm::Error::success();
-  }
-  llvm::Error notifyRemovingResources(llvm::orc::JITDylib&, llvm::orc::ResourceKey) override {
-    return llvm::Error::success();
-  }
-  void notifyTransferringResources(llvm::orc::JITDylib&, llvm::orc::ResourceKey,
-                                   llvm::orc::ResourceKey) override {}
-
- private:
-  jit::RoutedMemoryManager& routed_;  // the layer's memory manager: lives as long
-};
-
 // With `routed` (the window tier), that memory manager is the fallback of
 // a RoutedMemoryManager, which links code confined to a window there.
 llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> object_linking_layer(
@@ -104,7 +65,7 @@ llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> object_linking_layer(
   auto eh_frames = llvm::orc::EHFrameRegistrationPlugin::Create(session);
   if (!eh_frames) return eh_frames.takeError();
   layer->addPlugin(std::move(*eh_frames));
-  if (routed != nullptr) layer->addPlugin(std::make_shared<WindowGraphRules>(**routed));
+  if (routed != nullptr) layer->addPlugin(jit_cache_detail::window_graph_rules(**routed));
   return layer;
 }
 
@@ -621,7 +582,7 @@ std::size_t JitCache::committed_bytes(CodeId id) const noexcept {
   for (const confined::Region& global : it->second.globals) bytes += global.end - global.begin;
   for (const std::vector<std::byte>& initial : it->second.initial) bytes += initial.size();
   if (const confined::WindowedCode* windowed = it->second.windowed.get()) {
-    bytes += windowed->payload.size();
+    bytes += windowed->payload->size();
     for (const confined::WindowedCode::Data& data : windowed->data)
       bytes += data.bytes.size() + data.initial.size();
   }

@@ -124,6 +124,10 @@ inline std::string hex_id(CodeId id) {
 // (src/runtime/), by name and address.
 const std::array<std::pair<const char*, void*>, 6>& public_runtime();
 
+// The linking layer's rules for window code's graphs (jit_cache_windows.cpp).
+std::shared_ptr<llvm::orc::ObjectLinkingLayer::Plugin> window_graph_rules(
+    jit::RoutedMemoryManager& routed);
+
 }  // namespace jit_cache_detail
 #pragma GCC visibility pop
 

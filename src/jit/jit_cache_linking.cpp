@@ -178,9 +178,10 @@ IfuncMain JitCache::Impl::link(CodeId id, CodecId codec, const ParsedImage& imag
       slot = &acquire_window();
       routed->route(&jd, slot->window);
       jd.setLinkOrder({}, true);
+    } else {
+      for (const std::string& library : image.deps)
+        jd.addToLinkOrder(dependency(library, image.name));
     }
-    for (const std::string& library : image.deps)
-      jd.addToLinkOrder(dependency(library, image.name));
     const llvm::StringRef bytes(reinterpret_cast<const char*>(image.bytes.data()),
                                 image.bytes.size());
     if (object != nullptr) {
@@ -360,11 +361,6 @@ bool JitCache::Impl::runs_here(const std::string& image_triple) {
 
 bool JitCache::Impl::evict(CodeId id) {
   drop_promotion(id);
-  if (const auto in_window = window_of.find(id); in_window != window_of.end()) {
-    // The payload area it ran with, grown or not, goes back with the window
-    // (and is wiped there): the one it started with may be retired.
-    in_window->second->payload = confined_codes.at(id).windowed->payload;
-  }
   confined_codes.erase(id);
   const bool had_image = release_prelinked(id);
   const auto it = dylibs.find(id);
@@ -383,7 +379,9 @@ bool JitCache::Impl::evict(CodeId id) {
     if (llvm::Error e = release_dylib(*dylib))
       errors += (errors.empty() ? "" : "; ") + message_of(std::move(e));
   }
-  if (slot != nullptr) release_window(*slot);
+  // A window whose code could not all be unlinked is not given to another
+  // code: it is left, its address space held, until the cache goes.
+  if (slot != nullptr && errors.empty()) release_window(*slot);
   if (!errors.empty())
     throw Error(errc::jit_failed, "evicting ifunc " + hex_id(id) + ": " + errors);
   return true;

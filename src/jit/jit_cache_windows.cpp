@@ -22,6 +22,53 @@ namespace {
 constexpr std::size_t kPayloadArea = std::size_t{4} << 10;
 }  // namespace
 
+namespace {
+// Window code's graphs: one with initialisers or finalisers is refused
+// (nothing would run them, and nothing of window code is to run but its
+// entry). Their allocation actions, .eh_frame registration among them, are
+// never run (jit/window_memory.cpp).
+class WindowGraphRules final : public llvm::orc::ObjectLinkingLayer::Plugin {
+ public:
+  explicit WindowGraphRules(jit::RoutedMemoryManager& routed) : routed_(routed) {}
+  void modifyPassConfig(llvm::orc::MaterializationResponsibility& mr,
+                        llvm::jitlink::LinkGraph& /*graph*/,
+                        llvm::jitlink::PassConfiguration& config) override {
+    if (!routed_.routes(&mr.getTargetJITDylib())) return;
+    config.PrePrunePasses.push_back([](llvm::jitlink::LinkGraph& g) -> llvm::Error {
+      for (const llvm::jitlink::Section& section : g.sections()) {
+        const llvm::StringRef name = section.getName();
+        for (const llvm::StringRef refused : {".init_array", ".fini_array", ".preinit_array",
+                                              ".ctors", ".dtors", ".init", ".fini"}) {
+          if (name == refused || name.starts_with((refused + ".").str())) {
+            return llvm::make_error<llvm::StringError>(
+                "window code may not have initialisers or finalisers (section " + name.str() + ")",
+                llvm::inconvertibleErrorCode());
+          }
+        }
+      }
+      return llvm::Error::success();
+    });
+  }
+  llvm::Error notifyFailed(llvm::orc::MaterializationResponsibility&) override {
+    return llvm::Error::success();
+  }
+  llvm::Error notifyRemovingResources(llvm::orc::JITDylib&, llvm::orc::ResourceKey) override {
+    return llvm::Error::success();
+  }
+  void notifyTransferringResources(llvm::orc::JITDylib&, llvm::orc::ResourceKey,
+                                   llvm::orc::ResourceKey) override {}
+
+ private:
+  jit::RoutedMemoryManager& routed_;  // the layer's memory manager: lives as long
+};
+
+}  // namespace
+
+std::shared_ptr<llvm::orc::ObjectLinkingLayer::Plugin> jit_cache_detail::window_graph_rules(
+    jit::RoutedMemoryManager& routed) {
+  return std::make_shared<WindowGraphRules>(routed);
+}
+
 JitCache::Impl::WindowSlot& JitCache::Impl::acquire_window() {
   if (!spare_windows.empty()) {
     WindowSlot& slot = *spare_windows.back();
@@ -88,7 +135,7 @@ confined::Code JitCache::Impl::window_code(WindowSlot& slot, CodeId id, const st
   confined::WindowedCode& windowed = *result.windowed;
   windowed.window = &slot.window;
   windowed.entry = {reinterpret_cast<const void*>(main), verdict.stack_bytes};
-  windowed.payload = slot.payload;
+  windowed.payload = &slot.payload;
   for (const std::span<std::byte> data : mapper->writable_data())
     windowed.data.push_back({data, {}});
   windowed.remember_initial_data();

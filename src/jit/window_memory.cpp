@@ -3,6 +3,7 @@
 
 #include <threechains/error.hpp>
 
+#include <llvm/ExecutionEngine/JITLink/JITLink.h>
 #include <llvm/ExecutionEngine/Orc/Shared/AllocationActions.h>
 #include <llvm/Support/Error.h>
 #include <llvm/Support/Memory.h>
@@ -66,15 +67,12 @@ void WindowMemoryMapper::reserve(size_t bytes, OnReservedFunction on_reserved) {
                                            llvm::orc::ExecutorAddrDiff(pages.size())));
 }
 
-char* WindowMemoryMapper::prepare(llvm::jitlink::LinkGraph& /*graph*/, ExecutorAddr address,
+char* WindowMemoryMapper::prepare(llvm::jitlink::LinkGraph& graph, ExecutorAddr /*address*/,
                                   size_t content_size) {
-  // In process the working memory is the memory: writable while JITLink
-  // writes the graph there, until initialize() gives each segment its own
-  // protection. Nothing runs in the window while it links (one code per
-  // window, run only once verified).
-  (void)mprotect(address.toPtr<void*>(), whole_pages(content_size, getPageSize()),
-                 PROT_READ | PROT_WRITE);
-  return address.toPtr<char*>();
+  // Working memory outside the window, from the graph's own allocator:
+  // the window's pages stay inaccessible until initialize() copies the
+  // linked segment there, where a failure to open them is reported.
+  return graph.allocateBuffer(content_size).data();
 }
 
 void WindowMemoryMapper::initialize(AllocInfo& allocation, OnInitializedFunction on_initialized) {
@@ -82,6 +80,14 @@ void WindowMemoryMapper::initialize(AllocInfo& allocation, OnInitializedFunction
   ExecutorAddr highest(0);
   std::vector<confined::CodeRange> code;
   std::vector<std::span<std::byte>> data;
+  // On failure, what was opened so far is dropped again: the next graph
+  // linked there reads nothing of this one.
+  const auto refuse = [&](llvm::Error error) {
+    if (lowest < highest)
+      (void)mmap(lowest.toPtr<void*>(), whole_pages(highest - lowest, getPageSize()), PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    on_initialized(std::move(error));
+  };
   for (const AllocInfo::SegInfo& segment : allocation.Segments) {
     const ExecutorAddr base = allocation.MappingBase + segment.Offset;
     const std::size_t size = segment.ContentSize + segment.ZeroFillSize;
@@ -89,14 +95,20 @@ void WindowMemoryMapper::initialize(AllocInfo& allocation, OnInitializedFunction
     highest = std::max(highest, base + size);
     const llvm::orc::MemProt protection = segment.AG.getMemProt();
     if (has(protection, llvm::orc::MemProt::Write) && has(protection, llvm::orc::MemProt::Exec)) {
-      return on_initialized(
+      return refuse(
           failure("a segment asks to be writable and executable in a confinement window"));
     }
+    if (mprotect(base.toPtr<void*>(), whole_pages(size, getPageSize()), PROT_READ | PROT_WRITE) !=
+        0) {
+      return refuse(failure(std::string("cannot open window pages for linked code: ") +
+                            std::strerror(errno)));
+    }
+    std::memcpy(base.toPtr<void*>(), segment.WorkingMem, segment.ContentSize);
     std::memset((base + segment.ContentSize).toPtr<void*>(), 0, segment.ZeroFillSize);
     if (const std::error_code ec = llvm::sys::Memory::protectMappedMemory(
             llvm::sys::MemoryBlock(base.toPtr<void*>(), size),
             llvm::orc::toSysMemoryProtectionFlags(protection))) {
-      return on_initialized(llvm::errorCodeToError(ec));
+      return refuse(llvm::errorCodeToError(ec));
     }
     if (has(protection, llvm::orc::MemProt::Exec)) {
       llvm::sys::Memory::InvalidateInstructionCache(base.toPtr<void*>(), size);
@@ -116,8 +128,8 @@ void WindowMemoryMapper::initialize(AllocInfo& allocation, OnInitializedFunction
   // by a JIT interface or initialised: nothing of it runs but its entry.
   {
     const std::lock_guard<std::mutex> lock(mutex_);
-    initialized_[lowest] = {
-        whole_pages(highest - lowest, getPageSize()), std::move(code), std::move(data), {}};
+    initialized_[lowest] = {whole_pages(highest - lowest, getPageSize()), std::move(code),
+                            std::move(data)};
   }
   on_initialized(lowest);
 }
@@ -125,7 +137,7 @@ void WindowMemoryMapper::initialize(AllocInfo& allocation, OnInitializedFunction
 llvm::Error WindowMemoryMapper::unlink(ExecutorAddr address) {
   const auto it = initialized_.find(address);
   if (it == initialized_.end()) return failure("no linked allocation at this address");
-  llvm::Error error = llvm::orc::shared::runDeallocActions(it->second.deallocation);
+  llvm::Error error = llvm::Error::success();
   // Fresh pages, inaccessible, as reserve() left them: the next graph
   // linked here reads nothing of this one (prepare() opens them again).
   if (mmap(address.toPtr<void*>(), it->second.bytes, PROT_NONE,

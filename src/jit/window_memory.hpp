@@ -8,9 +8,13 @@
 // constants and write its data, and a write to the others faults, which
 // confine/window_traps.hpp answers as a trap.
 //
+// Pages of a reservation are inaccessible except while a linked graph
+// holds them: JITLink writes a graph into working memory of its own, and
+// initialize() opens the pages, copies it there and protects each segment.
 // What an evicted module held is dropped, not left for the next module to
-// read: its pages are replaced by fresh zeroed ones when it is unlinked,
-// and made inaccessible when its reservation is released.
+// read: its pages are replaced by fresh inaccessible ones when it is
+// unlinked. The graph's allocation actions are never run (window code is
+// not registered, unwound through or initialised by the host).
 #pragma once
 
 #include "confine/verify_x86.hpp"
@@ -56,10 +60,9 @@ class WindowMemoryMapper final : public llvm::orc::MemoryMapper {
     std::size_t bytes = 0;                   // from its address, whole pages
     std::vector<confined::CodeRange> code;   // its executable segments
     std::vector<std::span<std::byte>> data;  // its writable segments
-    std::vector<llvm::orc::shared::WrapperFunctionCall> deallocation;
   };
-  // Runs one allocation's deallocation actions and replaces its pages with
-  // fresh zeroed writable ones; the caller holds mutex_.
+  // Replaces one allocation's pages with fresh inaccessible ones; the
+  // caller holds mutex_.
   llvm::Error unlink(llvm::orc::ExecutorAddr address);
 
   confined::Window& window_;

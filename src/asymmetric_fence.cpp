@@ -1,4 +1,4 @@
-#include "engine/asymmetric_fence.hpp"
+#include "asymmetric_fence.hpp"
 
 #include <atomic>
 
