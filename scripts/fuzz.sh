@@ -40,5 +40,8 @@ if [ -x build/tests/threechains-confine-stress ]; then
   # The same with types compilers choke on, through the compile worker.
   echo "fuzz: confinement with mutated types for ${seconds} s"
   ./build/tests/threechains-confine-stress --seconds "$seconds" --first 200000 --size 120 --mutate
+  # The window tier (issue 33): what takes the shape runs verified in a window.
+  echo "fuzz: confinement in the window tier for ${seconds} s"
+  ./build/tests/threechains-confine-stress --seconds "$seconds" --first 300000 --size 120 --window-tier
 fi
 echo "fuzz: no crash"

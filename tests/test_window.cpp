@@ -561,7 +561,8 @@ define i64 @COUNTER() {
   // manager (the page it held is inaccessible again, until another graph
   // is linked there), and the rest runs on.
   REQUIRE(!jit->getExecutionSession().removeJITDylib(*confined));
-  CHECK(segfaults([&] { touch_byte(reinterpret_cast<const volatile std::byte*>(confined_count)); }));
+  CHECK(
+      segfaults([&] { touch_byte(reinterpret_cast<const volatile std::byte*>(confined_count)); }));
   CHECK(plain_bump() == 2);
 }
 
@@ -763,6 +764,24 @@ TEST_CASE("the window shape refuses what it cannot confine yet, naming it", "[wi
        "a local variable"},
       {"an indirect call", "define void @f(ptr %g) {\n call void %g()\n ret void\n}",
        "an indirect call"},
+      // What the code generator makes library calls of (confine_stress
+      // found fmod, which then failed to link in the window).
+      {"a float remainder",
+       "define double @f(double %a, double %b) {\n %r = frem double %a, %b\n"
+       " ret double %r\n}",
+       "(fmod)"},
+      {"a 128-bit division",
+       "define i128 @f(i128 %a, i128 %b) {\n %r = sdiv i128 %a, %b\n"
+       " ret i128 %r\n}",
+       "wider than 64 bits"},
+      {"a vector element at a variable index",
+       "define i32 @f(<8 x i32> %v, i32 %k) {\n %e = extractelement <8 x i32> %v, i32 %k\n"
+       " ret i32 %e\n}",
+       "a vector element at a variable index"},
+      {"x87 arithmetic",
+       "define x86_fp80 @f(x86_fp80 %a) {\n %r = fadd x86_fp80 %a, %a\n"
+       " ret x86_fp80 %r\n}",
+       "80- or 128-bit float"},
       {"an import", "declare void @g()\ndefine void @f() {\n call void @g()\n ret void\n}",
        "the import g"},
       {"memcpy",

@@ -332,6 +332,15 @@ class Verifier {
       if (!wide_addressing) return;  // the 32-bit sum wraps inside the window
       if (mem.index != ZYDIS_REGISTER_NONE)
         refuse_at(decoded, "%gs with an index register and 64-bit addressing");
+      // No base: an absolute displacement, sign-extended, so the access
+      // starts within 2 GiB of the base either way (in the window or its
+      // lower guard) and ends at most its width past 2 GiB, in the window
+      // (what the shape leaves of a constant pointer).
+      if (mem.base == ZYDIS_REGISTER_NONE) {
+        if (bytes <= 0 || bytes > static_cast<int64_t>(Window::kGuard))
+          refuse_at(decoded, "%gs with an access of unknown width");
+        return;
+      }
       const std::optional<int> base = gpr64_id(mem.base);
       if (!base || mem.base == ZYDIS_REGISTER_RSP)
         refuse_at(decoded, "%gs without a general base register");

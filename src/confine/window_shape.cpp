@@ -122,6 +122,43 @@ std::string unshaped_call(const llvm::CallBase& call) {
 // What the shape cannot take about an instruction, or empty. Each of these
 // would reach memory by a pointer it does not mask, or run code the module
 // does not show.
+// What the code generator would make a library call of (the window's code
+// links against nothing, so the load would fail; the checked tier binds
+// these): a floating-point remainder (fmod), division and conversions of
+// integers wider than 64 bits (__divti3, __fixdfti), and arithmetic in
+// the 80- and 128-bit float formats (x87, which the verifier refuses, or
+// __addtf3). Empty if none (confine_stress found fmod, 2026-11-28).
+std::string library_call_of(const llvm::Instruction& i) {
+  const auto wide_integer = [](const llvm::Type* t) {
+    const llvm::Type* scalar = t->getScalarType();
+    return scalar->isIntegerTy() && scalar->getIntegerBitWidth() > 64;
+  };
+  const auto wide_float = [](const llvm::Type* t) {
+    const llvm::Type* scalar = t->getScalarType();
+    return scalar->isX86_FP80Ty() || scalar->isFP128Ty() || scalar->isPPC_FP128Ty();
+  };
+  if (i.getOpcode() == llvm::Instruction::FRem) return "a floating-point remainder (fmod)";
+  switch (i.getOpcode()) {
+    case llvm::Instruction::UDiv:
+    case llvm::Instruction::SDiv:
+    case llvm::Instruction::URem:
+    case llvm::Instruction::SRem:
+    case llvm::Instruction::FPToSI:
+    case llvm::Instruction::FPToUI:
+    case llvm::Instruction::SIToFP:
+    case llvm::Instruction::UIToFP:
+      if (wide_integer(i.getType()) || wide_integer(i.getOperand(0)->getType()))
+        return std::string("a ") + i.getOpcodeName() + " of an integer wider than 64 bits";
+      break;
+    default:
+      break;
+  }
+  if (wide_float(i.getType())) return "an 80- or 128-bit float";
+  for (const llvm::Value* operand : i.operands())
+    if (wide_float(operand->getType())) return "an 80- or 128-bit float";
+  return {};
+}
+
 std::string unshaped(const llvm::Instruction& i, const llvm::DataLayout& layout) {
   if (llvm::isa<llvm::AllocaInst>(i))
     return "a local variable (the data stack is not in the window)";
@@ -132,6 +169,16 @@ std::string unshaped(const llvm::Instruction& i, const llvm::DataLayout& layout)
   if (llvm::isa<llvm::VAArgInst>(i)) return "va_arg";
   if (llvm::isa<llvm::IndirectBrInst>(i)) return "a computed goto (indirectbr)";
   if (const auto* call = llvm::dyn_cast<llvm::CallBase>(&i)) return unshaped_call(*call);
+  if (const std::string what = library_call_of(i); !what.empty()) return what;
+  // A vector element at a variable index: the code generator stores the
+  // vector to a stack slot and indexes it (%rsp plus a register, which the
+  // verifier cannot bound; confine_stress found it, 2026-11-28).
+  if (const auto* extract = llvm::dyn_cast<llvm::ExtractElementInst>(&i);
+      extract != nullptr && !llvm::isa<llvm::ConstantInt>(extract->getIndexOperand()))
+    return "a vector element at a variable index";
+  if (const auto* insert = llvm::dyn_cast<llvm::InsertElementInst>(&i);
+      insert != nullptr && !llvm::isa<llvm::ConstantInt>(insert->getOperand(2)))
+    return "a vector element at a variable index";
   if (pointer_operand(i) < 0) {
     if (i.mayReadOrWriteMemory()) return std::string("the instruction ") + i.getOpcodeName();
     return {};

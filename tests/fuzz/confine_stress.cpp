@@ -9,6 +9,10 @@
 //   threechains-confine-stress [--seeds N | --seconds S] [--first F] [--size K]
 //   threechains-confine-stress --unconfined ...   (the control: there the
 //       same code must reach a canary, or the harness proves nothing)
+//   threechains-confine-stress --window-tier ...  (ConfinementOptions::
+//       window_tier: what takes the window shape runs in a window, verified;
+//       how many did is printed, and none may be left if the shape is to be
+//       tested at all)
 #include <threechains/container.hpp>
 #include <threechains/ifunc.hpp>
 #include <threechains/jit_cache.hpp>
@@ -336,6 +340,7 @@ struct Tally {
   unsigned refused = 0;
   unsigned escaped = 0;  // a canary changed
   unsigned stalled = 0;  // a load held this process past the compile's time limit
+  unsigned in_window = 0;  // loaded in the window tier
   std::map<std::string, unsigned> reasons;
 };
 
@@ -345,6 +350,7 @@ int main(int argc, char** argv) {
   uint64_t first = 1;
   uint64_t seeds = 100;
   double seconds = 0;
+  bool window_tier = false;
   unsigned size = 60;
   bool unconfined = false;
   bool mutate = false;
@@ -366,6 +372,8 @@ int main(int argc, char** argv) {
       unconfined = true;
     else if (flag == "--mutate")
       mutate = true;
+    else if (flag == "--window-tier")
+      window_tier = true;
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -379,6 +387,7 @@ int main(int argc, char** argv) {
   tc::JitOptions options;
   options.tiering = tc::Tiering::ir_only;
   options.confinement.time_budget = std::chrono::milliseconds(2);
+  options.confinement.window_tier = window_tier;
   options.optimisation_level = 0;
   tc::JitCache plain_cache(options);
   options.optimisation_level = 2;
@@ -464,10 +473,18 @@ int main(int argc, char** argv) {
       if (const std::size_t quote = reason.find("': "); quote != std::string::npos)
         reason.erase(0, quote + 3);
       ++tally.reasons[std::string("refused: ") + reason.substr(0, 70)];
+      // The verifier refusing what the compiler made of honest IR, or a
+      // window object that does not link, is the window tier's to mend:
+      // said in full, with the seed.
+      if (reason.find("window verifier") != std::string::npos ||
+          reason.find("Symbols not found") != std::string::npos)
+        std::fprintf(stderr, "NOTE: seed %llu: %s\n", static_cast<unsigned long long>(seed),
+                     reason.c_str());
       check_stall(seed, load_started, error.is(tc::errc::timeout));
       continue;
     }
     check_stall(seed, load_started);
+    if (cache.in_window(*cache.find_ifunc(ifunc.id()))) ++tally.in_window;
     const std::optional<tc::ConfinedTrap> trap =
         cache.invoke(*cache.find_ifunc(ifunc.id()), payload.data(), payload.size(),
                      const_cast<uint64_t*>(&stack_canary[32]));
@@ -500,6 +517,13 @@ int main(int argc, char** argv) {
               tally.refused, tally.escaped);
   for (const auto& [reason, count] : tally.reasons)
     std::printf("  %5u  %s\n", count, reason.c_str());
+  if (window_tier) {
+    std::printf("  %5u  loaded in the window tier (verified), the rest checked\n", tally.in_window);
+    if (tally.in_window == 0) {
+      std::printf("FAIL: no seed took the window shape: the window tier went untested\n");
+      return 1;
+    }
+  }
   if (unconfined) {
     // The harness proves something only if the same code, unconfined, hits a canary.
     if (tally.escaped == 0) {
