@@ -13,13 +13,6 @@
 
 namespace threechains::confined {
 
-namespace {
-std::size_t page_size() noexcept {
-  static const auto size = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-  return size;
-}
-}  // namespace
-
 ExposureArena::ExposureArena() {
   fd_ = memfd_create("threechains-exposed", MFD_CLOEXEC);
   if (fd_ < 0) {
@@ -64,10 +57,6 @@ void ExposureArena::attach(Window& window) {
     window.map_shared(fd_, piece.offset, Window::kShared + piece.offset, piece.bytes,
                       piece.writable);
   windows_.push_back(&window);
-}
-
-void ExposureArena::detach(const Window& window) noexcept {
-  std::erase(windows_, &window);
 }
 
 }  // namespace threechains::confined

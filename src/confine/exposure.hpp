@@ -36,9 +36,8 @@ class ExposureArena {
   [[nodiscard]] std::span<std::byte> allocate(std::size_t bytes, bool writable);
 
   // Maps every piece into `window`, and later pieces too. `window` must
-  // outlive the arena or be detached first.
+  // outlive the arena (a JitCache declares its windows before its arena).
   void attach(Window& window);
-  void detach(const Window& window) noexcept;
 
   // Whether [address, address + bytes) lies in a piece handed out (on the
   // hot path of every window invocation: two compares).

@@ -21,14 +21,10 @@
 
 namespace threechains::confined {
 
-namespace {
-
 std::size_t page_size() noexcept {
   static const auto size = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   return size;
 }
-
-}  // namespace
 
 Window::Window() {
   // Guard, window, guard, and one window's worth of slack to find a 4 GiB
