@@ -296,3 +296,107 @@ TEMPLATE_TEST_CASE("confined code reads an exposed read-only region and cannot w
   CHECK(result.counter == 103 + 105);
   CHECK(result.trapped == 2);
 }
+
+// The window tier (ConfinementOptions::window_tier, issue 33) behind a real
+// Receiver: tests/ifuncs/window_escape.c, signed by a key the target trusts
+// only as a confined signer, takes the window shape; each of its ways out
+// traps or stays in its window, the target's canaries stay, and honest work
+// after each completes.
+namespace {
+
+struct WindowResult {
+  uint64_t counter;
+  uint64_t in_window;
+  uint64_t trapped;
+  uint64_t canary_intact;
+  char first_error[256];
+};
+
+enum WindowCommand : uint64_t {
+  window_add = 0,
+  window_write_address,
+  window_read_address,
+  window_spin,
+  window_divide,
+  window_write_code,
+  window_far_store,
+};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("window-tier code from a confined signer cannot reach the target, outlast "
+                   "its budget or stop it serving",
+                   "[confinement][trust][ucx]", Shm, Tcp) {
+#if !defined(__x86_64__)
+  WARN("SKIP: the window tier is x86-64 only");
+  return;
+#endif
+  ReceiverOptions options;
+  const PublicKey key = test_identity().public_key();
+  options.trust = Trust().allow_peer(key).allow_code_signer(key);
+  options.jit.confinement.time_budget = std::chrono::milliseconds(20);
+  options.jit.confinement.window_tier = true;
+  ChildTarget<WindowResult> target(
+      TestType::transport,
+      [](ChildContext& context) {
+        g_canary.fill(kCanaryWord);
+        // Its counter where window code can reach it.
+        auto* const counter = reinterpret_cast<uint64_t*>(
+            context.receiver.cache().allocate_exposed("counter", 8, true).data());
+        context.receiver.set_target_args(counter, 8);
+        ChildTarget<WindowResult>::serve_until_closed(context.receiver);
+        WindowResult result{};
+        result.counter = *counter;
+        const Ifunc escape = Ifunc::load(TC_WINDOW_ESCAPE);
+        const CachedIfunc* const loaded = context.receiver.cache().find_ifunc(escape.id());
+        result.in_window = loaded != nullptr && context.receiver.cache().in_window(*loaded);
+        result.trapped = context.receiver.stats().code_trapped;
+        result.canary_intact = std::all_of(g_canary.begin(), g_canary.end(),
+                                           [](uint64_t w) { return w == kCanaryWord; });
+        context.first_error(result.first_error);
+        return result;
+      },
+      std::move(options));
+  const Ifunc escape = Ifunc::load(TC_WINDOW_ESCAPE);
+  TestSource source(TestType::transport, target.port(), options_for<TestType>());
+  const uint64_t canary = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(g_canary.data()));
+  struct WindowAttempt {
+    const char* what;
+    Order order;
+    const char* reason;  // nullptr: a trap or not, as the window's layout has it
+  };
+  const std::array<WindowAttempt, 6> attempts{{
+      {"a store to a target global", {window_write_address, canary}, nullptr},
+      {"a load from a target global", {window_read_address, canary}, nullptr},
+      {"a store far into its window", {window_far_store, 0}, "outside every region"},
+      {"a store into its own code", {window_write_code, 0}, "outside every region"},
+      {"a division by zero", {window_divide, 0}, "division"},
+      {"an endless loop", {window_spin, 0}, "time budget"},
+  }};
+  uint64_t expected_traps = 0;
+  uint64_t added = 0;
+  for (const WindowAttempt& attempt : attempts) {
+    INFO(attempt.what);
+    const std::optional<Error> error = carry_out(source.channel, escape, attempt.order);
+    if (attempt.reason != nullptr) {
+      REQUIRE(error.has_value());
+      CHECK(error->is(errc::code_trapped));
+      CHECK_THAT(error->what(), Catch::Contains("'window_escape'") &&
+                                    Catch::Contains(attempt.reason));
+    }
+    if (error) ++expected_traps;
+    // Honest work right after: done.
+    CHECK_FALSE(carry_out(source.channel, escape, {window_add, 3}).has_value());
+    added += 3;
+  }
+  source.channel.close();
+  const WindowResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.in_window == 1);
+  CHECK(result.canary_intact == 1);
+  CHECK(result.trapped == expected_traps);
+  // The load of a target global adds what the window holds there (its own
+  // memory, or nothing if it trapped), never the canary.
+  CHECK(result.counter >= added);
+  CHECK(result.counter - added != kCanaryWord);
+}
