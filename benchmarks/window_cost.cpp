@@ -13,9 +13,12 @@
 // (no fuel, no traps, no data stack in the window: pass.hpp says what is
 // missing); threechains-bench-confine measures today's confined tier.
 //
-// Also a call of the smallest body (benchmarks/kernels/bump.c) three ways:
-// native, shaped, and shaped inside run_in_window (what makes its faults
-// traps): the fixed cost of an invocation, against issue 33's +3 ns; and
+// Also a call of the smallest body (benchmarks/kernels/bump.c): native,
+// shaped, through a bare six-register save (the floor of any call that
+// keeps the host's registers), through the trampoline alone (its clears
+// added), inside run_in_window, and through run_window_code with and
+// without a budget (what an invocation adds): the fixed cost of an
+// invocation, piece by piece, against issue 33's +3 ns; and
 // the cost of writing the %gs base (what switching between two keys'
 // windows would cost per invocation) and of GsBase::use when it need not.
 //
@@ -60,6 +63,38 @@ namespace {
 using Saxpy = void (*)(float, const float*, float*, std::size_t);
 using Chase = uint64_t (*)(const uint64_t*, uint64_t, uint64_t);
 using Bump = void (*)(uint64_t*, uint64_t);
+
+// The floor of any call that keeps the host's callee-saved registers from
+// the code it calls, as the trampoline does (its six pushes and pops and
+// the pad), and nothing else: no clears, no stack zeroing. What the
+// trampoline costs beyond this is its clears (window_traps.cpp).
+extern "C" uint64_t bench_saves_only(uint64_t entry, uint64_t a0, uint64_t a1);
+asm(R"(
+  .text
+  .p2align 4
+  .type bench_saves_only, @function
+bench_saves_only:
+  pushq %rbx
+  pushq %rbp
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  movq %rdi, %r10
+  movq %rsi, %rdi
+  movq %rdx, %rsi
+  callq *%r10
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbp
+  popq %rbx
+  retq
+  .size bench_saves_only, .-bench_saves_only
+)");
 
 template <class T>
 T checked(llvm::Expected<T> value, const std::string& what) {
@@ -203,7 +238,7 @@ int main(int argc, char** argv) {
   const std::span<float> y_window = as_floats(window.allocate(n * sizeof(float), true));
   const std::span<uint64_t> small = as_words(window.allocate(small_entries * 8, true));
   const std::span<uint64_t> large = as_words(window.allocate(large_entries * 8, true));
-  const std::span<uint64_t> counters = as_words(window.allocate(5 * 8, true));
+  const std::span<uint64_t> counters = as_words(window.allocate(7 * 8, true));
   std::fill(x.begin(), x.end(), 1.5F);
   std::mt19937_64 random(33);
   make_cycle(small, random);
@@ -228,7 +263,18 @@ int main(int argc, char** argv) {
         reinterpret_cast<uint64_t>(call->counter), 1);
   };
   std::vector<double> call_native_ns, call_window_ns, call_trapped_ns, call_direct_ns,
-      call_watched_ns;
+      call_watched_ns, call_saves_ns, call_trampoline_ns;
+  // The trampoline alone: call_window_code kCalls times inside one
+  // run_in_window, so that nothing per invocation but the trampoline (and
+  // its stack check) is in the figure.
+  const auto trampoline_calls = [](void* c) {
+    auto* call = static_cast<BumpCall*>(c);
+    const tc::confined::WindowCode code{reinterpret_cast<const void*>(call->function),
+                                        call->stack_bytes};
+    for (int k = 0; k < kCalls; ++k)
+      (void)tc::confined::call_window_code(code, reinterpret_cast<uint64_t>(call->counter), 1);
+  };
+  BumpCall trampolined{bump_window, &counters[5], verdict.stack_bytes};
   const tc::confined::WindowCode bump_code{reinterpret_cast<const void*>(bump_window),
                                            verdict.stack_bytes};
   const auto calls_of = [&](Bump function, uint64_t* counter) {
@@ -267,6 +313,20 @@ int main(int argc, char** argv) {
         ns_per([&] { ends[3] = chase_window(large.data(), ends[3], steps); }, steps_d));
     call_native_ns.push_back(calls_of(bump, &counters[0]));
     call_window_ns.push_back(calls_of(bump_window, &counters[1]));
+    call_saves_ns.push_back(ns_per(
+        [&] {
+          auto volatile through = &bench_saves_only;
+          const auto entry = reinterpret_cast<uint64_t>(bump_window);
+          const auto counter = reinterpret_cast<uint64_t>(&counters[6]);
+          for (int c = 0; c < kCalls; ++c) (void)through(entry, counter, 1);
+        },
+        kCalls));
+    call_trampoline_ns.push_back(ns_per(
+        [&] {
+          if (tc::confined::run_in_window(window, trampoline_calls, &trampolined))
+            throw std::runtime_error("the shaped counter trapped");
+        },
+        kCalls));
     call_trapped_ns.push_back(ns_per(
         [&] {
           for (int c = 0; c < kCalls; ++c)
@@ -297,7 +357,7 @@ int main(int argc, char** argv) {
         kCalls));
   }
   if (counters[0] != counters[1] || counters[1] != counters[2] || counters[2] != counters[3] ||
-      counters[3] != counters[4]) {
+      counters[3] != counters[4] || counters[4] != counters[5] || counters[5] != counters[6]) {
     std::fprintf(stderr, "the counters differ\n");
     return 1;
   }
@@ -340,6 +400,10 @@ int main(int argc, char** argv) {
       {"chase, large table", "ns/step", bench::median(large_native_ns),
        bench::median(large_window_ns)},
       {"counter call", "ns/call", bench::median(call_native_ns), bench::median(call_window_ns)},
+      {"counter, saves only", "ns/call", bench::median(call_native_ns),
+       bench::median(call_saves_ns)},
+      {"counter, trampoline", "ns/call", bench::median(call_native_ns),
+       bench::median(call_trampoline_ns)},
       {"counter call, trapped", "ns/call", bench::median(call_native_ns),
        bench::median(call_trapped_ns)},
       {"counter, run_window_code", "ns/call", bench::median(call_native_ns),

@@ -251,9 +251,13 @@ Engine::CodeRun Engine::start_run(Link& link, const std::byte* frame,
     ++t.stats.frames_dispatched;
     return true;
   }
-  const RuntimeHooks* previous = exchange_runtime_hooks(runtime_hooks_);
-  trap = t.cache.invoke(*run.entry, payload, payload_size, t.options.target_args, link.caller);
-  exchange_runtime_hooks(previous);
+  if (runtime_hooks_ == nullptr) {  // as run_entry: a plain Receiver sets no hooks
+    trap = t.cache.invoke(*run.entry, payload, payload_size, t.options.target_args, link.caller);
+  } else {
+    const RuntimeHooks* previous = exchange_runtime_hooks(runtime_hooks_);
+    trap = t.cache.invoke(*run.entry, payload, payload_size, t.options.target_args, link.caller);
+    exchange_runtime_hooks(previous);
+  }
   ++t.stats.frames_dispatched;
   if (trap) [[unlikely]] {
     ++t.stats.code_trapped;
