@@ -391,6 +391,18 @@ TEST_CASE("the verifier refuses hand-written machine code that breaks each rule,
       {"fxrstor64 0(%rip): loads MXCSR and the x87 state",
        {0x48, 0x0f, 0xae, 0x0d, 0x00, 0x00, 0x00, 0x00, 0xc3},
        "not an instruction"},
+      // MXCSR's status flags are sticky: what the host or another peer's
+      // code computed last (an inexact result, a division by zero) would be
+      // there to read.
+      {"movl %edi,%edi; stmxcsr %gs:(%rdi): reads flags others' code left",
+       {0x89, 0xff, 0x65, 0x0f, 0xae, 0x1f, 0xc3},
+       "not an instruction"},
+      {"movl %edi,%edi; vstmxcsr %gs:(%rdi)",
+       {0x89, 0xff, 0x65, 0xc5, 0xf8, 0xae, 0x1f, 0xc3},
+       "not an instruction"},
+      {"movl %edi,%edi; xsave %gs:(%rdi): the whole register state, MXCSR with it",
+       {0x89, 0xff, 0x65, 0x0f, 0xae, 0x27, 0xc3},
+       "not an instruction"},
       {"call itself", {0xe8, 0xfb, 0xff, 0xff, 0xff, 0xc3}, "can call itself"},
       {"nop, then the end of the code", {0x90}, "outside the code"},
       {"jmp past the end of the code", {0xeb, 0x01, 0xc3}, "outside the code"},

@@ -97,8 +97,9 @@ constexpr std::array kComputation = {
 };
 
 // Instructions of allowed categories that change state the host inherits
-// (MXCSR's exception masks and rounding), or that are allowed only in the
-// forms the rules below understand.
+// (MXCSR's exception masks and rounding), that read state others left
+// (MXCSR's sticky status flags), or that are allowed only in the forms the
+// rules below understand.
 bool allowed_mnemonic(const Decoded& decoded) {
   const ZydisInstructionCategory category = decoded.instruction.meta.category;
   switch (decoded.mnemonic()) {
@@ -109,6 +110,12 @@ bool allowed_mnemonic(const Decoded& decoded) {
     case ZYDIS_MNEMONIC_FXSAVE:
     case ZYDIS_MNEMONIC_FXSAVE64:
       return false;  // unmasked FP exceptions would fault in the host later
+    case ZYDIS_MNEMONIC_STMXCSR:
+    case ZYDIS_MNEMONIC_VSTMXCSR:
+      // The status flags are sticky: an inexact result or a division by
+      // zero of the host's or of another peer's code, there to read (the
+      // IR screen refuses the intrinsic; a compromised compiler need not).
+      return false;
     case ZYDIS_MNEMONIC_LEA:
     case ZYDIS_MNEMONIC_UD2:  // the shape's trap
     case ZYDIS_MNEMONIC_PAUSE:
