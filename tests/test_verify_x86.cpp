@@ -403,6 +403,10 @@ TEST_CASE("the verifier refuses hand-written machine code that breaks each rule,
       {"movl %edi,%edi; xsave %gs:(%rdi): the whole register state, MXCSR with it",
        {0x89, 0xff, 0x65, 0x0f, 0xae, 0x27, 0xc3},
        "not an instruction"},
+      // Stores whose address is implicit (%ds:(%rdi)), named by no operand
+      // the instruction shows.
+      {"maskmovdqu %xmm0,%xmm1", {0x66, 0x0f, 0xf7, 0xc8, 0xc3}, "outside the window"},
+      {"vmaskmovdqu %xmm0,%xmm1", {0xc5, 0xf9, 0xf7, 0xc8, 0xc3}, "outside the window"},
       {"call itself", {0xe8, 0xfb, 0xff, 0xff, 0xff, 0xc3}, "can call itself"},
       {"nop, then the end of the code", {0x90}, "outside the code"},
       {"jmp past the end of the code", {0xeb, 0x01, 0xc3}, "outside the code"},
