@@ -24,6 +24,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -145,6 +146,85 @@ TEST_CASE(
   JitCache checked;
   (void)checked.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
   CHECK_FALSE(checked.in_window(*checked.find_ifunc(counter.id())));
+}
+
+TEST_CASE("honest code with recursion, a local array, copies and fills runs in a window, "
+          "computing what it computes unconfined",
+          "[confinement][window]") {
+  if (!kWindowTierHere) {
+    WARN("SKIP: the window tier is x86-64 only");
+    return;
+  }
+  // Recursion keeps the checked tier: the verifier bounds the stack window
+  // code can use, and a function that can call itself has no bound (the
+  // verifier refused it, and with it the load, before the shape did).
+  struct Kernel {
+    const char* what;
+    const char* path;
+    bool in_window;
+    std::vector<std::vector<std::byte>> payloads;
+  };
+  std::mt19937_64 random(33);
+  const auto bytes_of = [&](std::size_t n) {
+    std::vector<std::byte> bytes(n);
+    for (std::byte& b : bytes) b = static_cast<std::byte>(random());
+    return bytes;
+  };
+  const auto word = [](uint64_t value) {
+    std::vector<std::byte> bytes(8);
+    std::memcpy(bytes.data(), &value, 8);
+    return bytes;
+  };
+  const std::vector<Kernel> kernels = {
+      {"recursion", TC_WINDOW_KERNEL_0, false,
+       {{}, bytes_of(8), bytes_of(8 * 37), bytes_of(8 * 512)}},
+      {"a local array indexed by data", TC_WINDOW_KERNEL_1, true,
+       {{}, bytes_of(200), bytes_of(3000)}},
+      {"a copy loop and a move", TC_WINDOW_KERNEL_2, true,
+       {{}, bytes_of(17), bytes_of(256), bytes_of(999)}},
+      {"a zeroing loop", TC_WINDOW_KERNEL_3, true, {word(0), word(100), word(512), word(9999)}},
+      {"a clear of 13 bytes", TC_WINDOW_KERNEL_5, true,
+       {{}, bytes_of(5), bytes_of(300)}},
+  };
+  JitCache windowed(window_options());
+  JitCache plain;
+  constexpr std::size_t kOut = 1024;
+  auto* const out = windowed.allocate_exposed("out", kOut, true).data();
+  std::vector<std::byte> expected(kOut);
+  for (const Kernel& kernel : kernels) {
+    INFO(kernel.what);
+    const Ifunc ifunc = Ifunc::load(kernel.path);
+    (void)windowed.load(ifunc.id(), ifunc.codec(), ifunc.code(), Confine::yes);
+    (void)plain.load(ifunc.id(), ifunc.codec(), ifunc.code(), Confine::no);
+    const CachedIfunc* const in_window = windowed.find_ifunc(ifunc.id());
+    const CachedIfunc* const unconfined = plain.find_ifunc(ifunc.id());
+    REQUIRE(in_window != nullptr);
+    REQUIRE(unconfined != nullptr);
+    CHECK(windowed.in_window(*in_window) == kernel.in_window);
+    for (const std::vector<std::byte>& payload : kernel.payloads) {
+      INFO("payload of " << payload.size() << " bytes");
+      std::memset(out, 0x5c, kOut);
+      std::memset(expected.data(), 0x5c, kOut);
+      std::vector<std::byte> copy = payload;
+      CHECK_FALSE(windowed.invoke(*in_window, copy.data(), copy.size(), out).has_value());
+      copy = payload;
+      CHECK_FALSE(plain.invoke(*unconfined, copy.data(), copy.size(), expected.data()).has_value());
+      CHECK(std::memcmp(out, expected.data(), kOut) == 0);
+    }
+  }
+  // Locals past what the shape makes globals of (1 MiB in all) keep the
+  // checked tier too, where they are past its data stack: a trap, not 2 MiB
+  // of window data wiped at every change of caller.
+  const Ifunc big = Ifunc::load(TC_WINDOW_KERNEL_4);
+  (void)windowed.load(big.id(), big.codec(), big.code(), Confine::yes);
+  const CachedIfunc* const loaded = windowed.find_ifunc(big.id());
+  REQUIRE(loaded != nullptr);
+  CHECK_FALSE(windowed.in_window(*loaded));
+  std::vector<std::byte> payload = bytes_of(64);
+  const std::optional<ConfinedTrap> trap =
+      windowed.invoke(*loaded, payload.data(), payload.size(), out);
+  REQUIRE(trap.has_value());
+  CHECK(trap->reason == TrapReason::stack_exhausted);
 }
 
 TEST_CASE("window code cannot reach the target, outlast its budget or keep it from serving",

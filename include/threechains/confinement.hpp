@@ -11,7 +11,7 @@
 // large it is). docs/security.md, "Confined ifuncs", says how and why.
 //
 // ConfinementOptions::window_tier adds a second way for code that needs
-// no import, local variable or memory intrinsic: no checks in the code, a
+// no import and does not recurse: no checks in the code, a
 // 4 GiB window of its own instead, and a verifier of its machine code.
 // Such code reaches its payload (a copy) and memory from
 // JitCache::allocate_exposed, nothing exposed by address; see window_tier.
@@ -58,8 +58,9 @@ struct ConfinementOptions {
   // builds (their shadow memory needs terabytes of address space).
   std::size_t compile_memory_limit = std::size_t{2} << 30;
   // The window tier (x86-64; docs/security.md, "The window tier"): confined
-  // bitcode that needs no import, local variable or memory intrinsic once
-  // optimised is compiled to address only a 4 GiB window of its own, and
+  // bitcode that needs no import, does not recurse and keeps its locals to
+  // sizes known before it runs (1 MiB in all) is compiled to address only
+  // a 4 GiB window of its own, and
   // runs once a verifier of its machine code (not the compiler) accepted
   // it. Its computation runs near native speed (saxpy about 1x, where the
   // checked tier takes 3x); a call costs about what the checked tier's does

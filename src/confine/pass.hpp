@@ -42,10 +42,13 @@ void confine_module(llvm::Module& module, const std::string& ifunc);
 // (confine/window_tier.hpp). The module's globals reach their own memory only
 // when it is linked into the window (jit/window_memory.hpp); linked
 // elsewhere, their accesses land in the window at their addresses' low 32
-// bits (confined still, but not what the code meant). Refused, with
-// errc::import_refused naming them, is everything that reaches memory or
-// runs code another way: local variables (the data stack is not in a
-// window yet), memory intrinsics, masked and gathered accesses and every
+// bits (confined still, but not what the code meant). Local variables of
+// a size known before the code runs become globals (1 MiB in all), and
+// memcpy, memmove and memset loops of loads and stores, which are masked
+// like the rest. Refused, with errc::import_refused naming them, is
+// everything that reaches memory or runs code another way: other local
+// variables, recursion (the verifier bounds the stack), masked and
+// gathered accesses and every
 // intrinsic outside the confinement pass's allowlist, the thread's stack
 // and frame intrinsics, imports, indirect calls, inline assembly,
 // arguments passed by value, atomics the CPU cannot do in one instruction,

@@ -5,7 +5,10 @@
 // register write (`leal`, `movl`) and then `%gs:(%reg)`: the shape the
 // verifier of issue 33 is to check, one instruction at a time.
 //
-// Everything that reaches memory some other way is refused: what the code
+// Local variables become globals of the module (the window holds those),
+// and memcpy, memmove and memset loops of loads and stores, before the
+// accesses are masked. Everything that reaches memory some other way is
+// refused: what the code
 // generator turns into a copy or a call through an unmasked pointer
 // (by-value arguments, atomics it cannot do inline, exception handling),
 // and what puts machine code or a call the module did not write into the
@@ -15,12 +18,17 @@
 
 #include <threechains/error.hpp>
 
+#include <llvm/Analysis/TargetTransformInfo.h>
+#include <llvm/Analysis/TargetTransformInfoImpl.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/IntrinsicInst.h>
 #include <llvm/IR/Module.h>
+#include <llvm/Transforms/Utils/BasicBlockUtils.h>
+#include <llvm/Transforms/Utils/LowerMemIntrinsics.h>
 
+#include <unordered_map>
 #include <vector>
 
 namespace threechains {
@@ -160,8 +168,8 @@ std::string library_call_of(const llvm::Instruction& i) {
 }
 
 std::string unshaped(const llvm::Instruction& i, const llvm::DataLayout& layout) {
-  if (llvm::isa<llvm::AllocaInst>(i))
-    return "a local variable (the data stack is not in the window)";
+  if (llvm::isa<llvm::AllocaInst>(i))  // frames_to_globals left none it could take
+    return "a local variable of a size known only when it runs";
   if (llvm::isa<llvm::InvokeInst>(i) || llvm::isa<llvm::CallBrInst>(i) ||
       llvm::isa<llvm::ResumeInst>(i) || i.isEHPad() || llvm::isa<llvm::CatchReturnInst>(i) ||
       llvm::isa<llvm::CleanupReturnInst>(i))
@@ -229,10 +237,281 @@ std::string unshaped_module(const llvm::Module& module) {
   return {};
 }
 
+// A function that can call itself, directly or through others, or empty.
+// The verifier refuses such code (its stack would have no bound), and
+// frames_to_globals needs none: a function whose frame is a global must
+// never be under way twice.
+std::string recursive_function(const llvm::Module& module) {
+  enum class Mark { unseen, open, done };
+  std::unordered_map<const llvm::Function*, Mark> marks;
+  // Depth-first over direct calls, with an explicit stack: the call graph
+  // is the sender's, and so is its depth.
+  struct Frame {
+    const llvm::Function* function;
+    std::vector<const llvm::Function*> callees;
+    std::size_t next = 0;
+  };
+  const auto callees_of = [](const llvm::Function& f) {
+    std::vector<const llvm::Function*> callees;
+    for (const llvm::BasicBlock& block : f)
+      for (const llvm::Instruction& i : block)
+        if (const auto* call = llvm::dyn_cast<llvm::CallBase>(&i))
+          if (const llvm::Function* callee = call->getCalledFunction();
+              callee != nullptr && !callee->isDeclaration())
+            callees.push_back(callee);
+    return callees;
+  };
+  for (const llvm::Function& root : module) {
+    if (root.isDeclaration() || marks[&root] != Mark::unseen) continue;
+    std::vector<Frame> stack;
+    marks[&root] = Mark::open;
+    stack.push_back({&root, callees_of(root)});
+    while (!stack.empty()) {
+      Frame& top = stack.back();
+      if (top.next == top.callees.size()) {
+        marks[top.function] = Mark::done;
+        stack.pop_back();
+        continue;
+      }
+      const llvm::Function* callee = top.callees[top.next++];
+      Mark& mark = marks[callee];
+      if (mark == Mark::open) return callee->getName().str();
+      if (mark == Mark::done) continue;
+      mark = Mark::open;
+      stack.push_back({callee, callees_of(*callee)});
+    }
+  }
+  return {};
+}
+
+// Each local variable of a size known before it runs becomes a global of
+// its own: the data stack is not in the window, the globals are, and no
+// function runs twice at once (recursive_function; one thread runs a
+// window's code). The window's writable data is set back to how the code
+// was loaded whenever the caller changes (window_tier.hpp), so what one
+// peer's invocation left in a frame no other peer reads; the same peer's
+// next invocation may, as it may read its own globals. A local of a size
+// known only at run time stays, and the shape refuses it; so does code
+// whose locals come to more than kMaxFrameBytes in all (the checked tier's
+// default data stack, ConfinementOptions::stack_bytes: locals bigger than
+// that are none the checked tier would run, and as globals they would be
+// wiped whole at every change of caller).
+constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 20;
+void frames_to_globals(llvm::Module& module, const std::string& ifunc) {
+  std::vector<llvm::AllocaInst*> locals;
+  for (llvm::Function& f : module)
+    for (llvm::BasicBlock& block : f)
+      for (llvm::Instruction& i : block)
+        if (auto* local = llvm::dyn_cast<llvm::AllocaInst>(&i);
+            local != nullptr && local->isStaticAlloca() && local->getAddressSpace() == 0)
+          locals.push_back(local);
+  uint64_t total = 0;
+  for (llvm::AllocaInst* local : locals) {
+    const std::optional<llvm::TypeSize> size =
+        local->getAllocationSize(module.getDataLayout());
+    if (!size || size->isScalable()) continue;
+    total += size->getFixedValue() + local->getAlign().value();
+    if (size->getFixedValue() > kMaxFrameBytes || total > kMaxFrameBytes)
+      refuse_shape(ifunc, "local variables of more than 1 MiB in all");
+    auto* const type = llvm::ArrayType::get(llvm::Type::getInt8Ty(module.getContext()),
+                                            std::max<uint64_t>(size->getFixedValue(), 1));
+    auto* const frame = new llvm::GlobalVariable(
+        module, type, false, llvm::GlobalValue::InternalLinkage,
+        llvm::ConstantAggregateZero::get(type),
+        local->getFunction()->getName() + ".frame." + local->getName());
+    frame->setAlignment(local->getAlign());
+    // Lifetime markers are for stack slots; a global has none.
+    std::vector<llvm::Instruction*> markers;
+    for (llvm::User* user : local->users())
+      if (auto* marker = llvm::dyn_cast<llvm::LifetimeIntrinsic>(user)) markers.push_back(marker);
+    for (llvm::Instruction* marker : markers) marker->eraseFromParent();
+    local->replaceAllUsesWith(frame);
+    local->eraseFromParent();
+  }
+}
+
+// Copies for memcpy and memmove in 8-byte words (the tail in smaller
+// ones), not LLVM's default of one byte an iteration.
+class WordCopies final : public llvm::TargetTransformInfoImplBase {
+ public:
+  explicit WordCopies(const llvm::DataLayout& layout) : TargetTransformInfoImplBase(layout) {}
+  llvm::Type* getMemcpyLoopLoweringType(llvm::LLVMContext& context, llvm::Value* /*length*/,
+                                        unsigned /*source_space*/, unsigned /*dest_space*/,
+                                        llvm::Align /*source_align*/, llvm::Align /*dest_align*/,
+                                        std::optional<uint32_t> atomic) const override {
+    return llvm::Type::getIntNTy(context, atomic ? *atomic * 8 : 64);
+  }
+  void getMemcpyLoopResidualLoweringType(llvm::SmallVectorImpl<llvm::Type*>& out,
+                                         llvm::LLVMContext& context, unsigned remaining,
+                                         unsigned /*source_space*/, unsigned /*dest_space*/,
+                                         llvm::Align /*source_align*/, llvm::Align /*dest_align*/,
+                                         std::optional<uint32_t> atomic) const override {
+    const unsigned step = atomic.value_or(1);
+    for (unsigned done = 0; done < remaining; done += step)
+      out.push_back(llvm::Type::getIntNTy(context, step * 8));
+  }
+};
+
+// memset as a loop of 8-byte stores of the byte repeated, then single
+// bytes: loads and stores the shape then masks like any other.
+void expand_memset(llvm::MemSetInst& memset) {
+  llvm::LLVMContext& context = memset.getContext();
+  llvm::Type* const i8 = llvm::Type::getInt8Ty(context);
+  llvm::Type* const i64 = llvm::Type::getInt64Ty(context);
+  llvm::BasicBlock* const before = memset.getParent();
+  llvm::BasicBlock* const after = llvm::SplitBlock(before, &memset);
+  llvm::Function* const f = before->getParent();
+  auto* const words = llvm::BasicBlock::Create(context, "memset.words", f, after);
+  auto* const check = llvm::BasicBlock::Create(context, "memset.tail.check", f, after);
+  auto* const bytes = llvm::BasicBlock::Create(context, "memset.bytes", f, after);
+  const bool is_volatile = memset.isVolatile();
+
+  llvm::IRBuilder<> b(before->getTerminator());
+  llvm::Value* const destination = memset.getRawDest();
+  llvm::Value* const length = b.CreateZExtOrTrunc(memset.getLength(), i64);
+  llvm::Value* const value = memset.getValue();
+  llvm::Value* const word =
+      b.CreateMul(b.CreateZExt(value, i64), llvm::ConstantInt::get(i64, 0x0101010101010101ULL));
+  llvm::Value* const whole = b.CreateAnd(length, llvm::ConstantInt::get(i64, ~uint64_t{7}));
+  b.CreateCondBr(b.CreateICmpEQ(whole, llvm::ConstantInt::get(i64, 0)), check, words);
+  before->getTerminator()->eraseFromParent();
+
+  b.SetInsertPoint(words);
+  llvm::PHINode* const at = b.CreatePHI(i64, 2);
+  at->addIncoming(llvm::ConstantInt::get(i64, 0), before);
+  b.CreateAlignedStore(word, b.CreateGEP(i8, destination, at), llvm::Align(1), is_volatile);
+  llvm::Value* const next = b.CreateAdd(at, llvm::ConstantInt::get(i64, 8));
+  at->addIncoming(next, words);
+  b.CreateCondBr(b.CreateICmpULT(next, whole), words, check);
+
+  b.SetInsertPoint(check);
+  b.CreateCondBr(b.CreateICmpULT(whole, length), bytes, after);
+
+  b.SetInsertPoint(bytes);
+  llvm::PHINode* const tail = b.CreatePHI(i64, 2);
+  tail->addIncoming(whole, check);
+  b.CreateAlignedStore(value, b.CreateGEP(i8, destination, tail), llvm::Align(1), is_volatile);
+  llvm::Value* const next_byte = b.CreateAdd(tail, llvm::ConstantInt::get(i64, 1));
+  tail->addIncoming(next_byte, bytes);
+  b.CreateCondBr(b.CreateICmpULT(next_byte, length), bytes, after);
+  memset.eraseFromParent();
+}
+
+// memcpy, memmove and memset as loops of plain loads and stores, which the
+// shape masks: as calls, the code generator would make them library calls
+// on unmasked addresses (the window links against nothing) or inline
+// copies the shape never sees. False if one could not be expanded.
+// A copy, move or fill of a length known before it runs, up to
+// kStraightBytes, as straight-line loads and stores at constant offsets:
+// no loop, so no count the code generator could fold a mask into (a loop
+// of a known count over a global came out as `%gs:(%base,%count)` and
+// `incq` of the masked address, which the verifier refuses). A move loads
+// every piece before it stores one, so overlap is no matter.
+constexpr uint64_t kStraightBytes = 256;
+void expand_straight(llvm::MemIntrinsic& call, uint64_t length) {
+  llvm::IRBuilder<> b(&call);
+  llvm::LLVMContext& context = call.getContext();
+  llvm::Type* const i8 = llvm::Type::getInt8Ty(context);
+  const bool is_volatile = call.isVolatile();
+  llvm::Value* const destination = call.getRawDest();
+  // The pieces: 8 bytes while they fit, then 4, 2, 1.
+  std::vector<std::pair<uint64_t, unsigned>> pieces;
+  for (uint64_t at = 0; at < length;) {
+    unsigned bytes = 8;
+    while (bytes > length - at) bytes /= 2;
+    pieces.emplace_back(at, bytes);
+    at += bytes;
+  }
+  const auto piece_type = [&](unsigned bytes) { return llvm::Type::getIntNTy(context, bytes * 8); };
+  const auto at_offset = [&](llvm::Value* base, uint64_t offset) {
+    return b.CreateConstGEP1_64(i8, base, offset);
+  };
+  if (auto* set = llvm::dyn_cast<llvm::MemSetInst>(&call)) {
+    llvm::Value* const value = b.CreateFreeze(set->getValue());
+    for (const auto& [offset, bytes] : pieces) {
+      llvm::Type* const type = piece_type(bytes);
+      llvm::Value* const repeated =
+          b.CreateMul(b.CreateZExt(value, type),
+                      llvm::ConstantInt::get(type, 0x0101010101010101ULL & (~uint64_t{0} >> (64 - 8 * bytes))));
+      b.CreateAlignedStore(repeated, at_offset(destination, offset), llvm::Align(1), is_volatile);
+    }
+    return;
+  }
+  auto& transfer = llvm::cast<llvm::MemTransferInst>(call);
+  llvm::Value* const source = transfer.getRawSource();
+  std::vector<llvm::Value*> values;
+  for (const auto& [offset, bytes] : pieces)
+    values.push_back(b.CreateAlignedLoad(piece_type(bytes), at_offset(source, offset),
+                                         llvm::Align(1), is_volatile));
+  for (std::size_t k = 0; k < pieces.size(); ++k)
+    b.CreateAlignedStore(values[k], at_offset(destination, pieces[k].first), llvm::Align(1),
+                         is_volatile);
+}
+
+// memcpy, memmove and memset as plain loads and stores, which the shape
+// masks: as calls, the code generator would make them library calls on
+// unmasked addresses (the window links against nothing) or inline copies
+// the shape never sees. Short ones of a known length are straight-line
+// code (expand_straight); the rest loops over a length the code generator
+// cannot see through. False if one could not be expanded.
+bool expand_memory_intrinsics(llvm::Module& module) {
+  const llvm::TargetTransformInfo words(std::make_unique<WordCopies>(module.getDataLayout()));
+  std::vector<llvm::MemIntrinsic*> calls;
+  for (llvm::Function& f : module)
+    for (llvm::BasicBlock& block : f)
+      for (llvm::Instruction& i : block)
+        if (auto* call = llvm::dyn_cast<llvm::MemIntrinsic>(&i)) calls.push_back(call);
+  for (llvm::MemIntrinsic* call : calls) {
+    if (!llvm::isa<llvm::MemSetInst>(call) && !llvm::isa<llvm::MemTransferInst>(call))
+      return false;
+    if (const auto* known = llvm::dyn_cast<llvm::ConstantInt>(call->getLength());
+        known != nullptr && known->getZExtValue() <= kStraightBytes) {
+      expand_straight(*call, known->getZExtValue());
+      call->eraseFromParent();
+      continue;
+    }
+    {
+      llvm::IRBuilder<> b(call);
+      if (llvm::isa<llvm::ConstantInt>(call->getLength())) {
+        // A long one of a known length: the length read back from a
+        // global of its own, so that no loop has a count the code
+        // generator knows.
+        auto* const held = new llvm::GlobalVariable(
+            module, call->getLength()->getType(), false, llvm::GlobalValue::InternalLinkage,
+            llvm::cast<llvm::Constant>(call->getLength()), "window.length");
+        call->setLength(b.CreateLoad(held->getValueType(), held, /*isVolatile=*/true));
+      } else {
+        // As a loop, a poison length would be a branch on poison, which the
+        // code generator may take as license for anything, the masks
+        // included (confine_stress's "memset of poison length"). Frozen, it
+        // is some length, and the loop runs that many times.
+        call->setLength(b.CreateFreeze(call->getLength()));
+      }
+      if (auto* set = llvm::dyn_cast<llvm::MemSetInst>(call))
+        set->setValue(b.CreateFreeze(set->getValue()));
+    }
+    if (auto* copy = llvm::dyn_cast<llvm::MemCpyInst>(call)) {
+      llvm::expandMemCpyAsLoop(copy, words);
+      copy->eraseFromParent();
+    } else if (auto* move = llvm::dyn_cast<llvm::MemMoveInst>(call)) {
+      if (!llvm::expandMemMoveAsLoop(move, words)) return false;
+      move->eraseFromParent();
+    } else if (auto* set = llvm::dyn_cast<llvm::MemSetInst>(call)) {
+      expand_memset(*set);
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 void shape_for_window(llvm::Module& module, const std::string& ifunc) {
   if (const std::string what = unshaped_module(module); !what.empty()) refuse_shape(ifunc, what);
+  if (const std::string name = recursive_function(module); !name.empty())
+    refuse_shape(ifunc, "recursion (" + name + " can call itself; the stack would have no bound)");
+  frames_to_globals(module, ifunc);
+  if (!expand_memory_intrinsics(module))
+    refuse_shape(ifunc, "a memory intrinsic it cannot expand into loads and stores");
   llvm::LLVMContext& context = module.getContext();
   const llvm::DataLayout& layout = module.getDataLayout();
   llvm::Type* const i64 = llvm::Type::getInt64Ty(context);

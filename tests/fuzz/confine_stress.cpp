@@ -300,8 +300,13 @@ attributes #0 = { "instrument-function-entry"="abort" "target-features"="+avx512
 )"},
 };
 
-// Runs each attack confined; true if every one did what it must.
-bool run_attacks(tc::JitCache& cache) {
+// Runs each attack confined; true if every one did what it must. In the
+// window tier the verifier refusing an attack's machine code stops it too:
+// an address the attack writes as a constant lets the code generator fold
+// the mask into a count it can prove (a memset at the canary's address
+// became `%gs:disp(%rcx)` with %rcx a 64-bit count), which the verifier,
+// not the shape, is there to catch.
+bool run_attacks(tc::JitCache& cache, bool window_tier) {
   bool all = true;
   for (const Attack& attack : kAttacks) {
     std::string ir = attack.ir;
@@ -322,7 +327,8 @@ bool run_attacks(tc::JitCache& cache) {
       ok = !attack.refused && trap.has_value() && outcome.find(attack.reason) != std::string::npos;
     } catch (const tc::Error& error) {
       outcome = std::string("refused: ") + error.context();
-      ok = attack.refused && outcome.find(attack.reason) != std::string::npos;
+      ok = (attack.refused && outcome.find(attack.reason) != std::string::npos) ||
+           (window_tier && outcome.find("the window verifier refused") != std::string::npos);
     }
     const bool intact =
         std::all_of(g_canary.begin(), g_canary.end(), [](uint64_t w) { return w == kCanary; });
@@ -394,7 +400,7 @@ int main(int argc, char** argv) {
   tc::JitCache optimising_cache(options);
   if (!unconfined) {
     std::printf("attacks from review, each refused or trapped, canaries intact:\n");
-    if (!run_attacks(optimising_cache)) {
+    if (!run_attacks(optimising_cache, window_tier)) {
       std::printf("FAIL: an attack was not stopped\n");
       return 1;
     }
