@@ -27,6 +27,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace threechains;
@@ -185,6 +186,8 @@ TEST_CASE("honest code with recursion, a local array, copies and fills runs in a
       {"a zeroing loop", TC_WINDOW_KERNEL_3, true, {word(0), word(100), word(512), word(9999)}},
       {"a clear of 13 bytes", TC_WINDOW_KERNEL_5, true,
        {{}, bytes_of(5), bytes_of(300)}},
+      {"a loop the verifier refuses, compiled again for the checked tier", TC_WINDOW_KERNEL_6,
+       false, {{}, bytes_of(1), bytes_of(40)}},
   };
   JitCache windowed(window_options());
   JitCache plain;
@@ -211,6 +214,32 @@ TEST_CASE("honest code with recursion, a local array, copies and fills runs in a
       CHECK_FALSE(plain.invoke(*unconfined, copy.data(), copy.size(), expected.data()).has_value());
       CHECK(std::memcmp(out, expected.data(), kOut) == 0);
     }
+  }
+  // The same fallback where a Receiver loads: started, compiled beside the
+  // caller, its window object refused, compiled again, and only then
+  // finished.
+  {
+    JitCache beside(window_options());
+    const Ifunc refused = Ifunc::load(TC_WINDOW_KERNEL_6);
+    CHECK_FALSE(beside.start_load(refused.id(), refused.codec(), refused.code(), Confine::yes)
+                    .has_value());
+    std::optional<JitCache::FinishedLoad> done;
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (!done && std::chrono::steady_clock::now() < deadline) {
+      for (JitCache::FinishedLoad& finished : beside.finish_loads()) done = std::move(finished);
+      std::this_thread::sleep_for(1ms);
+    }
+    REQUIRE(done.has_value());
+    INFO((done->error ? done->error->what() : std::string("loaded")));
+    REQUIRE(done->result.has_value());
+    const CachedIfunc* const loaded = beside.find_ifunc(refused.id());
+    REQUIRE(loaded != nullptr);
+    CHECK_FALSE(beside.in_window(*loaded));
+    auto* const seven =
+        reinterpret_cast<uint64_t*>(beside.allocate_exposed("seven", 8, true).data());
+    std::vector<std::byte> payload = bytes_of(3);
+    CHECK_FALSE(beside.invoke(*loaded, payload.data(), payload.size(), seven).has_value());
+    CHECK(*seven == 21);
   }
   // Locals past what the shape makes globals of (1 MiB in all) keep the
   // checked tier too, where they are past its data stack: a trap, not 2 MiB

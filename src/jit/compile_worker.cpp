@@ -132,12 +132,13 @@ CompileWorkers::Job::~Job() {
 }
 
 CompileWorkers::Job CompileWorkers::prepare(const std::string& name,
-                                            std::span<const std::byte> bitcode) const {
+                                            std::span<const std::byte> bitcode,
+                                            bool checked_only) const {
   Job job(new_memfd("threechains-compile-job"));
   worker::JobHeader header;
   header.optimisation_level = settings_.optimisation_level;
   header.codegen_level = settings_.codegen_level;
-  header.window_shape = settings_.window_shape ? 1 : 0;
+  header.window_shape = settings_.window_shape && !checked_only ? 1 : 0;
   header.max_global_bytes = settings_.max_global_bytes;
   header.memory_limit = settings_.memory_limit;
   // The parent reads the worker's CPU time; this stops a worker whose
@@ -217,8 +218,9 @@ void CompileWorkers::start_next() {
 }
 
 CompileWorkers::Outcome CompileWorkers::compile(const std::string& name,
-                                                std::span<const std::byte> bitcode) {
-  Running worker = start(0, prepare(name, bitcode));
+                                                std::span<const std::byte> bitcode,
+                                                bool checked_only) {
+  Running worker = start(0, prepare(name, bitcode, checked_only));
   int status = 0;
   for (;;) {
     const bool stopped = stop_if_late(worker);

@@ -68,7 +68,10 @@ class CompileWorkers {
   // Writes the job for a compile of `bitcode` (an IR image of ifunc
   // `name`). Reads only what construction set: safe on any thread, so
   // writing a large image need not hold up the one that serves frames.
-  [[nodiscard]] Job prepare(const std::string& name, std::span<const std::byte> bitcode) const;
+  // `checked_only`: the checked pass whatever Settings::window_shape says
+  // (the window tier refused what the worker made of it the first time).
+  [[nodiscard]] Job prepare(const std::string& name, std::span<const std::byte> bitcode,
+                            bool checked_only = false) const;
   // Queues `job` under `ticket`; one worker runs at a time, the rest wait
   // in order.
   void submit(uint64_t ticket, Job job);
@@ -83,7 +86,8 @@ class CompileWorkers {
 
   // Compiles now, on this thread, and waits (for as long as stop_if_late
   // lets the worker run).
-  [[nodiscard]] Outcome compile(const std::string& name, std::span<const std::byte> bitcode);
+  [[nodiscard]] Outcome compile(const std::string& name, std::span<const std::byte> bitcode,
+                                bool checked_only = false);
 
  private:
   struct Queued {

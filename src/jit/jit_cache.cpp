@@ -278,7 +278,10 @@ void JitCache::Impl::prepare_confined(ConfinedPreparation::Job& job,
       out.store_key = store_key(job.id, image, Confine::yes);
       out.stored = store->find(out.store_key);
     }
-    out.image = ParsedImage{image.name, image.triple, image.kind, image.deps, {}};
+    // The bitcode only where the window tier may need a second compile
+    // (finish_loads).
+    out.image = ParsedImage{image.name, image.triple, image.kind, image.deps,
+                            window_tier ? image.bytes : std::vector<std::byte>{}};
   } catch (const Error& error) {
     out.error = error;
     out.target_failed = true;
@@ -423,7 +426,9 @@ std::optional<LoadResult> JitCache::start_load_from(CodeId id, CodecId codec,
         entry, std::chrono::steady_clock::now() - start, image.triple, image.name, true, 1};
   }
   impl_->workers.submit(id, impl_->workers.prepare(image.name, image.bytes));
-  std::vector<std::byte>().swap(pending.image.bytes);  // the worker has its copy
+  // The worker has its copy; the window tier keeps one for a second
+  // compile, should the first one's object not take (finish_loads).
+  if (!impl_->window_tier) std::vector<std::byte>().swap(pending.image.bytes);
   impl_->pending_loads.emplace(id, std::move(pending));
   sync_promotion_counts();
   return std::nullopt;
@@ -489,6 +494,12 @@ std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
     Impl::PendingLoad pending = std::move(it->second);
     impl_->pending_loads.erase(it);
     FinishedLoad done{id, std::nullopt, std::nullopt, compiled.target_failed};
+    // An object for the window tier that its link or the verifier refuses
+    // is compiled again for the checked tier, the load still pending (its
+    // frames wait as they did for the first compile): once, and only while
+    // the bitcode is at hand.
+    const bool may_compile_again =
+        impl_->window_object(compiled) && !pending.checked_only && !pending.image.bytes.empty();
     try {
       const IfuncMain entry = impl_->link_compiled(id, pending.image, compiled, pending.store_key);
       entries_.emplace(id, CachedIfunc{entry, &impl_->confined_codes.at(id)});
@@ -499,6 +510,17 @@ std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
                                false,
                                1};
     } catch (const Error& error) {
+      if (may_compile_again) {
+        pending.checked_only = true;
+        try {
+          impl_->workers.submit(
+              id, impl_->workers.prepare(pending.image.name, pending.image.bytes, true));
+          std::vector<std::byte>().swap(pending.image.bytes);
+          impl_->pending_loads.emplace(id, std::move(pending));
+          continue;
+        } catch (const std::exception&) {  // no job to be had: the first refusal stands
+        }
+      }
       done.error = error;
     } catch (const std::exception& error) {  // every outcome is handed back, whatever one threw
       done.error = Error(errc::jit_failed, "ifunc '" + pending.image.name + "': " + error.what());

@@ -258,6 +258,13 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   // no confined globals table (the checked pass always emits one). A claim
   // the code cannot back is refused by the verifier.
   [[nodiscard]] static bool claims_window_shape(const std::vector<std::byte>& object);
+  // Whether a worker's outcome is an object for the window tier: if its
+  // link or the verifier refuses it, the code is compiled again for the
+  // checked tier instead of being lost (the compiler is as trusted there as
+  // it ever was; only the window tier does without it).
+  [[nodiscard]] bool window_object(const CompileWorkers::Outcome& compiled) const {
+    return window_tier && !compiled.error && claims_window_shape(compiled.object);
+  }
   // What the runner needs of code linked into `slot` with entry `main`,
   // once the verifier accepted it (errc::code_refused, naming the rule, if not).
   confined::Code window_code(WindowSlot& slot, CodeId id, const std::string& name, uint64_t main);
@@ -301,6 +308,7 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
     std::chrono::steady_clock::time_point started;
     bool preparing = false;  // still with `preparation`: image and store_key not yet known
     uint64_t serial = 0;     // the preparation's, while `preparing`
+    bool checked_only = false;  // compiling again for the checked tier (window_object refused)
   };
   std::unordered_map<CodeId, PendingLoad> pending_loads;  // confined code compiling in a worker
   static constexpr std::size_t kPreparedAside = kLargeContainer;  // container_images.hpp

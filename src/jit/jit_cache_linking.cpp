@@ -147,7 +147,16 @@ IfuncMain JitCache::Impl::load_confined(CodeId id, const ParsedImage& image, boo
     return entry;
   }
   CompileWorkers::Outcome compiled = workers.compile(image.name, image.bytes);
-  return link_compiled(id, image, compiled, key);
+  if (!window_object(compiled)) return link_compiled(id, image, compiled, key);
+  try {
+    return link_compiled(id, image, compiled, key);
+  } catch (const Error&) {
+    // The window tier could not take what the worker made of it (the
+    // verifier refused it, or it did not link in a window): the checked
+    // tier's compile, as finish_loads does.
+    CompileWorkers::Outcome checked = workers.compile(image.name, image.bytes, true);
+    return link_compiled(id, image, checked, key);
+  }
 }
 
 IfuncMain JitCache::Impl::link_compiled(CodeId id, const ParsedImage& image,

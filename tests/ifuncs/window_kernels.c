@@ -72,6 +72,19 @@ void window_kernel_main(void* payload, size_t size, void* target_args) {
   uint64_t* out = (uint64_t*)target_args;
   for (int k = 0; k < 13; ++k) out[k] = buf[k];
 }
+#elif KERNEL == 6
+/* A loop of a known count over a fixed address, kept a loop: the code
+ * generator folds the window mask into the count (`incq` of the masked
+ * address), which the verifier cannot check, so it refuses the object; the
+ * code is compiled again for the checked tier instead of being lost. (The
+ * loop runs only for payloads past 64 KiB, and would trap in either tier.) */
+void window_kernel_main(void* payload, size_t size, void* target_args) {
+  if (size > 65536) {
+#pragma clang loop unroll(disable) vectorize(disable)
+    for (int k = 8; k < 13; ++k) ((volatile unsigned char*)0x5000)[k] = 1;
+  }
+  *(uint64_t*)target_args = size * 7;
+}
 #else
 #error "KERNEL names one of the kernels"
 #endif
