@@ -763,7 +763,7 @@ TEST_CASE("the window shape refuses what it cannot confine yet, naming it", "[wi
       {"a local variable of a size known only when it runs",
        "define i64 @f(i64 %n) {\n %a = alloca i64, i64 %n\n store i64 1, ptr %a\n"
        " %v = load i64, ptr %a\n ret i64 %v\n}",
-       "known only when it runs"},
+       "a local variable made as it runs"},
       {"local variables of more than 1 MiB",
        "define i8 @f(i64 %k) {\n %a = alloca [2097152 x i8]\n"
        " %p = getelementptr i8, ptr %a, i64 %k\n store i8 1, ptr %p\n"

@@ -27,6 +27,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -188,10 +189,13 @@ TEST_CASE("honest code with recursion, a local array, copies and fills runs in a
        {{}, bytes_of(5), bytes_of(300)}},
       {"a loop the verifier refuses, compiled again for the checked tier", TC_WINDOW_KERNEL_6,
        false, {{}, bytes_of(1), bytes_of(40)}},
+      {"copies, a move and a fill of known lengths", TC_WINDOW_KERNEL_7, true,
+       {bytes_of(400), bytes_of(500)}},
   };
   JitCache windowed(window_options());
   JitCache plain;
   constexpr std::size_t kOut = 1024;
+  uint64_t refusals = 0;
   auto* const out = windowed.allocate_exposed("out", kOut, true).data();
   std::vector<std::byte> expected(kOut);
   for (const Kernel& kernel : kernels) {
@@ -204,6 +208,12 @@ TEST_CASE("honest code with recursion, a local array, copies and fills runs in a
     REQUIRE(in_window != nullptr);
     REQUIRE(unconfined != nullptr);
     CHECK(windowed.in_window(*in_window) == kernel.in_window);
+    // Only the kernel the verifier refuses is counted as refused.
+    if (kernel.path == std::string_view(TC_WINDOW_KERNEL_6)) {
+      CHECK(windowed.window_refusals().count == ++refusals);
+      CHECK_THAT(windowed.window_refusals().last, Catch::Contains("window verifier refused"));
+    }
+    CHECK(windowed.window_refusals().count == refusals);
     for (const std::vector<std::byte>& payload : kernel.payloads) {
       INFO("payload of " << payload.size() << " bytes");
       std::memset(out, 0x5c, kOut);

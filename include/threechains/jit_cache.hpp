@@ -169,6 +169,16 @@ class JitCache {
                                                       bool writable);
   // Whether a cached confined ifunc runs in the window tier.
   [[nodiscard]] bool in_window(const CachedIfunc& ifunc) const noexcept;
+  // Window objects the verifier (or the window's link) refused, each then
+  // compiled again for the checked tier, and the last refusal, naming the
+  // rule: honest code should make none, so any is worth a look (a compiler
+  // that emits what the verifier cannot check, or one that was tampered
+  // with).
+  struct WindowRefusals {
+    uint64_t count = 0;
+    std::string last;
+  };
+  [[nodiscard]] WindowRefusals window_refusals() const;
   // The JIT'd function holding `address` (an instruction of injected code),
   // and `offset` into it; nullptr if none. Allocation- and lock-free: a
   // signal handler on the thread that uses this cache may ask while an ifunc

@@ -169,7 +169,8 @@ std::string library_call_of(const llvm::Instruction& i) {
 
 std::string unshaped(const llvm::Instruction& i, const llvm::DataLayout& layout) {
   if (llvm::isa<llvm::AllocaInst>(i))  // frames_to_globals left none it could take
-    return "a local variable of a size known only when it runs";
+    return "a local variable made as it runs (of a size known only then, or outside the "
+           "function's entry)";
   if (llvm::isa<llvm::InvokeInst>(i) || llvm::isa<llvm::CallBrInst>(i) ||
       llvm::isa<llvm::ResumeInst>(i) || i.isEHPad() || llvm::isa<llvm::CatchReturnInst>(i) ||
       llvm::isa<llvm::CleanupReturnInst>(i))
@@ -330,8 +331,8 @@ void frames_to_globals(llvm::Module& module, const std::string& ifunc) {
   }
 }
 
-// Copies for memcpy and memmove in 8-byte words (the tail in smaller
-// ones), not LLVM's default of one byte an iteration.
+// Copies for memcpy and memmove in 8-byte words (the tail a byte at a
+// time), not LLVM's default of one byte an iteration.
 class WordCopies final : public llvm::TargetTransformInfoImplBase {
  public:
   explicit WordCopies(const llvm::DataLayout& layout) : TargetTransformInfoImplBase(layout) {}
@@ -476,8 +477,10 @@ bool expand_memory_intrinsics(llvm::Module& module) {
         // A long one of a known length: the length read back from a
         // global of its own, so that no loop has a count the code
         // generator knows.
+        // Read-only: a non-zero byte in the writable data would make it a
+        // segment kept whole as a copy (window_tier.hpp).
         auto* const held = new llvm::GlobalVariable(
-            module, call->getLength()->getType(), false, llvm::GlobalValue::InternalLinkage,
+            module, call->getLength()->getType(), true, llvm::GlobalValue::InternalLinkage,
             llvm::cast<llvm::Constant>(call->getLength()), "window.length");
         call->setLength(b.CreateLoad(held->getValueType(), held, /*isVolatile=*/true));
       } else {

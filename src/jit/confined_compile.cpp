@@ -91,8 +91,8 @@ std::vector<std::byte> ConfinedCompiler::compile(std::span<const std::byte> bitc
   // checks, so none can reason them away.
   std::unique_ptr<llvm::Module> shaped;
   if (options_.window_shape) {
-    // Shaped on a copy: what the shape refuses (an import, a local
-    // variable) takes the checked pass instead.
+    // Shaped on a copy: what the shape refuses (an import, recursion)
+    // takes the checked pass instead.
     shaped = llvm::CloneModule(**module);
     try {
       shape_for_window(*shaped, name);
@@ -101,12 +101,21 @@ std::vector<std::byte> ConfinedCompiler::compile(std::span<const std::byte> bitc
       shaped.reset();
     }
   }
-  if (shaped) {
-    *module = std::move(shaped);
-  } else {
-    confine_module(**module, name);
-  }
   llvm::orc::SimpleCompiler compiler(*machines_->codegen);
+  if (shaped) {
+    // What the shape made that the code generator reports it cannot
+    // compile (an error, not a crash) takes the checked pass too, as code
+    // the shape refused would: not a refusal of code the checked tier runs.
+    auto object = compiler(*shaped);
+    if (object && diagnosed.empty()) {
+      const auto* data = reinterpret_cast<const std::byte*>((*object)->getBufferStart());
+      return {data, data + (*object)->getBufferSize()};
+    }
+    if (!object) llvm::consumeError(object.takeError());
+    diagnosed.clear();
+    shaped.reset();
+  }
+  confine_module(**module, name);
   auto object = compiler(**module);
   if (!object) {
     throw Error(errc::jit_failed, "ifunc '" + name + "': " + message_of(object.takeError()));

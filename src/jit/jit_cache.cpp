@@ -510,7 +510,7 @@ std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
                                false,
                                1};
     } catch (const Error& error) {
-      if (may_compile_again) {
+      if (may_compile_again && impl_->compile_again_checked(error)) {
         pending.checked_only = true;
         try {
           impl_->workers.submit(
@@ -609,6 +609,10 @@ std::size_t JitCache::committed_bytes(CodeId id) const noexcept {
       bytes += data.bytes.size() + data.initial.size();
   }
   return bytes;
+}
+
+JitCache::WindowRefusals JitCache::window_refusals() const {
+  return {impl_->window_refusal_count, impl_->last_window_refusal};
 }
 
 bool JitCache::in_window(const CachedIfunc& ifunc) const noexcept {

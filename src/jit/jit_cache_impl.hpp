@@ -265,6 +265,17 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   [[nodiscard]] bool window_object(const CompileWorkers::Outcome& compiled) const {
     return window_tier && !compiled.error && claims_window_shape(compiled.object);
   }
+  // Whether a window object's refusal is one a checked compile answers:
+  // not the want of a window (errc::limit_exceeded), which it would only
+  // hide. Counted, and the refusal kept, for window_refusals().
+  [[nodiscard]] bool compile_again_checked(const Error& refusal) {
+    if (refusal.is(errc::limit_exceeded)) return false;
+    ++window_refusal_count;
+    last_window_refusal = refusal.what();
+    return true;
+  }
+  uint64_t window_refusal_count = 0;
+  std::string last_window_refusal;
   // What the runner needs of code linked into `slot` with entry `main`,
   // once the verifier accepted it (errc::code_refused, naming the rule, if not).
   confined::Code window_code(WindowSlot& slot, CodeId id, const std::string& name, uint64_t main);

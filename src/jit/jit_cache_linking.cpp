@@ -150,10 +150,13 @@ IfuncMain JitCache::Impl::load_confined(CodeId id, const ParsedImage& image, boo
   if (!window_object(compiled)) return link_compiled(id, image, compiled, key);
   try {
     return link_compiled(id, image, compiled, key);
-  } catch (const Error&) {
+  } catch (const Error& error) {
     // The window tier could not take what the worker made of it (the
     // verifier refused it, or it did not link in a window): the checked
-    // tier's compile, as finish_loads does.
+    // tier's compile, as finish_loads does. Not for want of a window
+    // (limit_exceeded): that is the application's to answer, and what it
+    // would store would pin the code to the checked tier.
+    if (!compile_again_checked(error)) throw;
     CompileWorkers::Outcome checked = workers.compile(image.name, image.bytes, true);
     return link_compiled(id, image, checked, key);
   }

@@ -85,6 +85,19 @@ void window_kernel_main(void* payload, size_t size, void* target_args) {
   }
   *(uint64_t*)target_args = size * 7;
 }
+#elif KERNEL == 7
+/* Copies and fills of known lengths: a long copy (a loop over a length
+ * held in a global), a short overlapping move and a non-zero fill with a
+ * 4-, 2- and 1-byte tail (straight-line code). */
+void window_kernel_main(void* payload, size_t size, void* target_args) {
+  unsigned char* out = (unsigned char*)target_args;
+  const unsigned char* in = (const unsigned char*)payload;
+  if (size < 400) return;
+  for (int k = 0; k < 32; ++k) out[600 + k] = (unsigned char)(in[k] ^ k);
+  __builtin_memmove(out + 605, out + 600, 21);
+  __builtin_memcpy(out, in + 50, 300);
+  __builtin_memset(out + 310, 0x5a, 15);
+}
 #else
 #error "KERNEL names one of the kernels"
 #endif
