@@ -150,9 +150,10 @@ TEST_CASE(
   CHECK_FALSE(checked.in_window(*checked.find_ifunc(counter.id())));
 }
 
-TEST_CASE("honest code with recursion, a local array, copies and fills runs in a window, "
-          "computing what it computes unconfined",
-          "[confinement][window]") {
+TEST_CASE(
+    "honest code with recursion, a local array, copies and fills runs in a window, "
+    "computing what it computes unconfined",
+    "[confinement][window]") {
   if (!kWindowTierHere) {
     WARN("SKIP: the window tier is x86-64 only");
     return;
@@ -178,18 +179,27 @@ TEST_CASE("honest code with recursion, a local array, copies and fills runs in a
     return bytes;
   };
   const std::vector<Kernel> kernels = {
-      {"recursion", TC_WINDOW_KERNEL_0, false,
+      {"recursion",
+       TC_WINDOW_KERNEL_0,
+       false,
        {{}, bytes_of(8), bytes_of(8 * 37), bytes_of(8 * 512)}},
-      {"a local array indexed by data", TC_WINDOW_KERNEL_1, true,
+      {"a local array indexed by data",
+       TC_WINDOW_KERNEL_1,
+       true,
        {{}, bytes_of(200), bytes_of(3000)}},
-      {"a copy loop and a move", TC_WINDOW_KERNEL_2, true,
+      {"a copy loop and a move",
+       TC_WINDOW_KERNEL_2,
+       true,
        {{}, bytes_of(17), bytes_of(256), bytes_of(999)}},
       {"a zeroing loop", TC_WINDOW_KERNEL_3, true, {word(0), word(100), word(512), word(9999)}},
-      {"a clear of 13 bytes", TC_WINDOW_KERNEL_5, true,
-       {{}, bytes_of(5), bytes_of(300)}},
-      {"a loop the verifier refuses, compiled again for the checked tier", TC_WINDOW_KERNEL_6,
-       false, {{}, bytes_of(1), bytes_of(40)}},
-      {"copies, a move and a fill of known lengths", TC_WINDOW_KERNEL_7, true,
+      {"a clear of 13 bytes", TC_WINDOW_KERNEL_5, true, {{}, bytes_of(5), bytes_of(300)}},
+      {"a loop the verifier refuses, compiled again for the checked tier",
+       TC_WINDOW_KERNEL_6,
+       false,
+       {{}, bytes_of(1), bytes_of(40)}},
+      {"copies, a move and a fill of known lengths",
+       TC_WINDOW_KERNEL_7,
+       true,
        {bytes_of(400), bytes_of(500)}},
   };
   JitCache windowed(window_options());
@@ -231,8 +241,8 @@ TEST_CASE("honest code with recursion, a local array, copies and fills runs in a
   {
     JitCache beside(window_options());
     const Ifunc refused = Ifunc::load(TC_WINDOW_KERNEL_6);
-    CHECK_FALSE(beside.start_load(refused.id(), refused.codec(), refused.code(), Confine::yes)
-                    .has_value());
+    CHECK_FALSE(
+        beside.start_load(refused.id(), refused.codec(), refused.code(), Confine::yes).has_value());
     std::optional<JitCache::FinishedLoad> done;
     const auto deadline = std::chrono::steady_clock::now() + 60s;
     while (!done && std::chrono::steady_clock::now() < deadline) {

@@ -13,8 +13,9 @@
 //    atomics, direct near branches and calls, near `ret`, `ud2`. No system
 //    call, privileged, segment, string, x87/MMX, control-register or
 //    flag-state instruction (std, popf, ldmxcsr, fxrstor: state the host
-//    would inherit; stmxcsr: sticky flags others' code left); no far return; no 0x66 prefix on a branch, call,
-//    return, push or pop (a CPU may honour what Zydis ignores).
+//    would inherit; stmxcsr: sticky flags others' code left); no far
+//    return; no 0x66 prefix on a branch, call, return, push or pop (a CPU
+//    may honour what Zydis ignores).
 //  - A memory access is one of: %gs with 32-bit addressing (any operands,
 //    the sum wraps inside the window); %gs plus one 64-bit register whose
 //    upper half is known zero on every path to it (written as a 32-bit

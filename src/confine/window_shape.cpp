@@ -308,18 +308,17 @@ void frames_to_globals(llvm::Module& module, const std::string& ifunc) {
           locals.push_back(local);
   uint64_t total = 0;
   for (llvm::AllocaInst* local : locals) {
-    const std::optional<llvm::TypeSize> size =
-        local->getAllocationSize(module.getDataLayout());
+    const std::optional<llvm::TypeSize> size = local->getAllocationSize(module.getDataLayout());
     if (!size || size->isScalable()) continue;
     total += size->getFixedValue() + local->getAlign().value();
     if (size->getFixedValue() > kMaxFrameBytes || total > kMaxFrameBytes)
       refuse_shape(ifunc, "local variables of more than 1 MiB in all");
     auto* const type = llvm::ArrayType::get(llvm::Type::getInt8Ty(module.getContext()),
                                             std::max<uint64_t>(size->getFixedValue(), 1));
-    auto* const frame = new llvm::GlobalVariable(
-        module, type, false, llvm::GlobalValue::InternalLinkage,
-        llvm::ConstantAggregateZero::get(type),
-        local->getFunction()->getName() + ".frame." + local->getName());
+    auto* const frame =
+        new llvm::GlobalVariable(module, type, false, llvm::GlobalValue::InternalLinkage,
+                                 llvm::ConstantAggregateZero::get(type),
+                                 local->getFunction()->getName() + ".frame." + local->getName());
     frame->setAlignment(local->getAlign());
     // Lifetime markers are for stack slots; a global has none.
     std::vector<llvm::Instruction*> markers;
@@ -431,9 +430,9 @@ void expand_straight(llvm::MemIntrinsic& call, uint64_t length) {
     llvm::Value* const value = b.CreateFreeze(set->getValue());
     for (const auto& [offset, bytes] : pieces) {
       llvm::Type* const type = piece_type(bytes);
-      llvm::Value* const repeated =
-          b.CreateMul(b.CreateZExt(value, type),
-                      llvm::ConstantInt::get(type, 0x0101010101010101ULL & (~uint64_t{0} >> (64 - 8 * bytes))));
+      llvm::Value* const repeated = b.CreateMul(
+          b.CreateZExt(value, type),
+          llvm::ConstantInt::get(type, 0x0101010101010101ULL & (~uint64_t{0} >> (64 - 8 * bytes))));
       b.CreateAlignedStore(repeated, at_offset(destination, offset), llvm::Align(1), is_volatile);
     }
     return;
@@ -463,8 +462,7 @@ bool expand_memory_intrinsics(llvm::Module& module) {
       for (llvm::Instruction& i : block)
         if (auto* call = llvm::dyn_cast<llvm::MemIntrinsic>(&i)) calls.push_back(call);
   for (llvm::MemIntrinsic* call : calls) {
-    if (!llvm::isa<llvm::MemSetInst>(call) && !llvm::isa<llvm::MemTransferInst>(call))
-      return false;
+    if (!llvm::isa<llvm::MemSetInst>(call) && !llvm::isa<llvm::MemTransferInst>(call)) return false;
     if (const auto* known = llvm::dyn_cast<llvm::ConstantInt>(call->getLength());
         known != nullptr && known->getZExtValue() <= kStraightBytes) {
       expand_straight(*call, known->getZExtValue());
