@@ -52,6 +52,14 @@ JitOptions window_options() {
   return options;
 }
 
+// `ifunc` loaded confined into `cache`, as cached there.
+const CachedIfunc& loaded_confined(JitCache& cache, const Ifunc& ifunc) {
+  (void)cache.load(ifunc.id(), ifunc.codec(), ifunc.code(), Confine::yes);
+  const CachedIfunc* const loaded = cache.find_ifunc(ifunc.id());
+  REQUIRE(loaded != nullptr);
+  return *loaded;
+}
+
 // A target global that no region exposes, in the shape of a counter.
 constexpr uint64_t kCanaryWord = 0x5a5a5a5a5a5a5a5aULL;
 std::array<uint64_t, 8> g_canary{};
@@ -81,9 +89,7 @@ TEST_CASE(
   }
   JitCache cache(window_options());
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
-  (void)cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
-  const CachedIfunc* const loaded = cache.find_ifunc(counter.id());
-  REQUIRE(loaded != nullptr);
+  const CachedIfunc* const loaded = &loaded_confined(cache, counter);
   REQUIRE(cache.in_window(*loaded));
 
   // The counter in memory exposed to windows: the pointer means the same
@@ -110,9 +116,7 @@ TEST_CASE(
 
   // saxpy over arrays exposed to windows: the result the plain loop gives.
   const Ifunc saxpy = Ifunc::load(TC_SAXPY_BITCODE);
-  (void)cache.load(saxpy.id(), saxpy.codec(), saxpy.code(), Confine::yes);
-  const CachedIfunc* const kernel = cache.find_ifunc(saxpy.id());
-  REQUIRE(kernel != nullptr);
+  const CachedIfunc* const kernel = &loaded_confined(cache, saxpy);
   CHECK(cache.in_window(*kernel));
   constexpr std::size_t n = 1000;
   auto* const x = reinterpret_cast<float*>(cache.allocate_exposed("x", n * 4, false).data());
@@ -137,17 +141,14 @@ TEST_CASE(
 
   // Evicted and loaded again: a window of its own again, and it counts on.
   CHECK(cache.evict(counter.id()));
-  (void)cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
-  const CachedIfunc* const again = cache.find_ifunc(counter.id());
-  REQUIRE(again != nullptr);
+  const CachedIfunc* const again = &loaded_confined(cache, counter);
   CHECK(cache.in_window(*again));
   CHECK_FALSE(cache.invoke(*again, nullptr, 0, count).has_value());
   CHECK(*count == 22);
 
   // Without the option, the same code keeps the checked tier.
   JitCache checked;
-  (void)checked.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
-  CHECK_FALSE(checked.in_window(*checked.find_ifunc(counter.id())));
+  CHECK_FALSE(checked.in_window(loaded_confined(checked, counter)));
 }
 
 TEST_CASE(
@@ -211,11 +212,9 @@ TEST_CASE(
   for (const Kernel& kernel : kernels) {
     INFO(kernel.what);
     const Ifunc ifunc = Ifunc::load(kernel.path);
-    (void)windowed.load(ifunc.id(), ifunc.codec(), ifunc.code(), Confine::yes);
+    const CachedIfunc* const in_window = &loaded_confined(windowed, ifunc);
     (void)plain.load(ifunc.id(), ifunc.codec(), ifunc.code(), Confine::no);
-    const CachedIfunc* const in_window = windowed.find_ifunc(ifunc.id());
     const CachedIfunc* const unconfined = plain.find_ifunc(ifunc.id());
-    REQUIRE(in_window != nullptr);
     REQUIRE(unconfined != nullptr);
     CHECK(windowed.in_window(*in_window) == kernel.in_window);
     // Only the kernel the verifier refuses is counted as refused.
@@ -265,15 +264,43 @@ TEST_CASE(
   // checked tier too, where they are past its data stack: a trap, not 2 MiB
   // of window data wiped at every change of caller.
   const Ifunc big = Ifunc::load(TC_WINDOW_KERNEL_4);
-  (void)windowed.load(big.id(), big.codec(), big.code(), Confine::yes);
-  const CachedIfunc* const loaded = windowed.find_ifunc(big.id());
-  REQUIRE(loaded != nullptr);
+  const CachedIfunc* const loaded = &loaded_confined(windowed, big);
   CHECK_FALSE(windowed.in_window(*loaded));
   std::vector<std::byte> payload = bytes_of(64);
   const std::optional<ConfinedTrap> trap =
       windowed.invoke(*loaded, payload.data(), payload.size(), out);
   REQUIRE(trap.has_value());
   CHECK(trap->reason == TrapReason::stack_exhausted);
+}
+
+TEST_CASE("a local that window code keeps carries nothing of one caller to the next",
+          "[confinement][window]") {
+  if (!kWindowTierHere) {
+    WARN("SKIP: the window tier is x86-64 only");
+    return;
+  }
+  // The reader reports what its local holds, then stores its payload's
+  // word there: in a window the local is a global, so it outlives the
+  // invocation, and only the change of caller may wipe it.
+  JitCache cache(window_options());
+  const CachedIfunc& reader = loaded_confined(cache, Ifunc::load(TC_WINDOW_KERNEL_8));
+  REQUIRE(cache.in_window(reader));
+  auto* const seen = reinterpret_cast<uint64_t*>(cache.allocate_exposed("seen", 8, true).data());
+  constexpr uint64_t kSecret = 0x5ec2e75ec2e75ec2ULL;
+  constexpr uint64_t kPeerA = 1;
+  constexpr uint64_t kPeerB = 2;
+  uint64_t secret = kSecret;
+  CHECK_FALSE(cache.invoke(reader, &secret, sizeof(secret), seen, kPeerA).has_value());
+  CHECK(*seen == 0);
+  // The same caller finds its own word (the local does outlive the call:
+  // without this the check below would prove nothing).
+  CHECK_FALSE(cache.invoke(reader, nullptr, 0, seen, kPeerA).has_value());
+  CHECK(*seen == kSecret);
+  // Another caller finds nothing of it.
+  CHECK_FALSE(cache.invoke(reader, nullptr, 0, seen, kPeerB).has_value());
+  CHECK(*seen == 0);
+  CHECK_FALSE(cache.invoke(reader, nullptr, 0, seen, kPeerA).has_value());
+  CHECK(*seen == 0);
 }
 
 TEST_CASE("window code cannot reach the target, outlast its budget or keep it from serving",
@@ -285,9 +312,7 @@ TEST_CASE("window code cannot reach the target, outlast its budget or keep it fr
   g_canary.fill(kCanaryWord);
   JitCache cache(window_options());
   const Ifunc escape = Ifunc::load(TC_WINDOW_ESCAPE);
-  (void)cache.load(escape.id(), escape.codec(), escape.code(), Confine::yes);
-  const CachedIfunc* const loaded = cache.find_ifunc(escape.id());
-  REQUIRE(loaded != nullptr);
+  const CachedIfunc* const loaded = &loaded_confined(cache, escape);
   REQUIRE(cache.in_window(*loaded));
   auto* const count =
       reinterpret_cast<uint64_t*>(cache.allocate_exposed("counter", 8, true).data());
@@ -415,9 +440,7 @@ TEST_CASE("window code leaves the host's unwinder alone and nothing of one calle
   }
   JitCache cache(window_options());
   const Ifunc escape = Ifunc::load(TC_WINDOW_ESCAPE);
-  (void)cache.load(escape.id(), escape.codec(), escape.code(), Confine::yes);
-  const CachedIfunc* loaded = cache.find_ifunc(escape.id());
-  REQUIRE(loaded != nullptr);
+  const CachedIfunc* loaded = &loaded_confined(cache, escape);
   REQUIRE(cache.in_window(*loaded));
   auto* const count =
       reinterpret_cast<uint64_t*>(cache.allocate_exposed("counter", 8, true).data());
@@ -430,9 +453,7 @@ TEST_CASE("window code leaves the host's unwinder alone and nothing of one calle
     const Ifunc unwinding = Ifunc::load(TC_WINDOW_ESCAPE_UNWIND);
     void* bases[3] = {};
     JitCache windowed(window_options());
-    (void)windowed.load(unwinding.id(), unwinding.codec(), unwinding.code(), Confine::yes);
-    const CachedIfunc* const in_window = windowed.find_ifunc(unwinding.id());
-    REQUIRE(in_window != nullptr);
+    const CachedIfunc* const in_window = &loaded_confined(windowed, unwinding);
     REQUIRE(windowed.in_window(*in_window));
     CHECK(_Unwind_Find_FDE(reinterpret_cast<const char*>(in_window->main) + 1, bases) == nullptr);
     JitCache plain;
@@ -475,9 +496,7 @@ TEST_CASE("window code leaves the host's unwinder alone and nothing of one calle
   CHECK_FALSE(cache.invoke(*loaded, large.data(), large.size() * 8, count, 3).has_value());
   CHECK(*count == before_large + 5);
   CHECK(cache.evict(escape.id()));
-  (void)cache.load(escape.id(), escape.codec(), escape.code(), Confine::yes);
-  loaded = cache.find_ifunc(escape.id());
-  REQUIRE(loaded != nullptr);
+  loaded = &loaded_confined(cache, escape);
   REQUIRE(cache.in_window(*loaded));
   alignas(16) Order honest{add, 1};
   const uint64_t before_small = *count;

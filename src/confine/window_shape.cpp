@@ -397,10 +397,6 @@ void expand_memset(llvm::MemSetInst& memset) {
   memset.eraseFromParent();
 }
 
-// memcpy, memmove and memset as loops of plain loads and stores, which the
-// shape masks: as calls, the code generator would make them library calls
-// on unmasked addresses (the window links against nothing) or inline
-// copies the shape never sees. False if one could not be expanded.
 // A copy, move or fill of a length known before it runs, up to
 // kStraightBytes, as straight-line loads and stores at constant offsets:
 // no loop, so no count the code generator could fold a mask into (a loop

@@ -20,9 +20,7 @@ namespace {
 // takes a larger area (WindowedCode::run). A page: a caller change wipes
 // all of it.
 constexpr std::size_t kPayloadArea = std::size_t{4} << 10;
-}  // namespace
 
-namespace {
 // Window code's graphs: one with initialisers or finalisers is refused
 // (nothing would run them, and nothing of window code is to run but its
 // entry). Their allocation actions, .eh_frame registration among them, are

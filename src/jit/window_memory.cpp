@@ -137,16 +137,15 @@ void WindowMemoryMapper::initialize(AllocInfo& allocation, OnInitializedFunction
 llvm::Error WindowMemoryMapper::unlink(ExecutorAddr address) {
   const auto it = initialized_.find(address);
   if (it == initialized_.end()) return failure("no linked allocation at this address");
-  llvm::Error error = llvm::Error::success();
   // Fresh pages, inaccessible, as reserve() left them: the next graph
-  // linked here reads nothing of this one (prepare() opens them again).
-  if (mmap(address.toPtr<void*>(), it->second.bytes, PROT_NONE,
-           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
-    error = llvm::joinErrors(std::move(error), failure(std::string("cannot clear unlinked code: ") +
-                                                       std::strerror(errno)));
-  }
+  // linked here reads nothing of this one (initialize() opens them again).
+  const bool cleared =
+      mmap(address.toPtr<void*>(), it->second.bytes, PROT_NONE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) != MAP_FAILED;
+  const int error = errno;
   initialized_.erase(it);
-  return error;
+  if (!cleared) return failure(std::string("cannot clear unlinked code: ") + std::strerror(error));
+  return llvm::Error::success();
 }
 
 void WindowMemoryMapper::deinitialize(llvm::ArrayRef<ExecutorAddr> allocations,

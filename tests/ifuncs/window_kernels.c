@@ -98,6 +98,17 @@ void window_kernel_main(void* payload, size_t size, void* target_args) {
   __builtin_memcpy(out, in + 50, 300);
   __builtin_memset(out + 310, 0x5a, 15);
 }
+#elif KERNEL == 8
+/* A hostile reader of its own frame: a caller's payload word goes into a
+ * local, and every invocation reports what that local holds before it
+ * writes it. The window tier makes the local a global; what one caller
+ * left there must not reach the next caller. */
+void window_kernel_main(void* payload, size_t size, void* target_args) {
+  volatile uint64_t frame[4];
+  uint64_t* out = (uint64_t*)target_args;
+  out[0] = frame[1];
+  if (size >= 8) frame[1] = *(const uint64_t*)payload;
+}
 #else
 #error "KERNEL names one of the kernels"
 #endif
