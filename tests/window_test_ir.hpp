@@ -1,5 +1,6 @@
-// What the window tests share (test_window.cpp, test_verify_x86.cpp): IR
-// parsed for a test, and the kernels they compile.
+// What the window tests share (test_window.cpp, test_verify_x86.cpp,
+// test_verify_aarch64.cpp): IR parsed for a test, and the kernels they
+// compile.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -12,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace window_tests {
 
@@ -49,5 +51,72 @@ done:
   ret void
 }
 )";
+
+// saxpy (vectorised, the window tests' own), a pointer chase, a global counter and a table read
+// (%rip-relative), and a call the optimiser keeps.
+inline const std::string kKernels = std::string(window_tests::kSaxpy) + R"(
+@count = global i64 0
+@table = constant [4 x i64] [i64 10, i64 20, i64 30, i64 40]
+define ptr @chase(ptr %p, i64 %steps) {
+entry:
+  br label %loop
+loop:
+  %at = phi ptr [ %p, %entry ], [ %next, %loop ]
+  %i = phi i64 [ 0, %entry ], [ %i.next, %loop ]
+  %next = load ptr, ptr %at
+  %i.next = add i64 %i, 1
+  %end = icmp eq i64 %i.next, %steps
+  br i1 %end, label %done, label %loop
+done:
+  ret ptr %next
+}
+define i64 @bump() {
+  %v = load i64, ptr @count
+  %n = add i64 %v, 1
+  store i64 %n, ptr @count
+  ret i64 %n
+}
+define i64 @pick(i64 %i) {
+  %p = getelementptr [4 x i64], ptr @table, i64 0, i64 %i
+  %v = load i64, ptr %p
+  ret i64 %v
+}
+define internal i64 @twice(ptr %p) noinline {
+  %v = load i64, ptr %p
+  %w = add i64 %v, %v
+  store i64 %w, ptr %p
+  ret i64 %w
+}
+define i64 @call_twice(ptr %p) {
+  %a = call i64 @twice(ptr %p)
+  %b = call i64 @twice(ptr %p)
+  %s = add i64 %a, %b
+  ret i64 %s
+}
+define i32 @pick_case(i32 %x) {
+entry:
+  switch i32 %x, label %none [
+    i32 0, label %a
+    i32 1, label %b
+    i32 2, label %c
+    i32 3, label %d
+    i32 4, label %e
+  ]
+a:
+  ret i32 11
+b:
+  ret i32 22
+c:
+  ret i32 33
+d:
+  ret i32 44
+e:
+  ret i32 55
+none:
+  unreachable
+}
+)";
+inline const std::vector<const char*> kEntries = {"saxpy", "chase",      "bump",
+                                                  "pick",  "call_twice", "pick_case"};
 
 }  // namespace window_tests

@@ -33,10 +33,13 @@ void screen_for_confinement(llvm::Module& module, const std::string& ifunc,
 // spaces).
 void confine_module(llvm::Module& module, const std::string& ifunc);
 
-// The window shape (issue 33, x86-64; confine/window.hpp): every load,
-// store and atomic of `module` addresses the thread's %gs base plus the low
-// 32 bits of its pointer, so the code reaches its window and nothing else,
-// whatever pointer it forms; the guard pages make a bounds check needless.
+// The window shape (issue 33; confine/window.hpp): every load, store and
+// atomic of `module` addresses the window's base plus the low 32 bits of
+// its pointer, so the code reaches its window and nothing else, whatever
+// pointer it forms; the guard pages make a bounds check needless. The base
+// is the thread's %gs base on x86-64 and x21 on aarch64 (the module's
+// triple says which), where the code generator must keep x21 to itself:
+// compile with kAarch64WindowFeatures among the target features.
 // Run after the optimiser (the vectorised loops keep their shape), by the
 // compile worker for a JitCache with ConfinementOptions::window_tier
 // (confine/window_tier.hpp). The module's globals reach their own memory only
@@ -55,5 +58,8 @@ void confine_module(llvm::Module& module, const std::string& ifunc);
 // accesses wider than 4 KiB, exception handling, va_arg, constructors and
 // prefix or prologue data.
 void shape_for_window(llvm::Module& module, const std::string& ifunc);
+// x21 kept for the base; no SVE or SME, whose loads and stores the verifier
+// does not accept (an A64FX runs window code on NEON).
+inline constexpr const char* kAarch64WindowFeatures = "+reserve-x21,-sve,-sve2,-sme";
 
 }  // namespace threechains

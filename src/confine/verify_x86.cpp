@@ -4,6 +4,8 @@
 // explicitly allowed is refused.
 #include "confine/verify_x86.hpp"
 
+#include "confine/verifier_calls.hpp"
+
 #include "confine/window.hpp"
 
 #include <Zydis/Zydis.h>
@@ -22,30 +24,9 @@
 namespace threechains::confined {
 namespace {
 
-// Raised inside the verifier, turned into the Verdict's refusal at the top.
-struct Refusal {
-  std::string why;
-};
-
-std::string hex(uint64_t value) {
-  std::array<char, 16> digits{};
-  const auto end = std::to_chars(digits.data(), digits.data() + digits.size(), value, 16).ptr;
-  return "0x" + std::string(digits.data(), end);
-}
-
-// A refusal's words, numbers in decimal (addresses go through hex()).
-template <class... Parts>
-std::string say(const Parts&... parts) {
-  std::string text;
-  const auto append = [&text](const auto& part) {
-    if constexpr (std::integral<std::decay_t<decltype(part)>>)
-      text += std::to_string(part);
-    else
-      text += part;
-  };
-  (append(parts), ...);
-  return text;
-}
+using verifier_text::hex;
+using verifier_text::Refusal;
+using verifier_text::say;
 
 struct Decoded {
   uint64_t address = 0;
@@ -223,7 +204,9 @@ class Verifier {
   Verdict run() {
     check_ranges();
     uint64_t deepest = 0;
-    for (const uint64_t entry : input_.entries) deepest = std::max(deepest, stack_need(entry));
+    StackNeeds needs([this](uint64_t entry) { return analyse(entry); }, input_.max_stack_bytes,
+                     8);  // a call pushes its return address
+    for (const uint64_t entry : input_.entries) deepest = std::max(deepest, needs.of(entry));
     Verdict verdict;
     verdict.accepted = true;
     verdict.stack_bytes = deepest;
@@ -232,11 +215,6 @@ class Verifier {
   }
 
  private:
-  struct Function {
-    int64_t deepest = 0;                              // the most height any path reaches
-    std::vector<std::pair<uint64_t, int64_t>> calls;  // callee, height at the call
-  };
-
   [[noreturn]] static void refuse(std::string why) { throw Refusal{std::move(why)}; }
   [[noreturn]] void refuse_at(const Decoded& decoded, std::string_view rule) const {
     refuse(say(hex(decoded.address), " (window +", hex(decoded.address - input_.window_base),
@@ -478,8 +456,8 @@ class Verifier {
 
   // Every path of the function entered at `entry`, with the height and
   // clean registers each instruction sees; the same height on every path.
-  Function analyse(uint64_t entry) {
-    Function function;
+  AnalysedFunction analyse(uint64_t entry) {
+    AnalysedFunction function;
     std::unordered_map<uint64_t, State> seen;
     std::vector<uint64_t> pending;
     const auto reach = [&](uint64_t address, State state) {
@@ -531,72 +509,12 @@ class Verifier {
     return function;
   }
 
-  // The stack the function at `root` needs, its calls included; refused if
-  // a function can call itself (then nothing bounds it) or the need passes
-  // the limit. A depth-first walk of the call graph on a stack of its own:
-  // the verifier's recursion would be as deep as the calls it reads
-  // (helper-14 ended the verifier with a chain of 6000).
-  uint64_t stack_need(uint64_t root) {
-    if (const auto known = need_.find(root); known != need_.end()) return known->second;
-    struct Open {
-      uint64_t entry;
-      Function function;
-      std::size_t next_call = 0;
-      uint64_t need = 0;   // of this function, its calls so far included
-      uint64_t depth = 0;  // stack below the root's return address at its entry
-    };
-    std::vector<Open> path;
-    const auto open = [&](uint64_t entry, uint64_t depth) {
-      if (!in_progress_.insert(entry).second)
-        refuse(say(hex(entry), ": a function that can call itself (the stack has no bound)"));
-      Function function = analyse(entry);
-      const auto deepest = static_cast<uint64_t>(function.deepest);
-      if (depth + deepest > input_.max_stack_bytes)
-        refuse(say(hex(root), ": needs more than ", input_.max_stack_bytes,
-                   " bytes of stack with its calls"));
-      path.push_back({entry, std::move(function), 0, deepest, depth});
-    };
-    open(root, 0);
-    for (;;) {
-      Open& top = path.back();
-      if (top.next_call < top.function.calls.size()) {
-        const auto [callee, height] = top.function.calls[top.next_call];
-        const uint64_t below = static_cast<uint64_t>(height) + 8;  // the return address
-        if (const auto known = need_.find(callee); known != need_.end()) {
-          top.need = std::max(top.need, below + known->second);
-          ++top.next_call;
-          if (top.depth + top.need > input_.max_stack_bytes)
-            refuse(say(hex(root), ": needs more than ", input_.max_stack_bytes,
-                       " bytes of stack with its calls"));
-        } else {
-          open(callee, top.depth + below);  // `top` is not used after this
-        }
-        continue;
-      }
-      const uint64_t entry = top.entry;
-      const uint64_t need = top.need;
-      in_progress_.erase(entry);
-      need_.emplace(entry, need);
-      path.pop_back();
-      if (path.empty()) return need;
-      Open& caller = path.back();
-      const auto height = static_cast<uint64_t>(caller.function.calls[caller.next_call].second);
-      caller.need = std::max(caller.need, height + 8 + need);
-      ++caller.next_call;
-      if (caller.depth + caller.need > input_.max_stack_bytes)
-        refuse(say(hex(root), ": needs more than ", input_.max_stack_bytes,
-                   " bytes of stack with its calls"));
-    }
-  }
-
   const VerifierInput& input_;
   ZydisDecoder decoder_{};
   uint64_t code_bytes_ = 0;
   uint64_t work_left_ = 0;
   std::vector<const CodeRange*> ranges_;       // by address, checked not to overlap
   std::unordered_set<uint64_t> instructions_;  // every address decoded
-  std::unordered_map<uint64_t, uint64_t> need_;
-  std::unordered_set<uint64_t> in_progress_;
 };
 
 }  // namespace

@@ -41,33 +41,9 @@
 // which also checks the thread has the returned stack bound free.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
-#include <span>
-#include <string>
+#include "confine/verifier.hpp"
 
 namespace threechains::confined {
-
-// Executable bytes exactly as they will run, at the address they run from.
-struct CodeRange {
-  uint64_t address = 0;
-  std::span<const std::byte> bytes;
-};
-
-struct VerifierInput {
-  std::span<const CodeRange> code;    // every executable byte of the window
-  std::span<const uint64_t> entries;  // where the host calls in (as void(...) functions)
-  uint64_t window_base = 0;           // the window (4 GiB, guards around it) the code lies in
-  uint64_t max_stack_bytes = 64 * 1024;
-};
-
-struct Verdict {
-  bool accepted = false;
-  std::string refusal;       // when refused: at which address, which rule, the instruction
-  uint64_t stack_bytes = 0;  // when accepted: the most stack any entry can use, calls included
-  std::size_t instructions = 0;
-  explicit operator bool() const noexcept { return accepted; }
-};
 
 [[nodiscard]] Verdict verify_window_code_x86_64(const VerifierInput& input);
 

@@ -1,9 +1,12 @@
-// The window shape (pass.hpp, shape_for_window): each access's pointer
-// becomes `inttoptr (ptrtoint p & 0xffffffff) to ptr addrspace(256)`. The
-// x86 back end addresses address space 256 through %gs, and it cannot fold
-// anything outside the mask into the address, so what it emits is a 32-bit
-// register write (`leal`, `movl`) and then `%gs:(%reg)`: the shape the
-// verifier of issue 33 is to check, one instruction at a time.
+// The window shape (pass.hpp, shape_for_window): on x86-64 each access's
+// pointer becomes `inttoptr (ptrtoint p & 0xffffffff) to ptr
+// addrspace(256)`. The x86 back end addresses address space 256 through
+// %gs, and it cannot fold anything outside the mask into the address, so
+// what it emits is a 32-bit register write (`leal`, `movl`) and then
+// `%gs:(%reg)`: the shape verify_x86.hpp checks. On aarch64 the pointer is
+// `getelementptr i8, x21, (ptrtoint p & 0xffffffff)`, x21 read with
+// llvm.read_register: the back end folds the mask into the access as
+// `[x21, wN, uxtw]`, the shape verify_aarch64.hpp checks.
 //
 // Local variables become globals of the module (the window holds those),
 // and memcpy, memmove and memset loops of loads and stores, before the
@@ -25,6 +28,8 @@
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/IntrinsicInst.h>
 #include <llvm/IR/Module.h>
+#include <llvm/TargetParser/Host.h>
+#include <llvm/TargetParser/Triple.h>
 #include <llvm/Transforms/Utils/BasicBlockUtils.h>
 #include <llvm/Transforms/Utils/LowerMemIntrinsics.h>
 
@@ -513,6 +518,12 @@ void shape_for_window(llvm::Module& module, const std::string& ifunc) {
   const llvm::DataLayout& layout = module.getDataLayout();
   llvm::Type* const i64 = llvm::Type::getInt64Ty(context);
   llvm::PointerType* const gs = llvm::PointerType::get(context, kGsAddressSpace);
+  // A module without a triple is compiled for this process's target.
+  const llvm::Triple target = module.getTargetTriple().str().empty()
+                                  ? llvm::Triple(llvm::sys::getProcessTriple())
+                                  : module.getTargetTriple();
+  const bool aarch64 = target.isAArch64();
+  if (!aarch64 && !target.isX86()) refuse_shape(ifunc, "no window shape for " + target.str());
   std::vector<std::pair<llvm::Instruction*, unsigned>> accesses;
   for (llvm::Function& f : module) {
     for (llvm::BasicBlock& block : f) {
@@ -555,6 +566,19 @@ void shape_for_window(llvm::Module& module, const std::string& ifunc) {
         if (auto* call = llvm::dyn_cast<llvm::CallBase>(&i))
           confine_pass::Confiner::drop_string_attributes(*call);
   }
+  // aarch64: each function reads x21 once, at its entry.
+  std::unordered_map<llvm::Function*, llvm::Value*> bases;
+  const auto window_base = [&](llvm::Function& f) {
+    auto [it, fresh] = bases.try_emplace(&f, nullptr);
+    if (fresh) {
+      llvm::IRBuilder<> b(&*f.getEntryBlock().getFirstInsertionPt());
+      llvm::MDNode* x21 = llvm::MDNode::get(context, llvm::MDString::get(context, "x21"));
+      llvm::Value* base = b.CreateIntrinsic(llvm::Intrinsic::read_register, {i64},
+                                            {llvm::MetadataAsValue::get(context, x21)});
+      it->second = b.CreateIntToPtr(base, llvm::PointerType::get(context, 0), "window.base");
+    }
+    return it->second;
+  };
   for (const auto& [access, operand] : accesses) {
     // An alignment claim makes an aligned vector move, which faults on a
     // misaligned pointer with a general-protection fault that names no
@@ -568,7 +592,10 @@ void shape_for_window(llvm::Module& module, const std::string& ifunc) {
     llvm::IRBuilder<> b(access);
     llvm::Value* offset = b.CreateAnd(b.CreatePtrToInt(access->getOperand(operand), i64),
                                       llvm::ConstantInt::get(i64, 0xffffffffULL), "window.offset");
-    access->setOperand(operand, b.CreateIntToPtr(offset, gs, "window.address"));
+    access->setOperand(
+        operand, aarch64 ? b.CreateGEP(b.getInt8Ty(), window_base(*access->getFunction()), offset,
+                                       "window.address")
+                         : b.CreateIntToPtr(offset, gs, "window.address"));
   }
 }
 

@@ -1,0 +1,97 @@
+// Internal: the stack a verified function needs with its calls, shared by
+// the window verifiers (verify_x86.cpp, verify_aarch64.cpp). A depth-first
+// walk of the call graph on a stack of its own: the verifier's recursion
+// would be as deep as the calls it reads (helper-14 ended the x86 verifier
+// with a chain of 6000). A function that can call itself is refused (then
+// nothing bounds the stack), and so is a need past the limit.
+#pragma once
+
+#include "confine/verifier.hpp"
+
+#include <concepts>
+#include <cstdint>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace threechains::confined {
+
+// One function as a verifier's path analysis found it.
+struct AnalysedFunction {
+  int64_t deepest = 0;                              // the most height any path reaches
+  std::vector<std::pair<uint64_t, int64_t>> calls;  // callee, height at the call
+};
+
+template <class Analyse>
+requires std::invocable<Analyse&, uint64_t>
+class StackNeeds {
+ public:
+  // `return_address_bytes`: what a call pushes below the caller's height
+  // (8 on x86-64; 0 on aarch64, where it goes to x30).
+  StackNeeds(Analyse analyse, uint64_t max_stack_bytes, uint64_t return_address_bytes)
+      : analyse_(std::move(analyse)), max_(max_stack_bytes), pushed_(return_address_bytes) {}
+
+  uint64_t of(uint64_t root) {
+    using verifier_text::hex;
+    using verifier_text::Refusal;
+    using verifier_text::say;
+    if (const auto known = need_.find(root); known != need_.end()) return known->second;
+    struct Open {
+      uint64_t entry;
+      AnalysedFunction function;
+      std::size_t next_call = 0;
+      uint64_t need = 0;   // of this function, its calls so far included
+      uint64_t depth = 0;  // stack below the root's entry at this function's entry
+    };
+    const auto too_deep = [&] {
+      throw Refusal{say(hex(root), ": needs more than ", max_, " bytes of stack with its calls")};
+    };
+    std::vector<Open> path;
+    const auto open = [&](uint64_t entry, uint64_t depth) {
+      if (!in_progress_.insert(entry).second)
+        throw Refusal{
+            say(hex(entry), ": a function that can call itself (the stack has no bound)")};
+      AnalysedFunction function = analyse_(entry);
+      const auto deepest = static_cast<uint64_t>(function.deepest);
+      if (depth + deepest > max_) too_deep();
+      path.push_back({entry, std::move(function), 0, deepest, depth});
+    };
+    open(root, 0);
+    for (;;) {
+      Open& top = path.back();
+      if (top.next_call < top.function.calls.size()) {
+        const auto [callee, height] = top.function.calls[top.next_call];
+        const uint64_t below = static_cast<uint64_t>(height) + pushed_;
+        if (const auto known = need_.find(callee); known != need_.end()) {
+          top.need = std::max(top.need, below + known->second);
+          ++top.next_call;
+          if (top.depth + top.need > max_) too_deep();
+        } else {
+          open(callee, top.depth + below);  // `top` is not used after this
+        }
+        continue;
+      }
+      const uint64_t entry = top.entry;
+      const uint64_t need = top.need;
+      in_progress_.erase(entry);
+      need_.emplace(entry, need);
+      path.pop_back();
+      if (path.empty()) return need;
+      Open& caller = path.back();
+      const auto height = static_cast<uint64_t>(caller.function.calls[caller.next_call].second);
+      caller.need = std::max(caller.need, height + pushed_ + need);
+      ++caller.next_call;
+      if (caller.depth + caller.need > max_) too_deep();
+    }
+  }
+
+ private:
+  Analyse analyse_;
+  uint64_t max_;
+  uint64_t pushed_;
+  std::unordered_map<uint64_t, uint64_t> need_;
+  std::unordered_set<uint64_t> in_progress_;
+};
+
+}  // namespace threechains::confined
