@@ -31,6 +31,7 @@
 #include <llvm/TargetParser/Host.h>
 #include <llvm/TargetParser/Triple.h>
 #include <llvm/Transforms/Utils/BasicBlockUtils.h>
+#include <llvm/Transforms/Utils/Local.h>
 #include <llvm/Transforms/Utils/LowerMemIntrinsics.h>
 
 #include <unordered_map>
@@ -44,6 +45,9 @@ namespace {
 constexpr unsigned kGsAddressSpace = 256;
 // The widest access: far inside the guard past the window's end.
 constexpr uint64_t kWidestAccess = 4096;
+// The largest displacement the aarch64 shape leaves outside the mask: with
+// the widest access, far inside the 2 GiB guards (confine/window.hpp).
+constexpr uint64_t kMaxFoldedDisplacement = uint64_t{1} << 20;
 
 [[noreturn]] void refuse_shape(const std::string& ifunc, const std::string& what) {
   throw Error(errc::import_refused,
@@ -579,6 +583,29 @@ void shape_for_window(llvm::Module& module, const std::string& ifunc) {
     }
     return it->second;
   };
+  // aarch64: x21 + the low 32 bits of `pointer`, computed once per pointer
+  // and function, where the pointer is defined (the code generator would
+  // otherwise keep one copy per access: a dead induction variable in
+  // saxpy's loop, threechains-bench-aarch64-shape).
+  std::unordered_map<llvm::Value*, llvm::Value*> addresses;
+  const auto window_address = [&](llvm::Function& f, llvm::Value* pointer) {
+    llvm::Value* base = window_base(f);
+    auto [it, fresh] = addresses.try_emplace(pointer, nullptr);
+    if (!fresh && llvm::cast<llvm::Instruction>(it->second)->getFunction() == &f) return it->second;
+    // Where every use of `pointer` sees it: after its definition (after a
+    // block's phis for a phi), or after the base for an argument or a
+    // constant. Terminators that define values (invoke, callbr) are
+    // refused above.
+    llvm::Instruction* after = llvm::cast<llvm::Instruction>(base)->getNextNode();
+    if (auto* defined = llvm::dyn_cast<llvm::Instruction>(pointer))
+      after = llvm::isa<llvm::PHINode>(defined) ? &*defined->getParent()->getFirstNonPHIIt()
+                                                : defined->getNextNode();
+    llvm::IRBuilder<> b(after);
+    llvm::Value* offset = b.CreateAnd(b.CreatePtrToInt(pointer, i64),
+                                      llvm::ConstantInt::get(i64, 0xffffffffULL), "window.offset");
+    it->second = b.CreateGEP(b.getInt8Ty(), base, offset, "window.address");
+    return it->second;
+  };
   for (const auto& [access, operand] : accesses) {
     // An alignment claim makes an aligned vector move, which faults on a
     // misaligned pointer with a general-protection fault that names no
@@ -590,12 +617,35 @@ void shape_for_window(llvm::Module& module, const std::string& ifunc) {
         store != nullptr && !store->isAtomic())
       store->setAlignment(llvm::Align(1));
     llvm::IRBuilder<> b(access);
-    llvm::Value* offset = b.CreateAnd(b.CreatePtrToInt(access->getOperand(operand), i64),
-                                      llvm::ConstantInt::get(i64, 0xffffffffULL), "window.offset");
-    access->setOperand(
-        operand, aarch64 ? b.CreateGEP(b.getInt8Ty(), window_base(*access->getFunction()), offset,
-                                       "window.address")
-                         : b.CreateIntToPtr(offset, gs, "window.address"));
+    llvm::Value* pointer = access->getOperand(operand);
+    if (!aarch64) {
+      llvm::Value* offset =
+          b.CreateAnd(b.CreatePtrToInt(pointer, i64), llvm::ConstantInt::get(i64, 0xffffffffULL),
+                      "window.offset");
+      access->setOperand(operand, b.CreateIntToPtr(offset, gs, "window.address"));
+      continue;
+    }
+    // aarch64: a constant displacement from the pointer stays outside the
+    // mask (x21 + low 32 bits of p + 16, not of p + 16), so the code
+    // generator folds it into the access's immediate and pairs neighbours
+    // into ldp/stp from one masked base; the guard beyond the window takes
+    // any displacement this small. The same address for every pointer
+    // into the window that stays there.
+    llvm::APInt displacement(64, 0);
+    llvm::Value* stripped = pointer->stripAndAccumulateConstantOffsets(layout, displacement, true);
+    if (displacement.abs().ugt(kMaxFoldedDisplacement)) {
+      stripped = pointer;
+      displacement = 0;
+    }
+    llvm::Value* address = window_address(*access->getFunction(), stripped);
+    if (!displacement.isZero())
+      address = b.CreateGEP(b.getInt8Ty(), address, b.getInt(displacement), "window.displaced");
+    access->setOperand(operand, address);
+    // The pointer the displacement was stripped from may have no use
+    // left; dead, it would still count as a user of the loop's induction
+    // variable when the code generator strength-reduces it, which then
+    // keeps one more register stepping (saxpy, threechains-bench-aarch64-shape).
+    if (stripped != pointer) llvm::RecursivelyDeleteTriviallyDeadInstructions(pointer);
   }
 }
 
