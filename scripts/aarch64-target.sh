@@ -5,7 +5,8 @@
 # compiler and, through multiarch, the arm64 runtime libraries of UCX, LLVM
 # and the rest (and Rust's core library for arm64, for Rust ifuncs);
 # cross-builds the library and the program into build-aarch64;
-# and points ./build's test at it. Then: ctest --test-dir build -R hetero
+# and the window tier's aarch64 check (tests/window_aarch64), and points
+# ./build's tests at them. Then: ctest --test-dir build -R 'hetero|aarch64'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sudo_cmd=()
@@ -22,11 +23,14 @@ cmake -S . -B build-aarch64 -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DTHREECHAINS_BUILD_TOOLS=OFF -DTHREECHAINS_INSTALL=OFF \
   -DTHREECHAINS_WITH_PMIX=OFF -DTHREECHAINS_WITH_MPI=OFF \
   -DTHREECHAINS_WITH_SECCOMP=OFF  # no arm64 libseccomp-dev here; the test runs no confined code
-cmake --build build-aarch64 -j "${THREECHAINS_JOBS:-2}" --target threechains-hetero-target
+cmake --build build-aarch64 -j "${THREECHAINS_JOBS:-2}" --target threechains-hetero-target \
+  threechains-window-aarch64-check
 target="$PWD/build-aarch64/tests/hetero/threechains-hetero-target"
+window_check="$PWD/build-aarch64/tests/window_aarch64/threechains-window-aarch64-check"
 if [ -d build ]; then
   # Reconfigured: it now also builds the Rust ifuncs' aarch64 images.
-  cmake -S . -B build -DTHREECHAINS_AARCH64_TARGET="$target" > /dev/null
+  cmake -S . -B build -DTHREECHAINS_AARCH64_TARGET="$target" \
+    -DTHREECHAINS_AARCH64_WINDOW_CHECK="$window_check" > /dev/null
   cmake --build build -j "${THREECHAINS_JOBS:-2}"
 fi
 echo "aarch64-target: $target"

@@ -65,7 +65,7 @@ std::optional<ConfinedTrap> WindowedCode::run(const void* payload_bytes, std::si
   copy_payload(area.data(), static_cast<const std::byte*>(payload_bytes), size);
   const bool exposed =
       arena != nullptr && target_args != nullptr && arena->contains(target_args, 1);
-#if defined(__x86_64__)
+#if defined(__x86_64__) || defined(__aarch64__)
   uint64_t result = 0;
   const std::optional<WindowTrap> trap =
       run_window_code(*window, entry, result, reinterpret_cast<uint64_t>(area.data()), size,

@@ -11,6 +11,9 @@
 #include <pthread.h>
 #include <signal.h>
 #include <ucontext.h>
+#if defined(__aarch64__)
+#include <asm/sigcontext.h>
+#endif
 #include <unistd.h>
 
 #include <array>
@@ -189,6 +192,144 @@ threechains_window_resume:
   .cfi_endproc
   .size threechains_call_window_code, .-threechains_call_window_code
 )");
+#elif defined(__aarch64__)
+// The same for aarch64 (entry, stack bytes, three arguments, the resume
+// stack, the window's base): x19-x30 and d8-d15 are kept here; the stack
+// the code can reach ([sp - stack_bytes, sp): a call leaves the return
+// address in x30, not on the stack) is zeroed; x21 gets the window's base,
+// which the shaped code adds to every offset and never writes
+// (confine/verify_aarch64.hpp); every other general register but the
+// arguments and every vector register is cleared. SVE's and SME's state
+// beyond the vector registers' low 128 bits is not: the verifier accepts
+// no instruction that reads it.
+extern "C" uint64_t threechains_call_window_code(uint64_t entry, uint64_t stack_bytes, uint64_t a0,
+                                                 uint64_t a1, uint64_t a2, uintptr_t* resume_stack,
+                                                 const std::byte* base);
+extern "C" char threechains_window_resume[];
+asm(R"(
+  .text
+  .p2align 4
+  .globl threechains_call_window_code
+  .hidden threechains_call_window_code
+  .type threechains_call_window_code, %function
+threechains_call_window_code:
+  .cfi_startproc
+  stp x29, x30, [sp, #-160]!
+  .cfi_def_cfa_offset 160
+  .cfi_offset x29, -160
+  .cfi_offset x30, -152
+  stp x19, x20, [sp, #16]
+  stp x21, x22, [sp, #32]
+  stp x23, x24, [sp, #48]
+  stp x25, x26, [sp, #64]
+  stp x27, x28, [sp, #80]
+  stp d8, d9, [sp, #96]
+  stp d10, d11, [sp, #112]
+  stp d12, d13, [sp, #128]
+  stp d14, d15, [sp, #144]
+  .cfi_offset x19, -144
+  .cfi_offset x20, -136
+  .cfi_offset x21, -128
+  .cfi_offset x22, -120
+  .cfi_offset x23, -112
+  .cfi_offset x24, -104
+  .cfi_offset x25, -96
+  .cfi_offset x26, -88
+  .cfi_offset x27, -80
+  .cfi_offset x28, -72
+  cbz x5, 0f
+  mov x9, sp
+  str x9, [x5]
+0:
+  mov x9, sp
+  sub x10, x9, x1
+1:
+  cmp x9, x10
+  b.ls 2f
+  str xzr, [x9, #-8]!
+  b 1b
+2:
+  mov x16, x0
+  mov x21, x6
+  mov x0, x2
+  mov x1, x3
+  mov x2, x4
+  mov x3, xzr
+  mov x4, xzr
+  mov x5, xzr
+  mov x6, xzr
+  mov x7, xzr
+  mov x8, xzr
+  mov x9, xzr
+  mov x10, xzr
+  mov x11, xzr
+  mov x12, xzr
+  mov x13, xzr
+  mov x14, xzr
+  mov x15, xzr
+  mov x17, xzr
+  mov x18, xzr
+  mov x19, xzr
+  mov x20, xzr
+  mov x22, xzr
+  mov x23, xzr
+  mov x24, xzr
+  mov x25, xzr
+  mov x26, xzr
+  mov x27, xzr
+  mov x28, xzr
+  mov x29, xzr
+  movi v0.2d, #0
+  movi v1.2d, #0
+  movi v2.2d, #0
+  movi v3.2d, #0
+  movi v4.2d, #0
+  movi v5.2d, #0
+  movi v6.2d, #0
+  movi v7.2d, #0
+  movi v8.2d, #0
+  movi v9.2d, #0
+  movi v10.2d, #0
+  movi v11.2d, #0
+  movi v12.2d, #0
+  movi v13.2d, #0
+  movi v14.2d, #0
+  movi v15.2d, #0
+  movi v16.2d, #0
+  movi v17.2d, #0
+  movi v18.2d, #0
+  movi v19.2d, #0
+  movi v20.2d, #0
+  movi v21.2d, #0
+  movi v22.2d, #0
+  movi v23.2d, #0
+  movi v24.2d, #0
+  movi v25.2d, #0
+  movi v26.2d, #0
+  movi v27.2d, #0
+  movi v28.2d, #0
+  movi v29.2d, #0
+  movi v30.2d, #0
+  movi v31.2d, #0
+  blr x16
+  .globl threechains_window_resume
+  .hidden threechains_window_resume
+threechains_window_resume:
+  ldp d14, d15, [sp, #144]
+  ldp d12, d13, [sp, #128]
+  ldp d10, d11, [sp, #112]
+  ldp d8, d9, [sp, #96]
+  ldp x27, x28, [sp, #80]
+  ldp x25, x26, [sp, #64]
+  ldp x23, x24, [sp, #48]
+  ldp x21, x22, [sp, #32]
+  ldp x19, x20, [sp, #16]
+  ldp x29, x30, [sp], #160
+  .cfi_def_cfa_offset 0
+  ret
+  .cfi_endproc
+  .size threechains_call_window_code, .-threechains_call_window_code
+)");
 #endif
 
 namespace threechains::confined {
@@ -222,9 +363,24 @@ bool was_write(const void* context) noexcept {
   // The page fault's error code: bit 1 set for a write.
   const auto* uc = static_cast<const ucontext_t*>(context);
   return uc != nullptr && (uc->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+#elif defined(__aarch64__)
+  // The fault's syndrome, in the ESR record of the signal frame: WnR (bit
+  // 6) set for a write. A kernel (or emulator) that gives none: a load.
+  const auto* uc = static_cast<const ucontext_t*>(context);
+  if (uc == nullptr) return false;
+  const auto* at = reinterpret_cast<const unsigned char*>(uc->uc_mcontext.__reserved);
+  const unsigned char* const end = at + sizeof(uc->uc_mcontext.__reserved);
+  while (at + sizeof(_aarch64_ctx) <= end) {
+    const auto* record = reinterpret_cast<const _aarch64_ctx*>(at);
+    if (record->magic == 0 || record->size < sizeof(_aarch64_ctx)) break;
+    if (record->magic == ESR_MAGIC)
+      return ((reinterpret_cast<const esr_context*>(record)->esr >> 6) & 1) != 0;
+    at += record->size;
+  }
+  return false;
 #else
   (void)context;
-  return false;  // aarch64 has it in the ESR record; not read yet
+  return false;
 #endif
 }
 
@@ -310,6 +466,36 @@ uintptr_t stack_low() noexcept {
   return stack_floor != 0 ? stack_floor : read_stack_floor();
 }
 
+// This thread's stack pointer (not __builtin_frame_address: no frame to
+// set up for it).
+[[gnu::always_inline]] inline uintptr_t stack_pointer() noexcept {
+  uintptr_t here = 0;
+#if defined(__x86_64__)
+  asm("movq %%rsp, %0" : "=r"(here));
+#elif defined(__aarch64__)
+  asm("mov %0, sp" : "=r"(here));
+#endif
+  return here;
+}
+
+// Into the trampoline: on x86-64 the window's base is the thread's %gs
+// base already (GsBase), on aarch64 the trampoline puts it in x21.
+uint64_t enter_window_code(const WindowCode& code, uint64_t a0, uint64_t a1, uint64_t a2,
+                           uintptr_t* resume_stack, const Window& window) noexcept {
+#if defined(__x86_64__)
+  (void)window;
+  return threechains_call_window_code(reinterpret_cast<uint64_t>(code.entry), code.stack_bytes, a0,
+                                      a1, a2, resume_stack);
+#elif defined(__aarch64__)
+  return threechains_call_window_code(reinterpret_cast<uint64_t>(code.entry), code.stack_bytes, a0,
+                                      a1, a2, resume_stack, window.base());
+#else
+  (void)resume_stack;
+  (void)window;
+  return reinterpret_cast<uint64_t (*)(uint64_t, uint64_t, uint64_t)>(code.entry)(a0, a1, a2);
+#endif
+}
+
 // call_window_code's way out, kept out of its body (which then saves no
 // register of its own): no run to trap back to is a bug of the caller; too
 // little stack is a trap of the run.
@@ -331,6 +517,9 @@ void resume_after(ActiveRun& run, const WindowTrap& trap, void* context) noexcep
 #if defined(__x86_64__)
   uc->uc_mcontext.gregs[REG_RSP] = static_cast<greg_t>(run.resume_stack);
   uc->uc_mcontext.gregs[REG_RIP] = reinterpret_cast<greg_t>(&threechains_window_resume[0]);
+#elif defined(__aarch64__)
+  uc->uc_mcontext.sp = run.resume_stack;
+  uc->uc_mcontext.pc = reinterpret_cast<uintptr_t>(&threechains_window_resume[0]);
 #else
   (void)uc;
 #endif
@@ -437,25 +626,25 @@ std::optional<WindowTrap> run_in_window(const Window& window, void (*function)(v
   return last_trap;
 }
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) || defined(__aarch64__)
 std::optional<WindowTrap> run_window_code(const Window& window, const WindowCode& code,
                                           uint64_t& result, uint64_t a0, uint64_t a1, uint64_t a2,
                                           std::chrono::nanoseconds budget) noexcept {
   static const bool installed = (install_window_traps(), true);
   (void)installed;
   if (active != nullptr) return WindowTrap{INT64_MIN, false};
-  uintptr_t here = 0;
-  asm("movq %%rsp, %0" : "=r"(here));
+  const uintptr_t here = stack_pointer();
   const uintptr_t low = stack_low();
   if (here < low || here - low < kSignalRoom || here - low - kSignalRoom < code.stack_bytes)
     return WindowTrap{0, false, WindowFault::stack};
+#if defined(__x86_64__)
   GsBase::use(window.base());
+#endif
   ActiveRun run;
   run.window = &window;
   const WatchedRun watched(budget);
   active = &run;
-  result = threechains_call_window_code(reinterpret_cast<uint64_t>(code.entry), code.stack_bytes,
-                                        a0, a1, a2, &run.resume_stack);
+  result = enter_window_code(code, a0, a1, a2, &run.resume_stack, window);
   if (run.trapped) return last_trap;  // the handler cleared `active`
   active = nullptr;
   return std::nullopt;
@@ -463,22 +652,12 @@ std::optional<WindowTrap> run_window_code(const Window& window, const WindowCode
 #endif
 
 uint64_t call_window_code(const WindowCode& code, uint64_t a0, uint64_t a1, uint64_t a2) noexcept {
-  uintptr_t here = 0;
-#if defined(__x86_64__)
-  asm("movq %%rsp, %0" : "=r"(here));  // not __builtin_frame_address: no frame to set up
-#elif defined(__aarch64__)
-  asm("mov %0, sp" : "=r"(here));
-#endif
+  const uintptr_t here = stack_pointer();
   const uintptr_t low = stack_low();
   if (active == nullptr || here < low || here - low < kSignalRoom ||
       here - low - kSignalRoom < code.stack_bytes)
     refuse_call();
-#if defined(__x86_64__)
-  return threechains_call_window_code(reinterpret_cast<uint64_t>(code.entry), code.stack_bytes, a0,
-                                      a1, a2, nullptr);
-#else
-  return reinterpret_cast<uint64_t (*)(uint64_t, uint64_t, uint64_t)>(code.entry)(a0, a1, a2);
-#endif
+  return enter_window_code(code, a0, a1, a2, nullptr, *active->window);
 }
 
 }  // namespace threechains::confined

@@ -18,10 +18,11 @@
 #include <llvm/IR/DiagnosticPrinter.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
-#include <llvm/Transforms/Utils/Cloning.h>
 #include <llvm/Support/Error.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/raw_ostream.h>
+#include <llvm/TargetParser/SubtargetFeature.h>
+#include <llvm/Transforms/Utils/Cloning.h>
 
 namespace threechains {
 
@@ -42,6 +43,11 @@ ConfinedCompiler::ConfinedCompiler(const Options& options)
   if (!host)
     throw Error(errc::jit_failed,
                 "cannot describe this host to LLVM: " + message_of(host.takeError()));
+  // aarch64 window code keeps x21 for the window's base and uses no SVE
+  // (confine/pass.hpp): so must the optimiser, whose vectors the shape and
+  // the verifier take, and the checked code compiled beside it.
+  if (options.window_shape && host->getTargetTriple().isAArch64())
+    host->addFeatures(llvm::SubtargetFeatures(kAarch64WindowFeatures).getFeatures());
   auto optimiser_machine = host->createTargetMachine();
   if (!optimiser_machine)
     throw Error(errc::jit_failed,

@@ -70,9 +70,10 @@ llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> object_linking_layer(
 }
 
 // Whether confined code may take the window tier here: asked for, on
-// x86-64, and with the verifier built in (Zydis found).
+// x86-64 with the verifier built in (Zydis found), or on aarch64 (whose
+// verifier needs no library).
 bool window_tier_here(const ConfinementOptions& options) noexcept {
-#if defined(__x86_64__) && defined(THREECHAINS_HAVE_WINDOW_VERIFIER)
+#if (defined(__x86_64__) && defined(THREECHAINS_HAVE_WINDOW_VERIFIER)) || defined(__aarch64__)
   return options.window_tier;
 #else
   (void)options;

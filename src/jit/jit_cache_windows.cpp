@@ -5,6 +5,7 @@
 
 #include "jit/window_memory.hpp"
 
+#include "confine/verify_aarch64.hpp"
 #if defined(THREECHAINS_HAVE_WINDOW_VERIFIER)
 #include "confine/verify_x86.hpp"
 #endif
@@ -117,12 +118,17 @@ confined::Code JitCache::Impl::window_code(WindowSlot& slot, CodeId id, const st
                                            uint64_t main) {
   jit::WindowMemoryMapper* const mapper = routed->mapper_of(slot.window);
   if (mapper == nullptr) throw Error(errc::jit_failed, "ifunc '" + name + "': no window mapper");
-#if defined(THREECHAINS_HAVE_WINDOW_VERIFIER)
+#if defined(THREECHAINS_HAVE_WINDOW_VERIFIER) || defined(__aarch64__)
   // The machine code as it will run: linked, relocated, read-only. The
   // window holds this code only, so this is every executable byte there.
   const std::vector<confined::CodeRange> code = mapper->executable_code();
-  const confined::Verdict verdict = confined::verify_window_code_x86_64(
-      confined::VerifierInput{code, {&main, 1}, reinterpret_cast<uint64_t>(slot.window.base())});
+  const confined::VerifierInput input{
+      code, {&main, 1}, reinterpret_cast<uint64_t>(slot.window.base())};
+#if defined(__aarch64__)
+  const confined::Verdict verdict = confined::verify_window_code_aarch64(input);
+#else
+  const confined::Verdict verdict = confined::verify_window_code_x86_64(input);
+#endif
   if (!verdict.accepted) {
     throw Error(
         errc::code_refused,

@@ -1,0 +1,299 @@
+// threechains-window-aarch64-check: the window tier's machinery on an
+// aarch64 CPU (run under qemu-aarch64 by the x86_64 test
+// window.aarch64_runs_window_code, tests/window_aarch64/CMakeLists.txt).
+//
+// Kernels in IR are optimised for this CPU with the window's features
+// (+reserve-x21, no SVE), shaped, linked by JITLink into a window, accepted
+// by the aarch64 verifier, and run through run_window_code (the trampoline
+// that puts the window's base in x21):
+//  - saxpy and a pointer chase compute what the same IR compiled natively
+//    computes;
+//  - a store to a page the window never handed out is a trap naming its
+//    offset, and a store aimed outside the window (any upper half) lands
+//    in it, leaving a canary outside untouched;
+//  - an endless loop is stopped by the watchdog after its budget;
+//  - window code that changes every callee-saved register leaves the
+//    host's as they were;
+//  - after all of that, an honest call computes again.
+// Prints one line per check; exits 1 at the first that fails.
+#include "confine/pass.hpp"
+#include "confine/verify_aarch64.hpp"
+#include "confine/window.hpp"
+#include "confine/window_traps.hpp"
+#include "jit/host_description.hpp"
+#include "jit/host_optimiser.hpp"
+#include "jit/window_memory.hpp"
+
+#include <llvm/AsmParser/Parser.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/MapperJITLinkMemoryManager.h>
+#include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/SourceMgr.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/TargetParser/SubtargetFeature.h>
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tc = threechains;
+using tc::confined::Window;
+using tc::confined::WindowCode;
+using tc::confined::WindowFault;
+using tc::confined::WindowTrap;
+
+namespace {
+
+constexpr const char* kKernels = R"(
+define void @saxpy(ptr noalias %x, ptr noalias %y, i64 %n) {
+entry:
+  %empty = icmp eq i64 %n, 0
+  br i1 %empty, label %done, label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %loop ]
+  %xp = getelementptr inbounds float, ptr %x, i64 %i
+  %yp = getelementptr inbounds float, ptr %y, i64 %i
+  %xv = load float, ptr %xp
+  %yv = load float, ptr %yp
+  %ax = fmul float 2.0, %xv
+  %s = fadd float %ax, %yv
+  store float %s, ptr %yp
+  %next = add nuw i64 %i, 1
+  %end = icmp eq i64 %next, %n
+  br i1 %end, label %done, label %loop
+done:
+  ret void
+}
+define i64 @chase(ptr %next, i64 %at, i64 %steps) {
+entry:
+  br label %loop
+loop:
+  %s = phi i64 [ 0, %entry ], [ %s.next, %loop ]
+  %a = phi i64 [ %at, %entry ], [ %a.next, %loop ]
+  %p = getelementptr inbounds i64, ptr %next, i64 %a
+  %a.next = load i64, ptr %p
+  %s.next = add i64 %s, 1
+  %end = icmp uge i64 %s.next, %steps
+  br i1 %end, label %done, label %loop
+done:
+  ret i64 %a.next
+}
+define void @poke(ptr %p, i64 %v) {
+  store volatile i64 %v, ptr %p
+  ret void
+}
+define void @spin(ptr %p) {
+entry:
+  br label %loop
+loop:
+  %v = load volatile i64, ptr %p
+  %w = add i64 %v, 1
+  store volatile i64 %w, ptr %p
+  br label %loop
+}
+)";
+
+int failures = 0;
+void check(bool ok, const std::string& what) {
+  std::printf("%s: %s\n", ok ? "ok" : "FAILED", what.c_str());
+  if (!ok) ++failures;
+}
+[[noreturn]] void fail(const std::string& why) {
+  std::printf("FAILED: %s\n", why.c_str());
+  std::exit(1);
+}
+template <class T>
+T checked(llvm::Expected<T> value, const char* what) {
+  if (!value) fail(std::string(what) + ": " + llvm::toString(value.takeError()));
+  return std::move(*value);
+}
+
+std::unique_ptr<llvm::Module> parse(llvm::LLVMContext& context) {
+  llvm::SMDiagnostic error;
+  std::unique_ptr<llvm::Module> module = llvm::parseAssemblyString(kKernels, error, context);
+  if (!module) fail("the kernels do not parse: " + error.getMessage().str());
+  return module;
+}
+
+llvm::orc::JITTargetMachineBuilder host(bool window) {
+  llvm::orc::JITTargetMachineBuilder builder = checked(tc::describe_host(2), "this host");
+  if (window)
+    builder.addFeatures(llvm::SubtargetFeatures(tc::kAarch64WindowFeatures).getFeatures());
+  return builder;
+}
+
+// Window code that sets every callee-saved register the verifier lets it
+// write (x19, x20, x22-x29) and returns: the host's must survive it.
+std::vector<uint32_t> clobbering_code() {
+  std::vector<uint32_t> words;
+  for (const uint32_t reg : {19U, 20U, 22U, 23U, 24U, 25U, 26U, 27U, 28U, 29U})
+    words.push_back(0xd2800000U | (0x5a5U << 5) | reg);  // movz xN, #0x5a5
+  words.push_back(0x6f00e408U);  // movi v8.2d, #0 (a callee-saved d register)
+  words.push_back(0xd65f03c0U);  // ret
+  return words;
+}
+
+}  // namespace
+
+int main() {
+#if !defined(__aarch64__)
+  std::puts("SKIP: this program checks the window tier on aarch64");
+  return 0;
+#else
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  auto window = std::make_unique<Window>();
+  tc::jit::WindowMemoryMapper* mapper = nullptr;  // owned by the JIT's memory manager
+  auto shaped_jit =
+      checked(llvm::orc::LLJITBuilder()
+                  .setJITTargetMachineBuilder(host(true))
+                  .setObjectLinkingLayerCreator([&](llvm::orc::ExecutionSession& session) {
+                    auto linked = std::make_unique<tc::jit::WindowMemoryMapper>(*window);
+                    mapper = linked.get();
+                    return std::make_unique<llvm::orc::ObjectLinkingLayer>(
+                        session, std::make_unique<llvm::orc::MapperJITLinkMemoryManager>(
+                                     std::size_t{1} << 20, std::move(linked)));
+                  })
+                  .create(),
+              "LLJIT into the window");
+  auto native_jit =
+      checked(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(host(false)).create(), "LLJIT");
+  {
+    auto context = std::make_unique<llvm::LLVMContext>();
+    std::unique_ptr<llvm::Module> module = parse(*context);
+    tc::HostOptimiser(checked(host(true).createTargetMachine(), "target"), 2).run(*module);
+    tc::shape_for_window(*module, "kernels");
+    if (auto error = shaped_jit->addIRModule(
+            llvm::orc::ThreadSafeModule(std::move(module), std::move(context))))
+      fail(llvm::toString(std::move(error)));
+  }
+  {
+    auto context = std::make_unique<llvm::LLVMContext>();
+    std::unique_ptr<llvm::Module> module = parse(*context);
+    tc::HostOptimiser(checked(host(false).createTargetMachine(), "target"), 2).run(*module);
+    if (auto error = native_jit->addIRModule(
+            llvm::orc::ThreadSafeModule(std::move(module), std::move(context))))
+      fail(llvm::toString(std::move(error)));
+  }
+  std::vector<uint64_t> entries;
+  for (const char* name : {"saxpy", "chase", "poke", "spin"})
+    entries.push_back(checked(shaped_jit->lookup(name), name).getValue());
+
+  // The clobbering code, hand-written, in a page of the window of its own.
+  const std::vector<uint32_t> words = clobbering_code();
+  std::span<std::byte> page = window->allocate(words.size() * 4, true);
+  std::memcpy(page.data(), words.data(), words.size() * 4);
+  __builtin___clear_cache(reinterpret_cast<char*>(page.data()),
+                          reinterpret_cast<char*>(page.data() + words.size() * 4));
+  if (mprotect(page.data(), tc::confined::page_size(), PROT_READ | PROT_EXEC) != 0)
+    fail("mprotect");
+  const auto clobber = reinterpret_cast<uint64_t>(page.data());
+
+  std::vector<tc::confined::CodeRange> code = mapper->executable_code();
+  code.push_back({clobber, std::span<const std::byte>(page.data(), words.size() * 4)});
+  std::vector<uint64_t> all = entries;
+  all.push_back(clobber);
+  const tc::confined::Verdict verdict = tc::confined::verify_window_code_aarch64(
+      {code, all, reinterpret_cast<uint64_t>(window->base())});
+  check(verdict.accepted, "the aarch64 verifier accepts the shaped kernels " + verdict.refusal);
+  if (!verdict.accepted) return 1;
+  const auto code_at = [&](uint64_t entry) {
+    return WindowCode{reinterpret_cast<const void*>(entry), verdict.stack_bytes};
+  };
+
+  // saxpy and the chase, against the native build of the same IR.
+  constexpr std::size_t kN = 1000;
+  auto* x = reinterpret_cast<float*>(window->allocate(kN * 4, true).data());
+  auto* y = reinterpret_cast<float*>(window->allocate(kN * 4, true).data());
+  std::vector<float> expected(kN);
+  for (std::size_t i = 0; i < kN; ++i) {
+    x[i] = static_cast<float>(i) * 0.5F;
+    y[i] = expected[i] = 1.0F + static_cast<float>(i);
+  }
+  using Saxpy = void (*)(const float*, float*, uint64_t);
+  reinterpret_cast<Saxpy>(checked(native_jit->lookup("saxpy"), "saxpy").getValue())(
+      x, expected.data(), kN);
+  uint64_t result = 0;
+  auto trap = tc::confined::run_window_code(*window, code_at(entries[0]), result,
+                                            reinterpret_cast<uint64_t>(x),
+                                            reinterpret_cast<uint64_t>(y), kN);
+  check(!trap && std::equal(y, y + kN, expected.begin()),
+        "saxpy in the window computes what it computes natively");
+
+  constexpr std::size_t kEntries = 4096;
+  auto* next = reinterpret_cast<uint64_t*>(window->allocate(kEntries * 8, true).data());
+  for (std::size_t i = 0; i < kEntries; ++i) next[i] = (i * 2053 + 7) % kEntries;
+  using Chase = uint64_t (*)(const uint64_t*, uint64_t, uint64_t);
+  const uint64_t native_chase = reinterpret_cast<Chase>(
+      checked(native_jit->lookup("chase"), "chase").getValue())(next, 1, 100000);
+  trap = tc::confined::run_window_code(*window, code_at(entries[1]), result,
+                                       reinterpret_cast<uint64_t>(next), 1, 100000);
+  check(!trap && result == native_chase, "the chase in the window ends where it ends natively");
+
+  // A store to a page the window never handed out: a trap at its offset.
+  constexpr uint64_t kUnmapped = uint64_t{3} << 30;  // 3 GiB: the shared half, nothing mapped
+  trap = tc::confined::run_window_code(*window, code_at(entries[2]), result,
+                                       reinterpret_cast<uint64_t>(window->base()) + kUnmapped, 1);
+  check(
+      trap && trap->fault == WindowFault::access && trap->offset == static_cast<int64_t>(kUnmapped),
+      "a store to an unmapped page of the window is a trap at its offset");
+
+  // A store aimed at a canary outside the window lands inside it.
+  auto canary = std::make_unique<uint64_t>(0xc0ffee);
+  const auto canary_address = reinterpret_cast<uint64_t>(canary.get());
+  trap = tc::confined::run_window_code(*window, code_at(entries[2]), result, canary_address, 666);
+  check(*canary == 0xc0ffee,
+        "a store aimed outside the window leaves the canary outside alone (" +
+            std::string(trap ? "it trapped at a window offset" : "it landed in the window") + ")");
+  check(!trap || trap->offset == static_cast<int64_t>(canary_address & 0xffffffffU),
+        "and what it reached is the window at the pointer's low 32 bits");
+
+  // An endless loop: the watchdog stops it.
+  auto* counter = reinterpret_cast<uint64_t*>(window->allocate(8, true).data());
+  const auto start = std::chrono::steady_clock::now();
+  trap = tc::confined::run_window_code(*window, code_at(entries[3]), result,
+                                       reinterpret_cast<uint64_t>(counter), 0, 0,
+                                       std::chrono::milliseconds(50));
+  const auto took = std::chrono::steady_clock::now() - start;
+  check(trap && trap->fault == WindowFault::time && *counter > 0,
+        "an endless loop is stopped by the watchdog after its budget (" +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()) +
+            " ms for 50)");
+
+  // Callee-saved registers: the host's survive code that sets them all.
+  uint64_t kept19 = 0;
+  uint64_t kept28 = 0;
+  {
+    register uint64_t x19 asm("x19") = 0x1919;
+    register uint64_t x28 asm("x28") = 0x2828;
+    asm volatile("" : "+r"(x19), "+r"(x28));
+    trap = tc::confined::run_window_code(*window, code_at(clobber), result);
+    asm volatile("" : "+r"(x19), "+r"(x28));
+    kept19 = x19;
+    kept28 = x28;
+  }
+  check(!trap && kept19 == 0x1919 && kept28 == 0x2828,
+        "code that sets every callee-saved register leaves the host's as they were");
+
+  // And an honest call again, after the traps.
+  for (std::size_t i = 0; i < kN; ++i) y[i] = expected[i] = 3.0F;
+  reinterpret_cast<Saxpy>(checked(native_jit->lookup("saxpy"), "saxpy").getValue())(
+      x, expected.data(), kN);
+  trap = tc::confined::run_window_code(*window, code_at(entries[0]), result,
+                                       reinterpret_cast<uint64_t>(x), reinterpret_cast<uint64_t>(y),
+                                       kN);
+  check(!trap && std::equal(y, y + kN, expected.begin()), "after the traps, saxpy computes again");
+  std::printf("%s\n", failures == 0 ? "window tier on aarch64: all checks passed"
+                                    : "window tier on aarch64: checks failed");
+  return failures == 0 ? 0 : 1;
+#endif
+}
