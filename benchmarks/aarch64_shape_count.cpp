@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
           std::unique_ptr<llvm::TargetMachine> target = machine(cpu, window);
           std::unique_ptr<llvm::MemoryBuffer> object =
               checked(llvm::orc::SimpleCompiler(*target)(*module), "compiling");
-          if (window) verify_in_window(*object, {kernel.name});
+          if (window && objects.empty()) verify_in_window(*object, {kernel.name});
           if (!objects.empty()) {
             const std::string path = fmt::format("{}/{}-{}-{}.o", objects, cpu, kernel.name,
                                                  window ? "window" : "native");

@@ -135,6 +135,16 @@ constexpr uint32_t kRet = 0xd65f03c0;
 constexpr uint32_t kSaveFrame = 0xa9bf7bfd;     // stp x29, x30, [sp, #-16]!
 constexpr uint32_t kRestoreFrame = 0xa8c17bfd;  // ldp x29, x30, [sp], #16
 constexpr uint32_t kWindowedX8 = 0x8b2142a8;    // add x8, x21, w1, uxtw
+constexpr uint32_t kAdd16MiB = 0x917ffd08;      // add x8, x8, #4095, lsl #12
+constexpr uint32_t kSubtract16MiB = 0xd17ffd08;  // sub x8, x8, #4095, lsl #12
+
+// `before`, then `word` `times` times, then `after`.
+std::vector<uint32_t> with_repeated(std::vector<uint32_t> before, uint32_t word, int times,
+                                    const std::vector<uint32_t>& after) {
+  before.insert(before.end(), static_cast<std::size_t>(times), word);
+  before.insert(before.end(), after.begin(), after.end());
+  return before;
+}
 
 struct Case {
   const char* what;
@@ -201,12 +211,12 @@ define void @poke(ptr %p, i64 %v) {
   SECTION("the base x21 replaced by x20") {
     const Verdict verdict = verdict_with((words[store] & ~(0x1fU << 5)) | (20U << 5));
     CHECK_FALSE(verdict.accepted);
-    CHECK_THAT(verdict.refusal, Catch::Contains("not x21 plus a constant"));
+    CHECK_THAT(verdict.refusal, Catch::Contains("does not point into the window"));
   }
-  SECTION("the zero extension replaced by a sign extension") {
-    const Verdict verdict = verdict_with(words[store] | (0b100U << 13));  // uxtw -> sxtw
+  SECTION("the zero extension replaced by a sign extension of the whole register") {
+    const Verdict verdict = verdict_with(words[store] | (0b101U << 13));  // uxtw -> sxtx
     CHECK_FALSE(verdict.accepted);
-    CHECK_THAT(verdict.refusal, Catch::Contains("other than a w register zero-extended"));
+    CHECK_THAT(verdict.refusal, Catch::Contains("other than a w register extended"));
   }
   SECTION("the zero extension replaced by the whole x register") {
     const Verdict verdict = verdict_with(words[store] | (0b001U << 13));  // uxtw -> lsl
@@ -227,6 +237,11 @@ TEST_CASE("the aarch64 verifier refuses machine code that breaks each rule, nami
         0xf8616aa0 /* ldr x0, [x21, x1] */, kWindowedX8, 0xf9400900 /* ldr x0, [x8, #16] */,
         0xad400500 /* ldp q0, q1, [x8] */, 0xf8200101 /* ldadd x0, x1, [x8] */,
         0xc8097d00 /* stxr w9, x0, [x8] */, 0x38615aa0 /* ldrb w0, [x21, w1, uxtw #0] */, kRet},
+       nullptr},
+      {"an indexed access: a w index sign-extended and scaled by 8, from x21 or a masked base",
+       {0xf861caa0 /* ldr x0, [x21, w1, sxtw] */, 0xf861daa0 /* ldr x0, [x21, w1, sxtw #3] */,
+        kWindowedX8, 0xf862d900 /* ldr x0, [x8, w2, sxtw #3] */,
+        0x90800008 /* adrp x8, #-4 GiB: in the lower guard */, 0xf9400100 /* ldr x0, [x8] */, kRet},
        nullptr},
       {"traps, nop, barriers and bti",
        {0xd503201f /* nop */, 0xd5033bbf /* dmb ish */, 0xd503245f /* bti c */,
@@ -265,11 +280,15 @@ TEST_CASE("the aarch64 verifier refuses machine code that breaks each rule, nami
       // Memory.
       {"a load through a register", {0xf9400000 /* ldr x0, [x0] */, kRet}, "outside the window"},
       {"a store below sp", {0xf81f03e0 /* stur x0, [sp, #-16] */, kRet}, "outside the function's"},
-      {"x20 as the base", {0xf8614a80 /* ldr x0, [x20, w1, uxtw] */, kRet}, "not x21 plus"},
-      {"a sign-extended offset", {0xf861caa0 /* ldr x0, [x21, w1, sxtw] */, kRet}, "other than"},
-      {"a scaled offset (16 x 4 GiB)",
-       {0x3ce05aa0 /* ldr q0, [x21, w0, uxtw #4] */, kRet},
+      {"x20 as the base",
+       {0xf8614a80 /* ldr x0, [x20, w1, uxtw] */, kRet},
+       "does not point into the window"},
+      {"a sign-extended x register offset",
+       {0xf861eaa0 /* ldr x0, [x21, x1, sxtx] */, kRet},
        "other than"},
+      {"an offset scaled by 16 (64 GiB of reach)",
+       {0x3ce05aa0 /* ldr q0, [x21, w0, uxtw #4] */, kRet},
+       "scaled by 16"},
       {"an x register offset of unknown upper half",
        {0xf8616aa0 /* ldr x0, [x21, x1] */, kRet},
        "upper half may be set"},
@@ -277,9 +296,13 @@ TEST_CASE("the aarch64 verifier refuses machine code that breaks each rule, nami
        {kWindowedX8, 0x91004108 /* add x8, x8, #16 */, 0xf9400100 /* ldr x0, [x8] */,
         0xb5ffffc0 /* cbnz x0, -8 */, kRet},
        "outside the window"},
-      {"a computed address 4 GiB below the code",
-       {0x90800008 /* adrp x8, #-4 GiB */, 0xf9400100 /* ldr x0, [x8] */, kRet},
-       "outside the window and its guards"},
+      {"a computed address stepped past the lower guard",
+       with_repeated({0x90800008 /* adrp x8, #-4 GiB */}, kSubtract16MiB, 900,
+                     {0xf9400100 /* ldr x0, [x8] */, kRet}),
+       "reaches past the window's guards"},
+      {"a window pointer stepped past the upper guard",
+       with_repeated({kWindowedX8}, kAdd16MiB, 1200, {0xf9400100 /* ldr x0, [x8] */, kRet}),
+       "reaches past the window's guards"},
       {"a load with writeback into its own base",
        {kWindowedX8, 0xf8408508 /* ldr x8, [x8], #8 */, kRet},
        "its own base"},

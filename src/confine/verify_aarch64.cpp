@@ -38,7 +38,7 @@ constexpr bool is(Word word, Word mask, Word pattern) {
 constexpr unsigned kBase = kAarch64WindowBaseRegister;
 constexpr unsigned kLink = 30;
 constexpr unsigned kZeroOrSp = 31;  // xzr or sp, as the encoding class says
-constexpr auto kGuard = static_cast<int64_t>(Window::kGuard);
+constexpr auto kGuard = static_cast<int64_t>(Window::kAarch64Guard);
 constexpr auto kWindowSize = static_cast<int64_t>(Window::kSize);
 
 // ---- What a path knows of a general register -------------------------------
@@ -129,7 +129,9 @@ struct Transfer {
   unsigned base = 0;             // Rn (31: sp)
   int64_t immediate = 0;         // displacement, or what writeback adds
   unsigned index = 0;            // Rm of a register offset
-  bool index_extended = false;   // uxtw (else an x register, lsl #0)
+  // A register offset's index: uxtw, sxtw, or a whole x register (lsl).
+  enum class Index : uint8_t { zero_extended, sign_extended, whole } index_kind{};
+  unsigned shift = 0;            // the index scaled by 1 << shift (S set: the access's size)
   int64_t element = 0;           // bytes per register
   int registers = 1;             // 1, or 2 for a pair
   std::array<unsigned, 2> rt{};  // Rt, Rt2
@@ -507,11 +509,18 @@ class Verifier {
     if (is(w, 0x3b200c00, 0x38200800)) {  // register offset
       Transfer t = single_transfer(Transfer::Mode::register_offset, 0);
       const unsigned option = field(w, 15, 13);
-      const bool scaled = field(w, 12, 12) != 0 && t.element > 1;
-      if (scaled || (option != 0b010 && option != 0b011))
-        refuse_here("a register offset other than a w register zero-extended or an x register");
+      if (option != 0b010 && option != 0b011 && option != 0b110)
+        refuse_here("a register offset other than a w register extended or an x register");
       t.index = field(w, 20, 16);
-      t.index_extended = option == 0b010;
+      t.index_kind = option == 0b010   ? Transfer::Index::zero_extended
+                     : option == 0b110 ? Transfer::Index::sign_extended
+                                       : Transfer::Index::whole;
+      // Scaled by the access's size (S set): by 8 at most, which the guards
+      // take for a w index (by 16, for q registers, they would need 32 GiB).
+      if (field(w, 12, 12) != 0) {
+        if (t.element > 8) refuse_here("a register offset scaled by 16");
+        t.shift = static_cast<unsigned>(__builtin_ctzll(static_cast<uint64_t>(t.element)));
+      }
       return t;
     }
     if (is(w, 0x3a000000, 0x28000000)) {  // pairs
@@ -537,22 +546,18 @@ class Verifier {
     return std::nullopt;
   }
 
-  // The access [value + at, + bytes) of a register that points into the
-  // window, or at an address the verifier computed: inside the window or
-  // its guards, whatever the part below 4 GiB is.
-  void check_window_access(Value value, int64_t at, int64_t bytes) const {
-    const int64_t start = value.offset + at;
-    if (points_into_window(value)) {
-      if (start < -kGuard || start + bytes > kGuard)
-        refuse_here("an access through a window pointer that reaches past the guards");
-      return;
-    }
-    if (value.kind == Kind::absolute) {
-      if (start < -kGuard || start + bytes > kWindowSize + kGuard)
-        refuse_here("an access at a computed address outside the window and its guards");
-      return;
-    }
-    refuse_here("an access outside the window (not x21 plus an offset, a computed address or sp)");
+  // An access from `value` (a register that points into the window, or an
+  // address the verifier computed) whose bytes lie at [lowest, highest)
+  // past it: inside the window or its guards, whatever the part below 4
+  // GiB of a windowed value is.
+  void check_reach(Value value, int64_t lowest, int64_t highest) const {
+    if (!points_into_window(value) && value.kind != Kind::absolute)
+      refuse_here(
+          "an access outside the window (not x21 plus an offset, a computed address or sp)");
+    const int64_t first = value.offset + lowest;
+    const int64_t end = value.offset + highest + (value.kind == Kind::windowed ? kWindowSize : 0);
+    if (first < -kGuard || end > kWindowSize + kGuard)
+      refuse_here("an access that reaches past the window's guards");
   }
 
   void forget_overlapping_slots(State& state, int64_t address, int64_t bytes) const {
@@ -600,13 +605,18 @@ class Verifier {
     }
     const Value base = state.x[t.base];
     if (t.mode == Transfer::Mode::register_offset) {
-      if (base.kind != Kind::base)
-        refuse_here("a register offset from a register that is not x21 plus a constant");
-      if (!t.index_extended && read(state, t.index).kind != Kind::clean)
+      if (!points_into_window(base))
+        refuse_here("a register offset from a register that does not point into the window");
+      if (t.index_kind == Transfer::Index::whole && read(state, t.index).kind != Kind::clean)
         refuse_here("a register offset whose upper half may be set on some path");
-      check_window_access(Value{Kind::windowed, base.offset}, 0, bytes);
+      // The index's range: below 4 GiB, or (sxtw) 2 GiB either way; scaled.
+      const bool sign_extended = t.index_kind == Transfer::Index::sign_extended;
+      const int64_t low = sign_extended ? -(int64_t{1} << 31) * (int64_t{1} << t.shift) : 0;
+      const int64_t high = (sign_extended ? (int64_t{1} << 31) - 1 : (int64_t{1} << 32) - 1) *
+                           (int64_t{1} << t.shift);
+      check_reach(base, low, high + bytes);
     } else {
-      check_window_access(base, at, bytes);
+      check_reach(base, at, at + bytes);
     }
     if (writeback) write(state, t.base, at_offset(base.kind, base.offset + t.immediate));
     if (t.load && !t.vector)
@@ -625,7 +635,7 @@ class Verifier {
       if (vector && opc == 0b11) refuse_here("a reserved literal load");
       const int64_t bytes = vector ? int64_t{4} << opc : (opc == 0b01 ? 8 : 4);
       const uint64_t target = pc_ + static_cast<uint64_t>(signed_field(w, 23, 5) * 4);
-      check_window_access(Value{Kind::absolute, from_base(target)}, 0, bytes);
+      check_reach(Value{Kind::absolute, from_base(target)}, 0, bytes);
       if (!vector && opc != 0b11) write(state, rt, result(opc != 0b00));
       return;
     }
@@ -639,12 +649,12 @@ class Verifier {
           (o3 == 1 && opc == 0b100 && field(w, 20, 16) != kZeroOrSp))
         refuse_here("an atomic operation confined code may not use");
       const int64_t bytes = int64_t{1} << field(w, 31, 30);
-      check_window_access(base, 0, bytes);
+      check_reach(base, 0, bytes);
       write(state, rt, result(bytes == 8));
       return;
     }
     if (is(w, 0x3f000000, 0x08000000)) {  // exclusives, acquire/release, cas, casp
-      check_window_access(base, 0, 16);
+      check_reach(base, 0, 16);
       const unsigned rs = field(w, 20, 16);
       const unsigned rt2 = field(w, 14, 10);
       const bool pair = field(w, 31, 31) == 0 && field(w, 23, 23) == 0 && field(w, 21, 21) == 1;
@@ -658,7 +668,7 @@ class Verifier {
     const bool structures = is(w, 0xbfbf0000, 0x0c000000) || is(w, 0xbf9f0000, 0x0d000000);
     const bool structures_post = is(w, 0xbfa00000, 0x0c800000) || is(w, 0xbf800000, 0x0d800000);
     if (structures || structures_post) {  // ld1..ld4, st1..st4: at most 64 bytes
-      check_window_access(base, 0, 64);
+      check_reach(base, 0, 64);
       if (structures_post) write(state, rn, Value{});
       return;
     }

@@ -25,8 +25,17 @@ namespace threechains::confined {
 class Window {
  public:
   static constexpr uint64_t kSize = uint64_t{1} << 32;
-  // On each side: a signed 32-bit displacement reaches 2 GiB either way.
-  static constexpr uint64_t kGuard = uint64_t{1} << 31;
+  // On each side. x86-64: a signed 32-bit displacement reaches 2 GiB either
+  // way. aarch64: a sign-extended 32-bit index scaled by 8 (`[xN, wM, sxtw
+  // #3]`, which the aarch64 shape uses for an indexed access) reaches 16
+  // GiB either way, plus 2 GiB for the displacements beyond it.
+  static constexpr uint64_t kX86Guard = uint64_t{1} << 31;
+  static constexpr uint64_t kAarch64Guard = uint64_t{18} << 30;
+#if defined(__aarch64__)
+  static constexpr uint64_t kGuard = kAarch64Guard;
+#else
+  static constexpr uint64_t kGuard = kX86Guard;
+#endif
   // allocate() hands out [kLowGuard, kShared): the first pages stay
   // unmapped, so a null pointer and small offsets from it fault; the upper
   // half is for memory shared with the host and every window alike
@@ -36,7 +45,7 @@ class Window {
 
   // Reserves the window and its guards (address space only: nothing is
   // committed until allocate()). Throws Error(errc::limit_exceeded) if the
-  // process has no 8 GiB of address space left.
+  // process has not the address space left (8 GiB on x86-64, 40 on aarch64).
   Window();
   ~Window();
   Window(const Window&) = delete;

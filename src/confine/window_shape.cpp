@@ -606,6 +606,32 @@ void shape_for_window(llvm::Module& module, const std::string& ifunc) {
     it->second = b.CreateGEP(b.getInt8Ty(), base, offset, "window.address");
     return it->second;
   };
+  // aarch64: p[i], an access as wide as the element it indexes (or of
+  // bytes), as x21 + low32(p) + sext(low32(i)) * size: the code generator
+  // keeps the masked base out of the loop and makes the access one
+  // instruction, `[xB, wI, sxtw #3]` (a pointer chase was two). The guards
+  // take what that reaches (Window::kAarch64Guard). The same address as
+  // masking p + i * size for every p in the window and i within 2^31
+  // elements whose element lies in it; no other.
+  const auto indexed_address = [&](llvm::Instruction& access, llvm::Value* pointer,
+                                   llvm::IRBuilder<>& b) -> llvm::Value* {
+    auto* gep = llvm::dyn_cast<llvm::GetElementPtrInst>(pointer);
+    if (gep == nullptr || gep->getNumIndices() != 1) return nullptr;
+    llvm::Value* index = gep->getOperand(1);
+    llvm::Type* element = gep->getSourceElementType();
+    if (!index->getType()->isIntegerTy() || !element->isSized()) return nullptr;
+    const llvm::TypeSize size = layout.getTypeAllocSize(element);
+    if (size.isScalable()) return nullptr;
+    const uint64_t scale = size.getFixedValue();
+    if (scale > 8 || (scale != 1 && scale != width_of(access, layout).first)) return nullptr;
+    // Frozen: with only its low 32 bits used, the code generator would
+    // narrow a loaded index to a 32-bit load and scale it apart (ldrsw,
+    // lsl: a chase's step three instructions, not one).
+    llvm::Value* narrow =
+        b.CreateSExtOrTrunc(b.CreateFreeze(index), b.getInt32Ty(), "window.index");
+    return b.CreateGEP(element, window_address(*access.getFunction(), gep->getPointerOperand()),
+                       b.CreateSExt(narrow, i64), "window.indexed");
+  };
   for (const auto& [access, operand] : accesses) {
     // An alignment claim makes an aligned vector move, which faults on a
     // misaligned pointer with a general-protection fault that names no
@@ -637,7 +663,8 @@ void shape_for_window(llvm::Module& module, const std::string& ifunc) {
       stripped = pointer;
       displacement = 0;
     }
-    llvm::Value* address = window_address(*access->getFunction(), stripped);
+    llvm::Value* address = indexed_address(*access, stripped, b);
+    if (address == nullptr) address = window_address(*access->getFunction(), stripped);
     if (!displacement.isZero())
       address = b.CreateGEP(b.getInt8Ty(), address, b.getInt(displacement), "window.displaced");
     access->setOperand(operand, address);
@@ -645,7 +672,9 @@ void shape_for_window(llvm::Module& module, const std::string& ifunc) {
     // left; dead, it would still count as a user of the loop's induction
     // variable when the code generator strength-reduces it, which then
     // keeps one more register stepping (saxpy, threechains-bench-aarch64-shape).
-    if (stripped != pointer) llvm::RecursivelyDeleteTriviallyDeadInstructions(pointer);
+    // What it is computed from is used by the new address, so only the
+    // chain between them goes.
+    llvm::RecursivelyDeleteTriviallyDeadInstructions(pointer);
   }
 }
 

@@ -6,8 +6,8 @@
 // (+reserve-x21, no SVE), shaped, linked by JITLink into a window, accepted
 // by the aarch64 verifier, and run through run_window_code (the trampoline
 // that puts the window's base in x21):
-//  - saxpy and a pointer chase compute what the same IR compiled natively
-//    computes;
+//  - saxpy, a pointer chase and a sum over negative indices compute what
+//    the same IR compiled natively computes;
 //  - a store to a page the window never handed out is a trap naming its
 //    offset, and a store aimed outside the window (any upper half) lands
 //    in it, leaving a canary outside untouched;
@@ -94,6 +94,22 @@ loop:
   br i1 %end, label %done, label %loop
 done:
   ret i64 %a.next
+}
+define i64 @backward(ptr %end, i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i.next, %loop ]
+  %sum = phi i64 [ 0, %entry ], [ %sum.next, %loop ]
+  %minus = sub i64 0, %i
+  %p = getelementptr inbounds i64, ptr %end, i64 %minus
+  %v = load i64, ptr %p
+  %sum.next = add i64 %sum, %v
+  %i.next = add i64 %i, 1
+  %done = icmp eq i64 %i.next, %n
+  br i1 %done, label %exit, label %loop
+exit:
+  ret i64 %sum.next
 }
 define void @poke(ptr %p, i64 %v) {
   store volatile i64 %v, ptr %p
@@ -300,7 +316,7 @@ int main() {
       fail(llvm::toString(std::move(error)));
   }
   std::vector<uint64_t> entries;
-  for (const char* name : {"saxpy", "chase", "poke", "spin"})
+  for (const char* name : {"saxpy", "chase", "poke", "spin", "backward"})
     entries.push_back(checked(shaped_jit->lookup(name), name).getValue());
 
   // The clobbering code, hand-written, in a page of the window of its own.
@@ -353,6 +369,15 @@ int main() {
   trap = tc::confined::run_window_code(*window, code_at(entries[1]), result,
                                        reinterpret_cast<uint64_t>(next), 1, 100000);
   check(!trap && result == native_chase, "the chase in the window ends where it ends natively");
+
+  // Negative indices (p[-i]) take the indexed shape's sign extension.
+  using Backward = uint64_t (*)(const uint64_t*, uint64_t);
+  const uint64_t native_backward = reinterpret_cast<Backward>(
+      checked(native_jit->lookup("backward"), "backward").getValue())(next + kEntries - 1, 1000);
+  trap = tc::confined::run_window_code(*window, code_at(entries[4]), result,
+                                       reinterpret_cast<uint64_t>(next + kEntries - 1), 1000);
+  check(!trap && result == native_backward,
+        "negative indices in the window reach what they reach natively");
 
   // A store to a page the window never handed out: a trap at its offset.
   constexpr uint64_t kUnmapped = uint64_t{3} << 30;  // 3 GiB: the shared half, nothing mapped
