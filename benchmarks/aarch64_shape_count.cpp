@@ -195,7 +195,6 @@ int main(int argc, char** argv) {
           std::unique_ptr<llvm::TargetMachine> target = machine(cpu, window);
           std::unique_ptr<llvm::MemoryBuffer> object =
               checked(llvm::orc::SimpleCompiler(*target)(*module), "compiling");
-          if (window && objects.empty()) verify_in_window(*object, {kernel.name});
           if (!objects.empty()) {
             const std::string path = fmt::format("{}/{}-{}-{}.o", objects, cpu, kernel.name,
                                                  window ? "window" : "native");
@@ -204,6 +203,7 @@ int main(int argc, char** argv) {
             std::fwrite(object->getBufferStart(), 1, object->getBufferSize(), file);
             std::fclose(file);
           }
+          if (window) verify_in_window(*object, {kernel.name});
           loops[window ? 1 : 0] = straight_loops(function_words(*object, kernel.name));
         }
         if (loops[0].size() != loops[1].size())

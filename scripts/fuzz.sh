@@ -10,7 +10,7 @@ export UCX_MEM_MMAP_HOOK_MODE=none  # as for the sanitizer build
 seconds=${FUZZ_SECONDS:-60}
 cmake --preset fuzz
 cmake --build --preset fuzz
-for target in frame container receive control ucp_ifunc prelinked verifier; do
+for target in frame container receive control ucp_ifunc prelinked verifier verifier_aarch64; do
   corpus=build-fuzz/corpus/$target
   crashes=build-fuzz/crashes/$target
   rm -rf "$corpus" && mkdir -p "$corpus" "$crashes"
