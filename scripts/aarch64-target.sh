@@ -24,13 +24,15 @@ cmake -S . -B build-aarch64 -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DTHREECHAINS_WITH_PMIX=OFF -DTHREECHAINS_WITH_MPI=OFF \
   -DTHREECHAINS_WITH_SECCOMP=OFF  # no arm64 libseccomp-dev here; the test runs no confined code
 cmake --build build-aarch64 -j "${THREECHAINS_JOBS:-2}" --target threechains-hetero-target \
-  threechains-window-aarch64-check
+  threechains-window-aarch64-check threechains-compile-worker
 target="$PWD/build-aarch64/tests/hetero/threechains-hetero-target"
 window_check="$PWD/build-aarch64/tests/window_aarch64/threechains-window-aarch64-check"
+compile_worker="$PWD/build-aarch64/src/threechains-compile-worker"
 if [ -d build ]; then
   # Reconfigured: it now also builds the Rust ifuncs' aarch64 images.
   cmake -S . -B build -DTHREECHAINS_AARCH64_TARGET="$target" \
-    -DTHREECHAINS_AARCH64_WINDOW_CHECK="$window_check" > /dev/null
+    -DTHREECHAINS_AARCH64_WINDOW_CHECK="$window_check" \
+    -DTHREECHAINS_AARCH64_COMPILE_WORKER="$compile_worker" > /dev/null
   cmake --build build -j "${THREECHAINS_JOBS:-2}"
 fi
 echo "aarch64-target: $target"

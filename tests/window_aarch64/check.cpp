@@ -16,7 +16,11 @@
 //    host's as they were;
 //  - after all of that, an honest call computes again;
 //  - mutants of the JIT's code that the verifier accepts run without
-//    touching canaries outside the window (the verifier's differential test).
+//    touching canaries outside the window (the verifier's differential test);
+//  - given a counter container (argv[1]), a JitCache with the window tier
+//    loads it confined, through the compile worker, into a window, and it
+//    counts there (THREECHAINS_COMPILE_WORKER must name a worker that runs:
+//    under qemu-user, a script that starts it under qemu, run.sh).
 // Prints one line per check; exits 1 at the first that fails.
 #include "confine/pass.hpp"
 #include "confine/verify_aarch64.hpp"
@@ -25,6 +29,8 @@
 #include "jit/host_description.hpp"
 #include "jit/host_optimiser.hpp"
 #include "jit/window_memory.hpp"
+
+#include <threechains/threechains.hpp>
 
 #include <llvm/AsmParser/Parser.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -273,10 +279,51 @@ void check_mutants(const Window& window, const tc::confined::CodeRange& range,
                           " of them escaped or crashed the host " + first_escape);
 }
 
+// The window tier as a Receiver uses it: a JitCache with
+// ConfinementOptions::window_tier loads the counter (a fat bitcode
+// container) confined, the compile worker compiling it for this CPU; the
+// code runs in a window, counts in memory exposed to windows, and a
+// target_args outside it is a trap that leaves that memory alone.
+void check_jit_cache(const char* container) {
+  tc::JitOptions options;
+  options.confinement.window_tier = true;
+  options.confinement.time_budget = std::chrono::milliseconds(200);
+  tc::JitCache cache(options);
+  const tc::Ifunc counter = tc::Ifunc::load(container);
+  try {
+    (void)cache.load(counter.id(), counter.codec(), counter.code(), tc::Confine::yes);
+  } catch (const tc::Error& e) {
+    check(false, std::string("a JitCache loads the counter confined: ") + e.what());
+    return;
+  }
+  const tc::CachedIfunc* const loaded = cache.find_ifunc(counter.id());
+  check(loaded != nullptr && cache.in_window(*loaded),
+        "a JitCache with the window tier runs the confined counter in a window " +
+            cache.window_refusals().last);
+  if (loaded == nullptr || !cache.in_window(*loaded)) return;
+  auto* const count =
+      reinterpret_cast<uint64_t*>(cache.allocate_exposed("counter", 8, true).data());
+  alignas(16) uint64_t increment = 5;
+  bool ran = true;
+  for (int k = 0; k < 3; ++k)
+    ran = ran && !cache.invoke(*loaded, &increment, sizeof(increment), count).has_value();
+  check(ran && *count == 15, "it counts in memory exposed to windows (" + std::to_string(*count) +
+                                 " for 15)");
+  uint64_t outside = 1234;
+  const std::optional<tc::ConfinedTrap> trap =
+      cache.invoke(*loaded, &increment, sizeof(increment), &outside);
+  check(trap && trap->reason == tc::TrapReason::out_of_bounds && outside == 1234,
+        "target_args outside the exposed memory is a trap, and that memory is untouched");
+  check(!cache.invoke(*loaded, &increment, sizeof(increment), count).has_value() && *count == 20,
+        "and it counts on after the trap");
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
 #if !defined(__aarch64__)
+  (void)argc;
+  (void)argv;
   std::puts("SKIP: this program checks the window tier on aarch64");
   return 0;
 #else
@@ -433,6 +480,7 @@ int main() {
                                        kN);
   check(!trap && std::equal(y, y + kN, expected.begin()), "after the traps, saxpy computes again");
   check_mutants(*window, code.front(), entries);
+  if (argc > 1) check_jit_cache(argv[1]);
   std::printf("%s\n", failures == 0 ? "window tier on aarch64: all checks passed"
                                     : "window tier on aarch64: checks failed");
   return failures == 0 ? 0 : 1;
