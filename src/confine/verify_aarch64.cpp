@@ -222,6 +222,11 @@ class Verifier {
 
   void change_height(State& state, int64_t by) const {
     state.height += by;
+    // A slot below sp is no longer the function's: a callee's frame or a
+    // signal frame may write it (helper-19: a frame freed before a call,
+    // then taken back, held the callee's value where x30 was saved).
+    for (int64_t& slot : state.saved_return)
+      if (slot != State::kNoSlot && slot < -state.height) slot = State::kNoSlot;
     if (state.height < 0) refuse_here("frees stack above the function's entry");
     if (static_cast<uint64_t>(state.height) > input_.max_stack_bytes)
       refuse_here(say("a frame deeper than ", input_.max_stack_bytes, " bytes"));
