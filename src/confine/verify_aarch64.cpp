@@ -360,7 +360,16 @@ class Verifier {
     // The rest has bit 28 set; bits 24..21 say which class.
     const unsigned op2 = field(w, 24, 21);
     if (op2 == 0b0000) {  // adc, sbc; rmif, setf (flags only)
-      if (field(w, 15, 10) == 0) write(state, rd, result(wide));
+      if (field(w, 15, 10) == 0) {
+        write(state, rd, result(wide));
+        return;
+      }
+      // Only rmif and setf8/16 write no register here; addpt and subpt
+      // (FEAT_CPA) share the space and write Xd|SP (helper-19).
+      const bool rmif = field(w, 31, 29) == 0b101 && field(w, 14, 10) == 0b00001;
+      const bool setf = field(w, 31, 29) == 0b001 && field(w, 20, 15) == 0 &&
+                        field(w, 13, 10) == 0b0010 && field(w, 4, 0) == 0b01101;
+      if (!rmif && !setf) refuse_here("not an instruction confined code may use (carry class)");
       return;
     }
     if (op2 == 0b0010) return;  // ccmp, ccmn: flags only
@@ -662,6 +671,10 @@ class Verifier {
       check_reach(base, 0, 16);
       const unsigned rs = field(w, 20, 16);
       const unsigned rt2 = field(w, 14, 10);
+      // stxr's status register as its base: CONSTRAINED UNPREDICTABLE, an
+      // unknown address among the outcomes (helper-19).
+      if (rs != kZeroOrSp && rs == rn)
+        refuse_here("an exclusive whose status register is its base");
       const bool pair = field(w, 31, 31) == 0 && field(w, 23, 23) == 0 && field(w, 21, 21) == 1;
       for (const unsigned reg : {rs, rt, rt2})
         if (reg != kZeroOrSp) write(state, reg, Value{});

@@ -355,7 +355,9 @@ struct ActiveRun {
 [[gnu::tls_model("initial-exec")]] thread_local ActiveRun* active = nullptr;
 [[gnu::tls_model("initial-exec")]] thread_local WindowTrap last_trap{};
 
-constexpr std::array<int, 4> kSignals = {SIGSEGV, SIGBUS, SIGILL, SIGFPE};
+// SIGTRAP: aarch64's brk (llvm.trap's lowering there) raises it; x86's
+// verifier refuses int3, so there it is never window code's.
+constexpr std::array<int, 5> kSignals = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP};
 std::array<struct sigaction, kSignals.size()> previous{};
 
 bool was_write(const void* context) noexcept {
@@ -407,9 +409,9 @@ std::optional<WindowTrap> trap_for(const ActiveRun& run, int signal, const sigin
                       WindowFault::access};
   const uintptr_t at = instruction_address(context);
   if (at == 0 || !run.window->reaches(at)) return std::nullopt;
-  const WindowFault fault = signal == SIGILL   ? WindowFault::illegal
-                            : signal == SIGFPE ? WindowFault::arithmetic
-                                               : WindowFault::general;
+  const WindowFault fault = signal == SIGILL || signal == SIGTRAP ? WindowFault::illegal
+                            : signal == SIGFPE                    ? WindowFault::arithmetic
+                                                                  : WindowFault::general;
   return WindowTrap{static_cast<int64_t>(at - base), false, fault};
 }
 

@@ -24,7 +24,8 @@ namespace threechains::confined {
 // jit/window_memory.hpp), and their offset is that instruction's.
 enum class WindowFault : uint8_t {
   access,      // a load or store reached a page the window does not allow
-  illegal,     // SIGILL: the shape's own trap (ud2) or an instruction the CPU lacks
+  illegal,     // SIGILL or SIGTRAP: the shape's own trap (ud2; brk on aarch64) or an
+               // instruction the CPU lacks
   arithmetic,  // SIGFPE: an integer division by zero or overflow
   general,     // SIGSEGV/SIGBUS with no window address: a misaligned aligned
                // access, a non-canonical address (#GP names no address)
@@ -41,7 +42,7 @@ struct WindowTrap {
   bool operator==(const WindowTrap&) const = default;
 };
 
-// Puts the trap handler on top of the SIGSEGV, SIGBUS, SIGILL and SIGFPE
+// Puts the trap handler on top of the SIGSEGV, SIGBUS, SIGILL, SIGFPE and SIGTRAP
 // handlers installed now (and the watchdog's signal's, window_watchdog.hpp),
 // passing what is not a window's fault to them: a
 // fault is the window's when its address lies in the active window or its

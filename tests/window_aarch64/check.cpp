@@ -169,6 +169,7 @@ std::vector<uint32_t> clobbering_code() {
     words.push_back(0xd2800000U | (0x5a5U << 5) | reg);  // movz xN, #0x5a5
   words.push_back(0x6f00e408U);  // movi v8.2d, #0 (a callee-saved d register)
   words.push_back(0xd65f03c0U);  // ret
+  words.push_back(0xd4200020U);  // brk #1: llvm.trap's lowering (its own entry, the last word)
   return words;
 }
 
@@ -378,8 +379,10 @@ int main(int argc, char** argv) {
 
   std::vector<tc::confined::CodeRange> code = mapper->executable_code();
   code.push_back({clobber, std::span<const std::byte>(page.data(), words.size() * 4)});
+  const uint64_t breakpoint = clobber + (words.size() - 1) * 4;
   std::vector<uint64_t> all = entries;
   all.push_back(clobber);
+  all.push_back(breakpoint);
   const tc::confined::Verdict verdict = tc::confined::verify_window_code_aarch64(
       {code, all, reinterpret_cast<uint64_t>(window->base())});
   check(verdict.accepted, "the aarch64 verifier accepts the shaped kernels " + verdict.refusal);
@@ -470,6 +473,12 @@ int main(int argc, char** argv) {
   }
   check(!trap && kept19 == 0x1919 && kept28 == 0x2828,
         "code that sets every callee-saved register leaves the host's as they were");
+
+  // brk (what llvm.trap, which the shape puts before every unreachable,
+  // becomes) raises SIGTRAP: a trap, and the thread goes on (helper-19:
+  // it ended the process).
+  trap = tc::confined::run_window_code(*window, code_at(breakpoint), result);
+  check(trap && trap->fault == WindowFault::illegal, "brk is a trap, not the host's end");
 
   // And an honest call again, after the traps.
   for (std::size_t i = 0; i < kN; ++i) y[i] = expected[i] = 3.0F;
