@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
   const std::span<float> y_window = as_floats(window.allocate(n * sizeof(float), true));
   const std::span<uint64_t> small = as_words(window.allocate(small_entries * 8, true));
   const std::span<uint64_t> large = as_words(window.allocate(large_entries * 8, true));
-  const std::span<uint64_t> counters = as_words(window.allocate(7 * 8, true));
+  const std::span<uint64_t> counters = as_words(window.allocate(9 * 8, true));
   std::fill(x.begin(), x.end(), 1.5F);
   std::mt19937_64 random(33);
   make_cycle(small, random);
@@ -264,6 +264,8 @@ int main(int argc, char** argv) {
   };
   std::vector<double> call_native_ns, call_window_ns, call_trapped_ns, call_direct_ns,
       call_watched_ns, call_saves_ns, call_trampoline_ns;
+  constexpr std::array<std::size_t, 2> kRunLengths = {4, 32};
+  std::array<std::vector<double>, kRunLengths.size()> call_runs_ns;
   // The trampoline alone: call_window_code kCalls times inside one
   // run_in_window, so that nothing per invocation but the trampoline (and
   // its stack check) is in the figure.
@@ -355,6 +357,28 @@ int main(int argc, char** argv) {
               throw std::runtime_error("the shaped counter trapped");
         },
         kCalls));
+    // Runs of calls with one way in (run_window_calls, as the Receiver runs
+    // a ring's frames for one code), under the same budget: 4 a run (a
+    // quarter of the default ring, one hand-back of credit) and 32.
+    for (std::size_t b = 0; b < kRunLengths.size(); ++b) {
+      const std::size_t length = kRunLengths[b];
+      std::vector<tc::confined::WindowCall> run(
+          length, {reinterpret_cast<uint64_t>(&counters[7 + b]), 1, 0, 0});
+      call_runs_ns[b].push_back(ns_per(
+          [&] {
+            for (int c = 0; c < kCalls; c += static_cast<int>(length)) {
+              std::size_t returned = 0;
+              if (tc::confined::run_window_calls(window, bump_code, run, returned,
+                                                 std::chrono::milliseconds(10)))
+                throw std::runtime_error("the shaped counter trapped");
+            }
+          },
+          kCalls));
+    }
+  }
+  if (counters[7] != counters[8] || counters[7] != counters[0]) {
+    std::fprintf(stderr, "the counters of runs of calls differ\n");
+    return 1;
   }
   if (counters[0] != counters[1] || counters[1] != counters[2] || counters[2] != counters[3] ||
       counters[3] != counters[4] || counters[4] != counters[5] || counters[5] != counters[6]) {
@@ -410,6 +434,10 @@ int main(int argc, char** argv) {
        bench::median(call_direct_ns)},
       {"counter, with a budget", "ns/call", bench::median(call_native_ns),
        bench::median(call_watched_ns)},
+      {"counter, runs of 4", "ns/call", bench::median(call_native_ns),
+       bench::median(call_runs_ns[0])},
+      {"counter, runs of 32", "ns/call", bench::median(call_native_ns),
+       bench::median(call_runs_ns[1])},
   };
   fmt::print("{:<22} {:>10} {:>10} {:>8}  ({} rounds, median; n = {}, tables {} and {} entries)\n",
              "", "native", "window", "ratio", rounds, n, small_entries, large_entries);

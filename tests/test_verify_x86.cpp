@@ -915,4 +915,145 @@ TEST_CASE("window code that never returns is stopped by the watchdog after its b
   CHECK(took < 1s);
 }
 
+TEST_CASE("a run of window calls makes each in order, stops at a trap, and runs none after it",
+          "[window][verifier]") {
+  using tc::confined::WindowCall;
+  Window window;
+  // movq %rdi,%rax; xorl %edx,%edx; divq %rsi; ret: a0 / a1, a trap on 0.
+  const HandCode divide = place(window, {0x48, 0x89, 0xf8, 0x31, 0xd2, 0x48, 0xf7, 0xf6, 0xc3});
+  INFO(divide.verdict.refusal);
+  REQUIRE(divide.verdict.accepted);
+  constexpr uint64_t kUnrun = 0xdead;
+  std::vector<WindowCall> calls = {
+      {42, 5, 0, kUnrun}, {81, 9, 0, kUnrun}, {7, 0, 0, kUnrun}, {9, 3, 0, kUnrun}};
+  std::size_t returned = 99;
+  const auto trap = tc::confined::run_window_calls(window, divide.code, calls, returned);
+  REQUIRE(trap.has_value());
+  CHECK(trap->fault == tc::confined::WindowFault::arithmetic);
+  CHECK(returned == 2);
+  CHECK(calls[0].result == 8);
+  CHECK(calls[1].result == 9);
+  CHECK(calls[2].result == kUnrun);
+  CHECK(calls[3].result == kUnrun);  // none after the trap
+  // The thread goes on; the rest, as a run of its own.
+  REQUIRE_FALSE(
+      tc::confined::run_window_calls(window, divide.code, std::span(calls).subspan(3), returned)
+          .has_value());
+  CHECK(returned == 1);
+  CHECK(calls[3].result == 3);
+  // A trap in the first call, and in the last.
+  std::vector<WindowCall> first = {{1, 0, 0, kUnrun}, {4, 2, 0, kUnrun}};
+  REQUIRE(tc::confined::run_window_calls(window, divide.code, first, returned).has_value());
+  CHECK(returned == 0);
+  CHECK(first[1].result == kUnrun);
+  std::vector<WindowCall> last = {{4, 2, 0, kUnrun}, {1, 0, 0, kUnrun}};
+  REQUIRE(tc::confined::run_window_calls(window, divide.code, last, returned).has_value());
+  CHECK(returned == 1);
+  CHECK(last[0].result == 2);
+  // Many, each with its own arguments and result.
+  std::vector<WindowCall> many(100);
+  for (uint64_t k = 0; k < many.size(); ++k) many[k] = {k * 7 + 3, 7, 0, kUnrun};
+  REQUIRE_FALSE(tc::confined::run_window_calls(window, divide.code, many, returned).has_value());
+  CHECK(returned == many.size());
+  for (uint64_t k = 0; k < many.size(); ++k) CHECK(many[k].result == k);
+  // None: nothing runs.
+  REQUIRE_FALSE(
+      tc::confined::run_window_calls(window, divide.code, std::span<WindowCall>(), returned)
+          .has_value());
+  CHECK(returned == 0);
+}
+
+TEST_CASE("every call of a run finds only its arguments in the general registers",
+          "[window][verifier]") {
+  // movq %R,%gs:8R(%edi) for every general register R but %rsp (32-bit
+  // addressing: the window at %edi); ret. The code changes no register,
+  // so whatever a later call of the run finds, the trampoline left.
+  std::vector<uint8_t> bytes;
+  for (uint8_t r = 0; r < 16; ++r) {
+    if (r == 4) continue;
+    bytes.insert(bytes.end(), {0x65, 0x67, static_cast<uint8_t>(r >= 8 ? 0x4c : 0x48), 0x89,
+                               static_cast<uint8_t>(0x80 | ((r & 7) << 3) | 7),
+                               static_cast<uint8_t>(8 * r), 0x00, 0x00, 0x00});
+  }
+  bytes.push_back(0xc3);
+  Window window;
+  const HandCode reader = place(window, bytes);
+  INFO(reader.verdict.refusal);
+  REQUIRE(reader.verdict.accepted);
+  constexpr std::size_t kCalls = 3;
+  std::byte* const out = window.allocate(4096, true).data();
+  std::memset(out, 0x77, 4096);
+  std::vector<tc::confined::WindowCall> calls(kCalls);
+  for (std::size_t k = 0; k < kCalls; ++k)
+    calls[k] = {reinterpret_cast<uint64_t>(out + 128 * k), 1000 + k, 2000 + k, 0};
+  // Under a budget, so that the watch's address passes through the
+  // trampoline's registers too.
+  std::size_t returned = 0;
+  REQUIRE_FALSE(
+      tc::confined::run_window_calls(window, reader.code, calls, returned, std::chrono::seconds(10))
+          .has_value());
+  REQUIRE(returned == kCalls);
+  constexpr std::array<const char*, 16> kNames = {"rax", "rcx", "rdx", "rbx", "rsp", "rbp",
+                                                  "rsi", "rdi", "r8",  "r9",  "r10", "r11",
+                                                  "r12", "r13", "r14", "r15"};
+  for (std::size_t k = 0; k < kCalls; ++k) {
+    std::array<uint64_t, 16> seen{};
+    std::memcpy(seen.data(), out + 128 * k, sizeof(seen));
+    for (uint8_t r = 0; r < 16; ++r) {
+      if (r == 4) continue;
+      INFO("call " << k << ", %" << kNames[r]);
+      const uint64_t expected = r == 7   ? calls[k].a0
+                                : r == 6 ? calls[k].a1
+                                : r == 2 ? calls[k].a2
+                                         : 0;
+      CHECK(seen[r] == expected);
+    }
+  }
+}
+
+TEST_CASE("each call of a run has a budget of its own", "[window][verifier]") {
+  using namespace std::chrono_literals;
+  using Clock = std::chrono::steady_clock;
+  Window window;
+  // 1: decq %rdi; jnz 1b; ret: a0 turns of a loop.
+  const HandCode spin = place(window, {0x48, 0xff, 0xcf, 0x75, 0xfb, 0xc3});
+  INFO(spin.verdict.refusal);
+  REQUIRE(spin.verdict.accepted);
+  // Turns for about 4 ms, the fastest of a few tries.
+  uint64_t result = 0;
+  constexpr uint64_t kProbe = 1 << 22;
+  auto fastest = Clock::duration::max();
+  for (int k = 0; k < 5; ++k) {
+    const auto started = Clock::now();
+    REQUIRE_FALSE(tc::confined::run_window_code(window, spin.code, result, kProbe).has_value());
+    fastest = std::min(fastest, Clock::now() - started);
+  }
+  const auto turns = static_cast<uint64_t>(
+      static_cast<double>(kProbe) * (4ms / std::chrono::duration<double, std::milli>(fastest)));
+  // Twelve such calls in one run take some 50 ms, well past the budget of
+  // 25 ms of the run as a whole, and each is far inside its own.
+  constexpr auto budget = 25ms;
+  std::vector<tc::confined::WindowCall> calls(12, {turns, 0, 0, 0});
+  std::size_t returned = 0;
+  const auto started = Clock::now();
+  const auto trap = tc::confined::run_window_calls(window, spin.code, calls, returned, budget);
+  const auto took = Clock::now() - started;
+  INFO("the run took " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                       << " ms, " << turns << " turns a call");
+  CHECK_FALSE(trap.has_value());
+  CHECK(returned == calls.size());
+  // A run whose third call never ends (0 turns: 2^64 of them): stopped
+  // there, after its budget; the fourth does not run.
+  std::vector<tc::confined::WindowCall> stuck = {
+      {1000, 0, 0, 7}, {1000, 0, 0, 7}, {0, 0, 0, 7}, {1000, 0, 0, 7}};
+  const auto began = Clock::now();
+  const auto stopped = tc::confined::run_window_calls(window, spin.code, stuck, returned, budget);
+  CHECK(Clock::now() - began >= budget);
+  REQUIRE(stopped.has_value());
+  CHECK(stopped->fault == tc::confined::WindowFault::time);
+  CHECK(returned == 2);
+  CHECK(stuck[1].result == 0);  // what %rax held: the code leaves it as the trampoline did
+  CHECK(stuck[3].result == 7);
+}
+
 #endif

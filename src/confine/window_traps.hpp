@@ -14,8 +14,10 @@
 #include "confine/window.hpp"
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 
 namespace threechains::confined {
 
@@ -104,6 +106,31 @@ struct WindowCode {
 [[nodiscard]] std::optional<WindowTrap> run_window_code(
     const Window& window, const WindowCode& code, uint64_t& result, uint64_t a0 = 0,
     uint64_t a1 = 0, uint64_t a2 = 0, std::chrono::nanoseconds budget = {}) noexcept;
+
+// One call of a run of calls (run_window_calls): its arguments, and what it
+// left in %rax (x0 on aarch64) when it returned. The trampoline reads and
+// writes these in the order laid out here.
+// No default member values: run_each's array of them is filled, not zeroed
+// first (a 1 KiB `rep stos` a run).
+struct WindowCall {
+  uint64_t a0;
+  uint64_t a1;
+  uint64_t a2;
+  uint64_t result;
+};
+
+// Runs `code` once for each of `calls`, in order, with one way in: the
+// host's registers kept, its values cleared and the reachable stack zeroed
+// once, before the first, as run_window_code does for one. Between two
+// calls nothing is cleared: what one call left in the registers and on its
+// stack the next may read, so every call of one run must be for the same
+// caller (window_tier.hpp: one peer's frames). Each call runs under its own
+// `budget` (a fresh invocation for the watchdog). Returns nullopt when all
+// returned; else the trap of calls[returned], and none after it ran.
+// `returned` counts the calls that returned either way.
+[[nodiscard]] std::optional<WindowTrap> run_window_calls(
+    const Window& window, const WindowCode& code, std::span<WindowCall> calls,
+    std::size_t& returned, std::chrono::nanoseconds budget = {}) noexcept;
 
 [[nodiscard]] std::optional<WindowTrap> run_in_window(const Window& window, void (*function)(void*),
                                                       void* argument) noexcept;

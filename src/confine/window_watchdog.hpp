@@ -85,6 +85,9 @@ class WatchedRun {
   ~WatchedRun() {
     if (watch_ != nullptr) watch_->running.store(0, std::memory_order_relaxed);
   }
+  // The watch it writes; null without a budget. run_window_calls hands it
+  // to the trampoline, which starts a fresh invocation before each call.
+  [[nodiscard]] Watch* watch() const noexcept { return watch_; }
   WatchedRun(const WatchedRun&) = delete;
   WatchedRun& operator=(const WatchedRun&) = delete;
 

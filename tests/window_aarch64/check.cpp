@@ -169,7 +169,18 @@ std::vector<uint32_t> clobbering_code() {
     words.push_back(0xd2800000U | (0x5a5U << 5) | reg);  // movz xN, #0x5a5
   words.push_back(0x6f00e408U);  // movi v8.2d, #0 (a callee-saved d register)
   words.push_back(0xd65f03c0U);  // ret
-  words.push_back(0xd4200020U);  // brk #1: llvm.trap's lowering (its own entry, the last word)
+  words.push_back(0xd4200020U);  // brk #1: llvm.trap's lowering (its own entry)
+  return words;
+}
+
+// Reads the general registers it starts with into the window at its first
+// argument's low 32 bits, x N at 8N (all but x9, the address, x21, the base,
+// and x30, the return address): add x9, x21, w0, uxtw; str xN, [x9, #8N]...; ret.
+std::vector<uint32_t> register_reader() {
+  std::vector<uint32_t> words = {0x8b2042a9U};
+  for (uint32_t n = 0; n < 30; ++n)
+    if (n != 9 && n != 21) words.push_back(0xf9000000U | (n << 10) | (9U << 5) | n);
+  words.push_back(0xd65f03c0U);
   return words;
 }
 
@@ -368,7 +379,9 @@ int main(int argc, char** argv) {
     entries.push_back(checked(shaped_jit->lookup(name), name).getValue());
 
   // The clobbering code, hand-written, in a page of the window of its own.
-  const std::vector<uint32_t> words = clobbering_code();
+  std::vector<uint32_t> words = clobbering_code();
+  const std::size_t reader_at = words.size();
+  for (const uint32_t word : register_reader()) words.push_back(word);
   std::span<std::byte> page = window->allocate(words.size() * 4, true);
   std::memcpy(page.data(), words.data(), words.size() * 4);
   __builtin___clear_cache(reinterpret_cast<char*>(page.data()),
@@ -379,10 +392,12 @@ int main(int argc, char** argv) {
 
   std::vector<tc::confined::CodeRange> code = mapper->executable_code();
   code.push_back({clobber, std::span<const std::byte>(page.data(), words.size() * 4)});
-  const uint64_t breakpoint = clobber + (words.size() - 1) * 4;
+  const uint64_t breakpoint = clobber + (reader_at - 1) * 4;
+  const uint64_t reader = clobber + reader_at * 4;
   std::vector<uint64_t> all = entries;
   all.push_back(clobber);
   all.push_back(breakpoint);
+  all.push_back(reader);
   const tc::confined::Verdict verdict = tc::confined::verify_window_code_aarch64(
       {code, all, reinterpret_cast<uint64_t>(window->base())});
   check(verdict.accepted, "the aarch64 verifier accepts the shaped kernels " + verdict.refusal);
@@ -479,6 +494,61 @@ int main(int argc, char** argv) {
   // it ended the process).
   trap = tc::confined::run_window_code(*window, code_at(breakpoint), result);
   check(trap && trap->fault == WindowFault::illegal, "brk is a trap, not the host's end");
+
+  // Runs of calls with one way in (run_window_calls, as a Receiver runs a
+  // ring's frames): each call its own arguments, a trap stops the run at
+  // its call, and none after it runs.
+  {
+    auto* cells = reinterpret_cast<uint64_t*>(window->allocate(64, true).data());
+    std::vector<tc::confined::WindowCall> calls = {
+        {reinterpret_cast<uint64_t>(cells), 11, 0, 0},
+        {reinterpret_cast<uint64_t>(cells + 1), 12, 0, 0},
+        {reinterpret_cast<uint64_t>(window->base()) + kUnmapped, 13, 0, 0},
+        {reinterpret_cast<uint64_t>(cells + 3), 14, 0, 0}};
+    std::size_t returned = 0;
+    trap = tc::confined::run_window_calls(*window, code_at(entries[2]), calls, returned);
+    check(trap && trap->fault == WindowFault::access && returned == 2 && cells[0] == 11 &&
+              cells[1] == 12 && cells[3] == 0,
+          "a run of calls makes each, stops at the one that traps, and makes none after it");
+    std::vector<tc::confined::WindowCall> chases(5);
+    for (uint64_t k = 0; k < chases.size(); ++k)
+      chases[k] = {reinterpret_cast<uint64_t>(next), k * 100, 1000 + k, 0};
+    trap = tc::confined::run_window_calls(*window, code_at(entries[1]), chases, returned);
+    bool same = !trap && returned == chases.size();
+    for (uint64_t k = 0; k < chases.size(); ++k)
+      same = same &&
+             chases[k].result ==
+                 reinterpret_cast<Chase>(checked(native_jit->lookup("chase"), "chase").getValue())(
+                     next, k * 100, 1000 + k);
+    check(same, "each call of a run returns what it returns natively");
+    // Under a budget (the watch's address passes through the trampoline's
+    // registers): every call finds its arguments, its entry (x16, the
+    // branch's register) and nothing else.
+    auto* seen = reinterpret_cast<uint64_t*>(window->allocate(3 * 256, true).data());
+    std::memset(seen, 0x77, 3 * 256);
+    std::vector<tc::confined::WindowCall> reads(3);
+    for (uint64_t k = 0; k < reads.size(); ++k)
+      reads[k] = {reinterpret_cast<uint64_t>(seen + 32 * k), 100 + k, 200 + k, 0};
+    trap = tc::confined::run_window_calls(*window, code_at(reader), reads, returned,
+                                          std::chrono::seconds(10));
+    bool clean = !trap && returned == reads.size();
+    for (uint64_t k = 0; k < reads.size(); ++k) {
+      for (uint32_t n = 0; n < 30; ++n) {
+        if (n == 9 || n == 21) continue;
+        const uint64_t expected = n == 0    ? reads[k].a0
+                                  : n == 1  ? reads[k].a1
+                                  : n == 2  ? reads[k].a2
+                                  : n == 16 ? reader
+                                            : 0;
+        if (seen[32 * k + n] != expected) {
+          std::printf("  call %lu: x%u = %#lx\n", static_cast<unsigned long>(k), n,
+                      static_cast<unsigned long>(seen[32 * k + n]));
+          clean = false;
+        }
+      }
+    }
+    check(clean, "every call of a run finds only its arguments and its entry in the registers");
+  }
 
   // And an honest call again, after the traps.
   for (std::size_t i = 0; i < kN; ++i) y[i] = expected[i] = 3.0F;
