@@ -400,3 +400,73 @@ TEMPLATE_TEST_CASE("window-tier code from a confined signer cannot reach the tar
   CHECK(result.counter >= added);
   CHECK(result.counter - added != kCanaryWord);
 }
+
+TEMPLATE_TEST_CASE("a burst of window-tier frames runs in order, around a trap in its middle",
+                   "[confinement][trust][ucx]", Shm, Tcp) {
+#if !defined(__x86_64__)
+  WARN("SKIP: the window tier is x86-64 only");
+  return;
+#endif
+  // Over shared memory the Receiver runs the frames of one code that wait
+  // in the ring together, with one way into the window (Engine::
+  // run_window_frames); a trap stops that run at its frame, and the frames
+  // after it run as they would have one by one.
+  ReceiverOptions options;
+  const PublicKey key = test_identity().public_key();
+  options.trust = Trust().allow_peer(key).allow_code_signer(key);
+  options.jit.confinement.time_budget = std::chrono::milliseconds(20);
+  options.jit.confinement.window_tier = true;
+  ChildTarget<WindowResult> target(
+      TestType::transport,
+      [](ChildContext& context) {
+        g_canary.fill(kCanaryWord);
+        auto* const counter = reinterpret_cast<uint64_t*>(
+            context.receiver.cache().allocate_exposed("counter", 8, true).data());
+        context.receiver.set_target_args(counter, 8);
+        ChildTarget<WindowResult>::serve_until_closed(context.receiver);
+        WindowResult result{};
+        result.counter = *counter;
+        const Ifunc escape = Ifunc::load(TC_WINDOW_ESCAPE);
+        const CachedIfunc* const loaded = context.receiver.cache().find_ifunc(escape.id());
+        result.in_window = loaded != nullptr && context.receiver.cache().in_window(*loaded);
+        result.trapped = context.receiver.stats().code_trapped;
+        result.canary_intact = 1;
+        context.first_error(result.first_error);
+        return result;
+      },
+      std::move(options));
+  const Ifunc escape = Ifunc::load(TC_WINDOW_ESCAPE);
+  TestSource source(TestType::transport, target.port(), options_for<TestType>());
+  // The code first, so that the burst's frames carry none.
+  REQUIRE_FALSE(carry_out(source.channel, escape, {window_add, 1}).has_value());
+  uint64_t added = 1;
+  // Each add is a power of two: a frame run twice, or lost, shows in the sum.
+  for (int burst = 0; burst < 3; ++burst) {
+    INFO("burst " << burst);
+    constexpr int kFrames = 40;
+    const int trapping = 7 + 11 * burst;
+    for (int k = 0; k < kFrames; ++k) {
+      const Order order =
+          k == trapping ? Order{window_divide, 0} : Order{window_add, uint64_t{1} << (k % 60)};
+      (void)send(source.channel, escape, order);
+      if (k != trapping) added += order.argument;
+    }
+    std::optional<Error> error;
+    try {
+      source.channel.flush();
+    } catch (const Error& e) {
+      error = e;
+    }
+    REQUIRE(error.has_value());
+    CHECK(error->is(errc::code_trapped));
+    CHECK_THAT(error->what(), Catch::Contains("division"));
+  }
+  CHECK_FALSE(carry_out(source.channel, escape, {window_add, 2}).has_value());
+  added += 2;
+  source.channel.close();
+  const WindowResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.in_window == 1);
+  CHECK(result.trapped == 3);
+  CHECK(result.counter == added);
+}

@@ -145,6 +145,16 @@ class JitCache {
     }
     return invoke_confined(ifunc, payload, size, target_args, caller);
   }
+  // Runs a cached ifunc on each of `payloads`, in order, for one caller:
+  // what invoke() on each would do, where confined code in the window tier
+  // enters its window once for a run of them (the host's registers kept
+  // and its values cleared once, not per call; each call still under its
+  // own time budget). Returns how many returned; a trap stops it at
+  // payloads[returned], in `trap`, and none after that one runs.
+  [[nodiscard]] std::size_t invoke_each(const CachedIfunc& ifunc,
+                                        std::span<const IfuncPayload> payloads, void* target_args,
+                                        uint64_t caller,
+                                        std::optional<ConfinedTrap>& trap) noexcept;
   // Memory confined code loaded as `id` holds beyond its container: its
   // globals and the copy of their initial values (0 if not confined); for
   // the window tier, also its payload area, which grows with the largest

@@ -2,6 +2,7 @@
 #include "confine/window_tier.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 namespace threechains::confined {
@@ -46,29 +47,36 @@ void WindowedCode::change_caller(uint64_t next_caller) noexcept {
   caller = next_caller;
 }
 
+bool WindowedCode::fit(std::size_t bytes) noexcept {
+  std::span<std::byte>& area = *payload;
+  if (bytes <= area.size()) return true;
+  // Larger than the window's payload area: a new one, the old one retired.
+  try {
+    std::size_t larger = std::max<std::size_t>(area.size(), 1);
+    while (larger < bytes) larger *= 2;
+    const std::span<std::byte> memory = window->allocate(larger, true);
+    window->retire(area);
+    area = memory;
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 std::optional<ConfinedTrap> WindowedCode::run(const void* payload_bytes, std::size_t size,
                                               void* target_args, const ExposureArena* arena,
                                               std::chrono::nanoseconds budget) noexcept {
-  std::span<std::byte>& area = *payload;
-  if (size > area.size()) {
-    // Larger than the window's payload area: a new one, the old one retired.
-    try {
-      std::size_t bytes = std::max<std::size_t>(area.size(), 1);
-      while (bytes < size) bytes *= 2;
-      const std::span<std::byte> larger = window->allocate(bytes, true);
-      window->retire(area);
-      area = larger;
-    } catch (...) {
-      return ConfinedTrap{TrapReason::out_of_bounds, 0};  // the window has no room for it
-    }
-  }
-  copy_payload(area.data(), static_cast<const std::byte*>(payload_bytes), size);
+  // One call: the way in for one (run_window_code), cheaper than a run of
+  // one by about 1 ns (threechains-bench-confine).
+  if (!fit(size)) return ConfinedTrap{TrapReason::out_of_bounds, 0};  // the window has no room
+  std::byte* const to = payload->data();
+  copy_payload(to, static_cast<const std::byte*>(payload_bytes), size);
   const bool exposed =
       arena != nullptr && target_args != nullptr && arena->contains(target_args, 1);
 #if defined(__x86_64__) || defined(__aarch64__)
   uint64_t result = 0;
   const std::optional<WindowTrap> trap =
-      run_window_code(*window, entry, result, reinterpret_cast<uint64_t>(area.data()), size,
+      run_window_code(*window, entry, result, reinterpret_cast<uint64_t>(to), size,
                       exposed ? reinterpret_cast<uint64_t>(target_args) : 0, budget);
   if (!trap) return std::nullopt;
   return confined_trap_of(*trap);
@@ -76,6 +84,44 @@ std::optional<ConfinedTrap> WindowedCode::run(const void* payload_bytes, std::si
   (void)exposed;
   (void)budget;
   return ConfinedTrap{TrapReason::unreachable, 0};  // no window tier here: never loaded
+#endif
+}
+
+std::size_t WindowedCode::run_each(std::span<const IfuncPayload> payloads, void* target_args,
+                                   const ExposureArena* arena, std::chrono::nanoseconds budget,
+                                   std::optional<ConfinedTrap>& trap) noexcept {
+  trap.reset();
+  const std::size_t count = std::min(payloads.size(), kMostAtOnce);
+  if (count == 0) return 0;
+  // Each payload at a cache line of its own: the first at the area's start,
+  // as a single one always was.
+  std::size_t largest = 0;
+  for (std::size_t k = 0; k < count; ++k) largest = std::max(largest, payloads[k].size);
+  const std::size_t stride = std::max<std::size_t>((largest + 63) & ~std::size_t{63}, 64);
+  if (!fit(count == 1 ? largest : stride * count)) {
+    trap = ConfinedTrap{TrapReason::out_of_bounds, 0};  // the window has no room for them
+    return 0;
+  }
+  std::span<std::byte>& area = *payload;
+  const bool exposed =
+      arena != nullptr && target_args != nullptr && arena->contains(target_args, 1);
+  const uint64_t args = exposed ? reinterpret_cast<uint64_t>(target_args) : 0;
+  std::array<WindowCall, kMostAtOnce> calls;
+  for (std::size_t k = 0; k < count; ++k) {
+    std::byte* const to = area.data() + k * stride;
+    copy_payload(to, static_cast<const std::byte*>(payloads[k].bytes), payloads[k].size);
+    calls[k] = {reinterpret_cast<uint64_t>(to), payloads[k].size, args, 0};
+  }
+#if defined(__x86_64__) || defined(__aarch64__)
+  std::size_t returned = 0;
+  if (const std::optional<WindowTrap> stopped =
+          run_window_calls(*window, entry, {calls.data(), count}, returned, budget))
+    trap = confined_trap_of(*stopped);
+  return returned;
+#else
+  (void)budget;
+  trap = ConfinedTrap{TrapReason::unreachable, 0};  // no window tier here: never loaded
+  return 0;
 #endif
 }
 

@@ -5,7 +5,9 @@
 // machine code as linked: the compiler is outside what the target trusts.
 // This is what one such ifunc holds, and how one invocation runs:
 //  - the payload is copied into the window (a pointer to the frame's own
-//    bytes would mean nothing there);
+//    bytes would mean nothing there); a run of one caller's payloads is
+//    copied at once, each to its own place, and run with one way into the
+//    window (run_each: the register hygiene once for all of them);
 //  - target_args is passed where it lies in memory exposed to windows
 //    (ExposureArena): its low 32 bits are its offset there; anything else
 //    is passed as null, which faults (Window::kLowGuard);
@@ -20,6 +22,7 @@
 #include "confine/window_traps.hpp"
 
 #include <threechains/confinement.hpp>
+#include <threechains/ifunc.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -59,9 +62,23 @@ struct WindowedCode {
   [[nodiscard]] std::optional<ConfinedTrap> run(const void* payload_bytes, std::size_t size,
                                                 void* target_args, const ExposureArena* arena,
                                                 std::chrono::nanoseconds budget) noexcept;
+  // The most payloads run_each takes at once.
+  static constexpr std::size_t kMostAtOnce = 32;
+  // Runs one invocation per payload, in order, all for the caller serve()
+  // was last given, entering the window once for all of them
+  // (run_window_calls): each payload is copied to a place of its own in the
+  // payload area first. Returns how many returned; a trap, of
+  // payloads[returned], in `trap`, and none after it ran. At most
+  // kMostAtOnce of `payloads` run; the rest are not looked at.
+  [[nodiscard]] std::size_t run_each(std::span<const IfuncPayload> payloads, void* target_args,
+                                     const ExposureArena* arena, std::chrono::nanoseconds budget,
+                                     std::optional<ConfinedTrap>& trap) noexcept;
 
  private:
   void change_caller(uint64_t next_caller) noexcept;
+  // The payload area at least `bytes` long (grown, the old one retired);
+  // false if the window has no room.
+  [[nodiscard]] bool fit(std::size_t bytes) noexcept;
 };
 
 // What a trap of window code is, in the terms every confined tier reports.

@@ -7,6 +7,7 @@
 #include <threechains/container.hpp>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstring>
@@ -14,6 +15,11 @@
 
 namespace threechains::detail {
 namespace {
+
+// The most frames of a run the window tier takes into its window at once:
+// the ring's largest grant (ReceiverOptions::max_slots is 64) halved, so
+// that the source has slots to refill while they run.
+constexpr uint32_t kWindowFramesAtOnce = 32;
 
 // The source maps the ring: it reads the credit where we store it, and beside
 // it how many refusals we sent, so that its flush waits for them.
@@ -113,7 +119,7 @@ unsigned Engine::drain(Link& link) {
   const std::size_t available = in.slot_size - kCommitWordSize;
   std::byte* const ring = in.ring->data();
   uint64_t index = (in.expected - 1) % in.slots;  // one division a drain, not one a frame
-  for (uint32_t budget = t.options.dispatch_burst; budget != 0; --budget) {
+  for (uint32_t budget = t.options.dispatch_burst; budget != 0;) {
     std::byte* slot = ring + index * in.slot_size;
     const uint64_t commit = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot))
                                 .load(std::memory_order_acquire);
@@ -141,16 +147,36 @@ unsigned Engine::drain(Link& link) {
     // of its frames after that one runs (the control round closes it).
     bool refused = false;
     std::optional<ConfinedTrap> trap;
-    // A call that is not a direct one (confined code, or a Node's hooks)
-    // runs too many instructions for the CPU to reach the next slot's load
-    // past it, and that load is a miss (the source wrote the line): asked
-    // for now, it arrives while this frame runs. The window tier's shm
-    // rate, same session, A/B: 22.7-23.5 M/s without, 34.0-36.1 M/s with
-    // (docs/performance.md, "The window tier against the checked tier").
-    // A direct call is short enough already (no gain measured).
-    if (run.direct == nullptr && run.entry != nullptr)
-      __builtin_prefetch(ring + (index + 1 == in.slots ? 0 : index + 1) * in.slot_size);
-    if (run.entry != nullptr && run_next(link, run, frame, trap)) [[likely]] {
+    uint32_t took = 1;  // the frames this step consumed
+    bool handled = false;
+    if (run.entry != nullptr) {
+      if (run.windowed) {
+        // To the next quarter's hand-back of credit, so that the source
+        // refills the quarter before while these run, but 8 frames at
+        // least where the ring has 16 or more: the entry costs as much as
+        // a few calls. Runs of 8 were the fastest on a 16-slot ring, of a
+        // quarter (16) on a 64-slot one; of the whole ring, slower (docs/
+        // performance.md, "Runs of frames in one window entry").
+        const uint32_t at_least = std::min<uint32_t>(8, std::max<uint32_t>(in.slots / 2, 1));
+        const uint32_t to_credit = stored_credit ? credit_every - since_credit : budget;
+        took = run_window_frames(link, run, index, std::min(budget, std::max(to_credit, at_least)),
+                                 trap);
+        handled = took != 0;
+      } else {
+        // A call that is not a direct one (confined code, or a Node's
+        // hooks) runs too many instructions for the CPU to reach the next
+        // slot's load past it, and that load is a miss (the source wrote the
+        // line): asked for now, it arrives while this frame runs. The
+        // window tier's shm rate, same session, A/B: 22.7-23.5 M/s without,
+        // 34.0-36.1 M/s with (docs/performance.md, "The window tier against
+        // the checked tier"). A direct call is short enough already (no gain
+        // measured).
+        if (run.direct == nullptr)
+          __builtin_prefetch(ring + (index + 1 == in.slots ? 0 : index + 1) * in.slot_size);
+        handled = run_next(link, run, frame, trap);
+      }
+    }
+    if (handled) [[likely]] {
       if (trap) [[unlikely]] {
         t.running = put_back.outer;
         const CodeRun ran = std::exchange(run, {});  // the code or its key may be refused now
@@ -158,6 +184,7 @@ unsigned Engine::drain(Link& link) {
         refused = !link.misbehaved.empty();
       }
     } else {
+      took = 1;
       t.running = put_back.outer;
       if (!dispatch(link, frame, available)) break;
       run = {};
@@ -165,13 +192,16 @@ unsigned Engine::drain(Link& link) {
       refused = !link.misbehaved.empty();
       index = (in.expected - 1) % in.slots;  // as the old loop would: in step with `expected`
     }
-    ++in.expected;
-    ++dispatched;
-    if (++index == in.slots) index = 0;
-    if (stored_credit && ++since_credit == credit_every && !in.fence_before_credit) {
-      since_credit = 0;
-      store_credit(in);
+    for (uint32_t k = 0; k < took; ++k) {
+      ++in.expected;
+      ++dispatched;
+      if (++index == in.slots) index = 0;
+      if (stored_credit && ++since_credit == credit_every && !in.fence_before_credit) {
+        since_credit = 0;
+        store_credit(in);
+      }
     }
+    budget -= took;
     if (refused) [[unlikely]]
       break;
   }
@@ -214,6 +244,7 @@ Engine::CodeRun Engine::start_run(Link& link, const std::byte* frame,
   run.max_sizes = available - sizeof(FrameHeader);
   run.context = {id, link.rank, link.peer_name.c_str(), link.caller};
   if (entry->confined == nullptr && runtime_hooks_ == nullptr) run.direct = entry->main;
+  run.windowed = t.cache.in_window(*entry);
   return run;
 }
 
@@ -264,6 +295,75 @@ Engine::CodeRun Engine::start_run(Link& link, const std::byte* frame,
     ++t.counted->traps;
   }
   return true;
+}
+
+// run_next's checks, frame by frame, for as many committed frames of the
+// run as there are (up to `most`), then one call into the window for all
+// of them. Each header is read once into locals, as run_next reads it;
+// their payloads are copied into the window before any of them runs.
+uint32_t Engine::run_window_frames(Link& link, const CodeRun& run, uint64_t index, uint32_t most,
+                                   std::optional<ConfinedTrap>& trap) {
+  Target& t = *target_;
+  Inbound& in = link.in;
+  std::array<IfuncPayload, kWindowFramesAtOnce> payloads;
+  most = std::min(most, kWindowFramesAtOnce);
+  uint64_t expected = in.expected;
+  uint32_t count = 0;
+  while (count < most) {
+    std::byte* const slot = in.ring->data() + index * in.slot_size;
+    // drain() read the first one's commit word.
+    if (count != 0 && std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot))
+                              .load(std::memory_order_acquire) != expected)
+      break;
+    const std::byte* const frame = slot + kCommitWordSize;
+    const uint64_t due = run.first | FrameHeader::first_word(0, static_cast<uint32_t>(expected));
+    uint64_t first;
+    uint64_t sizes;
+    CodeId id;
+    std::memcpy(&first, frame, sizeof(first));
+    std::memcpy(&sizes, frame + offsetof(FrameHeader, payload_size), sizeof(sizes));
+    std::memcpy(&id, frame + offsetof(FrameHeader, code_id), sizeof(id));
+    // Every 1024th call is timed, by run_entry.
+    if (first != due || sizes > run.max_sizes || id != run.id ||
+        ((t.sample_tick + 1 + count) & 1023) == 0)
+      break;
+    payloads[count] = {const_cast<std::byte*>(frame) + sizeof(FrameHeader),
+                       static_cast<uint32_t>(sizes)};
+    ++count;
+    ++expected;
+    if (++index == in.slots) index = 0;
+  }
+  if (count == 0) return 0;
+  // The slots after these are most likely committed already (the source
+  // refilled them while the last run ran): their lines, which the source
+  // wrote, are misses, asked for now so they arrive while these run.
+  for (uint32_t k = 0; k < count; ++k) {
+    __builtin_prefetch(in.ring->data() + index * in.slot_size);
+    if (++index == in.slots) index = 0;
+  }
+  t.sample_tick += count;
+  std::size_t returned = 0;
+  if (runtime_hooks_ == nullptr) {  // as run_entry: a plain Receiver sets no hooks
+    returned = t.cache.invoke_each(*run.entry, {payloads.data(), count}, t.options.target_args,
+                                   link.caller, trap);
+  } else {
+    const RuntimeHooks* previous = exchange_runtime_hooks(runtime_hooks_);
+    returned = t.cache.invoke_each(*run.entry, {payloads.data(), count}, t.options.target_args,
+                                   link.caller, trap);
+    exchange_runtime_hooks(previous);
+  }
+  const auto took = static_cast<uint32_t>(returned + (trap ? 1 : 0));
+  for (uint32_t k = 0; k < took; ++k) {
+    t.cache.count_call(run.id);
+    t.counted_bytes += payloads[k].size;
+  }
+  t.counted_calls += took;
+  t.stats.frames_dispatched += took;
+  if (trap) [[unlikely]] {
+    ++t.stats.code_trapped;
+    ++t.counted->traps;
+  }
+  return took;
 }
 
 // Keep in step with run_next, which does the same per call for a run.

@@ -379,11 +379,21 @@ class Engine {
     // Its entry point, where it is called as it is: native code on a plain
     // Receiver (no confinement runner, no Node runtime to switch to).
     IfuncMain direct = nullptr;
+    // Confined code in the window tier: the run's frames that are already
+    // committed are run together (run_window_frames).
+    bool windowed = false;
   };
   [[nodiscard]] CodeRun start_run(Link& link, const std::byte* frame,
                                   std::size_t available) noexcept;
   [[nodiscard]] bool run_next(Link& link, const CodeRun& run, std::byte* frame,
                               std::optional<ConfinedTrap>& trap);
+  // The window tier's run_next: this frame (at `index`, committed) and the
+  // committed ones after it that qualify, at most `most`, copied into the
+  // code's window and run with one way in (JitCache::invoke_each). Returns
+  // how many frames it consumed, the last the trapped one if `trap` is set;
+  // 0 if this frame does not qualify (dispatch() it).
+  [[nodiscard]] uint32_t run_window_frames(Link& link, const CodeRun& run, uint64_t index,
+                                           uint32_t most, std::optional<ConfinedTrap>& trap);
   // A confined (or GPU) ifunc's trap: reported here, told to the source,
   // counted against the code and its key.
   void answer_trap(Link& link, const CachedIfunc& entry, CodeId id, const ConfinedTrap& trap);

@@ -598,6 +598,32 @@ std::optional<ConfinedTrap> JitCache::invoke_confined(const CachedIfunc& ifunc, 
   return impl_->runner.run(ifunc.main, *ifunc.confined, payload, size, target_args);
 }
 
+std::size_t JitCache::invoke_each(const CachedIfunc& ifunc, std::span<const IfuncPayload> payloads,
+                                  void* target_args, uint64_t caller,
+                                  std::optional<ConfinedTrap>& trap) noexcept {
+  trap.reset();
+  confined::WindowedCode* const windowed =
+      ifunc.confined != nullptr ? ifunc.confined->windowed.get() : nullptr;
+  std::size_t returned = 0;
+  if (windowed == nullptr) {
+    for (; returned < payloads.size(); ++returned) {
+      const IfuncPayload& payload = payloads[returned];
+      trap = invoke(ifunc, payload.bytes, payload.size, target_args, caller);
+      if (trap) break;
+    }
+    return returned;
+  }
+  windowed->serve(caller);
+  const confined::ExposureArena* const arena = impl_->arena ? &*impl_->arena : nullptr;
+  while (returned < payloads.size()) {
+    const std::size_t ran = windowed->run_each(payloads.subspan(returned), target_args, arena,
+                                               impl_->runner.options().time_budget, trap);
+    returned += ran;
+    if (trap || ran == 0) break;
+  }
+  return returned;
+}
+
 std::size_t JitCache::committed_bytes(CodeId id) const noexcept {
   const auto it = impl_->confined_codes.find(id);
   if (it == impl_->confined_codes.end()) return 0;
