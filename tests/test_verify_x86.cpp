@@ -1056,4 +1056,55 @@ TEST_CASE("each call of a run has a budget of its own", "[window][verifier]") {
   CHECK(stuck[3].result == 7);
 }
 
+TEST_CASE("a run refused before its first call counts none as returned", "[window][verifier]") {
+  // helper-21: a run refused before the trampoline (a run already active
+  // on the thread here; too little stack likewise) reported all but one of
+  // its calls as returned, so a Receiver dropped those frames unrun.
+  Window window;
+  const HandCode spin = place(window, {0x48, 0xff, 0xcf, 0x75, 0xfb, 0xc3});
+  REQUIRE(spin.verdict.accepted);
+  struct Nested {
+    Window* window;
+    tc::confined::WindowCode code;
+    std::size_t returned = 99;
+    std::optional<tc::confined::WindowTrap> trap;
+    std::vector<tc::confined::WindowCall> calls;
+  } nested{&window, spin.code, 99, std::nullopt, {4, {1, 0, 0, 0xdead}}};
+  REQUIRE_FALSE(tc::confined::run_in_window(
+                    window,
+                    [](void* p) {
+                      auto* n = static_cast<Nested*>(p);
+                      n->trap = tc::confined::run_window_calls(*n->window, n->code, n->calls,
+                                                               n->returned);
+                    },
+                    &nested)
+                    .has_value());
+  REQUIRE(nested.trap.has_value());
+  CHECK(nested.returned == 0);
+  CHECK(nested.calls[0].result == 0xdead);
+}
+
+TEST_CASE("every call of a run starts on a zeroed stack", "[window][verifier]") {
+  // A signal that arrives between two calls of a run (the watchdog's, late
+  // for the call it was sent for) leaves its frame where the next call's
+  // frames go: the trampoline's address, the watch's (helper-21). So the
+  // trampoline zeroes the reachable stack before every call, which this
+  // code sees: subq $64,%rsp; movq 8(%rsp),%rax; movq $0x1234,8(%rsp);
+  // addq $64,%rsp; ret (returns what its slot held, then marks it).
+  Window window;
+  const HandCode marker =
+      place(window, {0x48, 0x83, 0xec, 0x40, 0x48, 0x8b, 0x44, 0x24, 0x08, 0x48, 0xc7, 0x44,
+                     0x24, 0x08, 0x34, 0x12, 0x00, 0x00, 0x48, 0x83, 0xc4, 0x40, 0xc3});
+  INFO(marker.verdict.refusal);
+  REQUIRE(marker.verdict.accepted);
+  std::vector<tc::confined::WindowCall> calls(3, {0, 0, 0, 99});
+  std::size_t returned = 0;
+  REQUIRE_FALSE(tc::confined::run_window_calls(window, marker.code, calls, returned).has_value());
+  REQUIRE(returned == calls.size());
+  for (std::size_t k = 0; k < calls.size(); ++k) {
+    INFO("call " << k);
+    CHECK(calls[k].result == 0);
+  }
+}
+
 #endif

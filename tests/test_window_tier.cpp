@@ -510,3 +510,54 @@ TEST_CASE("window code leaves the host's unwinder alone and nothing of one calle
       CHECK(*count - before != 0x5ec2e75ec2e75ec2ULL);
   }
 }
+
+TEST_CASE("a run of window calls on large payloads runs them all and keeps the payload area small",
+          "[confinement][window]") {
+  if (!kWindowTierHere) {
+    WARN("SKIP: the window tier is x86-64 only");
+    return;
+  }
+  JitCache cache(window_options());
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  const CachedIfunc& loaded = loaded_confined(cache, counter);
+  REQUIRE(cache.in_window(loaded));
+  auto* const count = reinterpret_cast<uint64_t*>(cache.allocate_exposed("count", 8, true).data());
+  // 32 payloads of 32 KiB, each adding its first word: all run, in runs
+  // whose payloads fit 64 KiB (helper-21: one run of 32 grew the area,
+  // which is wiped whole at every change of caller, to 1 MiB).
+  constexpr std::size_t kPayloads = 32;
+  constexpr std::size_t kBytes = 32 * 1024;
+  std::vector<std::vector<uint64_t>> bodies(kPayloads, std::vector<uint64_t>(kBytes / 8));
+  std::vector<IfuncPayload> payloads;
+  uint64_t expected = 0;
+  for (std::size_t k = 0; k < kPayloads; ++k) {
+    bodies[k][0] = k + 1;
+    expected += k + 1;
+    payloads.push_back({bodies[k].data(), kBytes});
+  }
+  std::optional<ConfinedTrap> trap;
+  CHECK(cache.invoke_each(loaded, payloads, count, 1, trap) == kPayloads);
+  CHECK_FALSE(trap.has_value());
+  CHECK(*count == expected);
+  CHECK(cache.committed_bytes(counter.id()) < 256 * 1024);
+  // Small ones, many at once, and a target_args outside exposed memory in
+  // the middle of nothing: every one runs once.
+  std::vector<uint64_t> words(100);
+  std::vector<IfuncPayload> small;
+  for (std::size_t k = 0; k < words.size(); ++k) {
+    words[k] = uint64_t{1} << (k % 50);
+    small.push_back({&words[k], 8});
+  }
+  *count = 0;
+  CHECK(cache.invoke_each(loaded, small, count, 1, trap) == words.size());
+  CHECK_FALSE(trap.has_value());
+  uint64_t sum = 0;
+  for (const uint64_t w : words) sum += w;
+  CHECK(*count == sum);
+  // target_args outside exposed memory: the first call traps, none runs after.
+  uint64_t outside = 0;
+  CHECK(cache.invoke_each(loaded, small, &outside, 1, trap) == 0);
+  REQUIRE(trap.has_value());
+  CHECK(trap->reason == TrapReason::out_of_bounds);
+  CHECK(outside == 0);
+}

@@ -91,13 +91,17 @@ std::size_t WindowedCode::run_each(std::span<const IfuncPayload> payloads, void*
                                    const ExposureArena* arena, std::chrono::nanoseconds budget,
                                    std::optional<ConfinedTrap>& trap) noexcept {
   trap.reset();
-  const std::size_t count = std::min(payloads.size(), kMostAtOnce);
+  std::size_t count = std::min(payloads.size(), kMostAtOnce);
   if (count == 0) return 0;
   // Each payload at a cache line of its own: the first at the area's start,
   // as a single one always was.
   std::size_t largest = 0;
   for (std::size_t k = 0; k < count; ++k) largest = std::max(largest, payloads[k].size);
   const std::size_t stride = std::max<std::size_t>((largest + 63) & ~std::size_t{63}, 64);
+  // Large payloads, fewer at once: the area is wiped whole at every change
+  // of caller and never shrinks, and 32 payloads of 1 MiB would have grown
+  // it to 64 MiB (helper-21).
+  count = std::min(count, std::max<std::size_t>(kMostBytesAtOnce / stride, 1));
   if (!fit(count == 1 ? largest : stride * count)) {
     trap = ConfinedTrap{TrapReason::out_of_bounds, 0};  // the window has no room for them
     return 0;

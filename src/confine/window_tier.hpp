@@ -62,14 +62,18 @@ struct WindowedCode {
   [[nodiscard]] std::optional<ConfinedTrap> run(const void* payload_bytes, std::size_t size,
                                                 void* target_args, const ExposureArena* arena,
                                                 std::chrono::nanoseconds budget) noexcept;
-  // The most payloads run_each takes at once.
+  // The most payloads run_each takes at once, and the most bytes of the
+  // payload area they may take (a larger payload runs alone).
   static constexpr std::size_t kMostAtOnce = 32;
+  static constexpr std::size_t kMostBytesAtOnce = 64 * 1024;
   // Runs one invocation per payload, in order, all for the caller serve()
   // was last given, entering the window once for all of them
   // (run_window_calls): each payload is copied to a place of its own in the
   // payload area first. Returns how many returned; a trap, of
   // payloads[returned], in `trap`, and none after it ran. At most
-  // kMostAtOnce of `payloads` run; the rest are not looked at.
+  // kMostAtOnce of `payloads` run, and fewer where they would take more
+  // than kMostBytesAtOnce; the rest are not looked at (returned is less
+  // than their number, and no trap).
   [[nodiscard]] std::size_t run_each(std::span<const IfuncPayload> payloads, void* target_args,
                                      const ExposureArena* arena, std::chrono::nanoseconds budget,
                                      std::optional<ConfinedTrap>& trap) noexcept;

@@ -54,9 +54,12 @@ extern "C" [[gnu::visibility("hidden")]] const unsigned char threechains_window_
 // threechains_window_resume (threechains_window_run_resume) with. A run
 // keeps the host's registers and clears its values once, before the first
 // call; between calls only the trampoline's own (where the calls and the
-// watch lie). Its frame, above the code's, where the verifier lets the code
-// neither read nor write: the entry, the next call (kNextCallInFrame: the
-// trap handler reads it there), the end, the watch, a pad. A run of one
+// watch lie); it zeroes the reachable stack before every call (a signal
+// that arrives between two calls, the watchdog's among them, leaves its
+// frame there: the trampoline's address, the watch's; helper-21). Its
+// frame, above the code's, where the verifier lets the code neither read
+// nor write: the entry, the next call (kNextCallInFrame: the trap handler
+// reads it there), the end, the watch, the stack bytes. A run of one
 // costs about 1 ns more than the single way in (threechains-bench-window),
 // which one call (JitCache::invoke) keeps.
 extern "C" uint64_t threechains_call_window_code(uint64_t entry, uint64_t stack_bytes, uint64_t a0,
@@ -243,12 +246,12 @@ threechains_run_window_calls:
   movq %rdx, 8(%rsp)
   movq %rcx, 16(%rsp)
   movq %r8, 24(%rsp)
+  movq %rsi, 32(%rsp)
   testq %r9, %r9
   jz 0f
   movq %rsp, (%r9)
 0:
-  leaq -8(%rsp), %rdi
-  threechains_zero_stack
+  xorl %eax, %eax
   xorl %ecx, %ecx
   xorl %edx, %edx
   xorl %esi, %esi
@@ -268,6 +271,10 @@ threechains_run_window_calls:
   movq 8(%rsp), %rax
   cmpq 16(%rsp), %rax
   jae 3f
+  leaq -8(%rsp), %rdi
+  movq 32(%rsp), %rsi
+  threechains_zero_stack
+  movq 8(%rsp), %rax
   movq (%rax), %rdi
   movq 8(%rax), %rsi
   movq 16(%rax), %rdx
@@ -305,8 +312,9 @@ threechains_window_run_resume:
 // code adds to every offset and never writes (confine/verify_aarch64.hpp);
 // every other general register but the arguments and every vector register
 // is cleared (in a run once, before the first call; between calls only the
-// trampoline's own, x9-x11). A run's entry, next call, end and watch lie
-// above the code's frames, at [sp, #160]. SVE's and SME's state beyond the
+// trampoline's own, x9-x11; the reachable stack before each call). A
+// run's entry, next call, end, watch and stack bytes lie above the code's
+// frames, at [sp, #160]. SVE's and SME's state beyond the
 // vector registers' low 128 bits is not cleared: the verifier accepts no
 // instruction that reads it.
 extern "C" uint64_t threechains_call_window_code(uint64_t entry, uint64_t stack_bytes, uint64_t a0,
@@ -464,14 +472,14 @@ threechains_window_resume:
   .type threechains_run_window_calls, %function
 threechains_run_window_calls:
   .cfi_startproc
-  threechains_save_host 192
+  threechains_save_host 208
   stp x0, x2, [sp, #160]
   stp x3, x4, [sp, #176]
+  str x1, [sp, #192]
   cbz x5, 0f
   mov x9, sp
   str x9, [x5]
 0:
-  threechains_zero_stack
   mov x21, x6
   mov x0, xzr
   mov x1, xzr
@@ -507,6 +515,9 @@ threechains_run_window_calls:
   ldp x9, x10, [sp, #168]
   cmp x9, x10
   b.hs 3f
+  ldr x1, [sp, #192]
+  threechains_zero_stack
+  ldr x9, [sp, #168]
   ldp x0, x1, [x9]
   ldr x2, [x9, #16]
   add x9, x9, #32
@@ -530,7 +541,7 @@ threechains_run_window_calls:
   .globl threechains_window_run_resume
   .hidden threechains_window_run_resume
 threechains_window_run_resume:
-  threechains_restore_host 192
+  threechains_restore_host 208
   .cfi_endproc
   .size threechains_run_window_calls, .-threechains_run_window_calls
 )");
@@ -916,17 +927,17 @@ template <typename Enter>
 std::optional<WindowTrap> run_window_calls(const Window& window, const WindowCode& code,
                                            std::span<WindowCall> calls, std::size_t& returned,
                                            std::chrono::nanoseconds budget) noexcept {
+  // None, unless the trampoline ran: a run refused before it (too little
+  // stack, a run already active) made no call (helper-21: counting from
+  // the end then reported all but one as returned).
   returned = 0;
   if (calls.empty()) return std::nullopt;
-  const WindowCall* next = calls.data() + calls.size();
-  const std::optional<WindowTrap> trap =
-      run_watched(window, code, budget, true, [&](ActiveRun& run, Watch* watch) {
-        enter_window_calls(code, calls, watch, &run.resume_stack, window);
-        if (run.trapped) next = run.next_call;
-      });
-  // On a trap the trampoline had moved past the call it was making.
-  returned = static_cast<std::size_t>(next - calls.data()) - (trap ? 1 : 0);
-  return trap;
+  return run_watched(window, code, budget, true, [&](ActiveRun& run, Watch* watch) {
+    enter_window_calls(code, calls, watch, &run.resume_stack, window);
+    // On a trap the trampoline had moved past the call it was making.
+    returned =
+        run.trapped ? static_cast<std::size_t>(run.next_call - calls.data()) - 1 : calls.size();
+  });
 }
 
 std::optional<WindowTrap> run_window_code(const Window& window, const WindowCode& code,

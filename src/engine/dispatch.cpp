@@ -157,10 +157,15 @@ unsigned Engine::drain(Link& link) {
         // a few calls. Runs of 8 were the fastest on a 16-slot ring, of a
         // quarter (16) on a 64-slot one; of the whole ring, slower (docs/
         // performance.md, "Runs of frames in one window entry").
+        // Never more than the ring holds (a source rewriting a slot between
+        // two header reads would otherwise alias two frames), and
+        // since_credit passes credit_every where credit waits for a fence
+        // (helper-21).
         const uint32_t at_least = std::min<uint32_t>(8, std::max<uint32_t>(in.slots / 2, 1));
-        const uint32_t to_credit = stored_credit ? credit_every - since_credit : budget;
-        took = run_window_frames(link, run, index, std::min(budget, std::max(to_credit, at_least)),
-                                 trap);
+        const uint32_t to_credit =
+            stored_credit && since_credit < credit_every ? credit_every - since_credit : budget;
+        took = run_window_frames(link, run, index,
+                                 std::min({budget, std::max(to_credit, at_least), in.slots}), trap);
         handled = took != 0;
       } else {
         // A call that is not a direct one (confined code, or a Node's
