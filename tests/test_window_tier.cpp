@@ -536,7 +536,7 @@ TEST_CASE("a run of window calls on large payloads runs them all and keeps the p
     payloads.push_back({bodies[k].data(), kBytes});
   }
   std::optional<ConfinedTrap> trap;
-  CHECK(cache.invoke_each(loaded, payloads, count, 1, trap) == kPayloads);
+  CHECK(cache.invoke_each(loaded, payloads, count, trap, 1) == kPayloads);
   CHECK_FALSE(trap.has_value());
   CHECK(*count == expected);
   CHECK(cache.committed_bytes(counter.id()) < 256 * 1024);
@@ -549,14 +549,25 @@ TEST_CASE("a run of window calls on large payloads runs them all and keeps the p
     small.push_back({&words[k], 8});
   }
   *count = 0;
-  CHECK(cache.invoke_each(loaded, small, count, 1, trap) == words.size());
+  CHECK(cache.invoke_each(loaded, small, count, trap, 1) == words.size());
   CHECK_FALSE(trap.has_value());
   uint64_t sum = 0;
   for (const uint64_t w : words) sum += w;
   CHECK(*count == sum);
+  // Small ones around a large one: every one runs once (a run ends before
+  // the large one, which runs alone).
+  std::vector<IfuncPayload> mixed(small.begin(), small.begin() + 10);
+  mixed.push_back({bodies[4].data(), kBytes});
+  mixed.insert(mixed.end(), small.begin() + 10, small.begin() + 20);
+  uint64_t mixed_sum = bodies[4][0];
+  for (std::size_t k = 0; k < 20; ++k) mixed_sum += words[k];
+  *count = 0;
+  CHECK(cache.invoke_each(loaded, mixed, count, trap, 1) == mixed.size());
+  CHECK_FALSE(trap.has_value());
+  CHECK(*count == mixed_sum);
   // target_args outside exposed memory: the first call traps, none runs after.
   uint64_t outside = 0;
-  CHECK(cache.invoke_each(loaded, small, &outside, 1, trap) == 0);
+  CHECK(cache.invoke_each(loaded, small, &outside, trap, 1) == 0);
   REQUIRE(trap.has_value());
   CHECK(trap->reason == TrapReason::out_of_bounds);
   CHECK(outside == 0);

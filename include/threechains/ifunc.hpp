@@ -17,12 +17,10 @@ namespace threechains {
 // The C ABI of an ifunc's entry point, <name>_main.
 using IfuncMain = void (*)(void* payload, std::size_t payload_size, void* target_args);
 
-// One payload an ifunc is to run on (JitCache::invoke_each). No default
-// member values: an array of them on a hot path is left unwritten until
-// filled, not zeroed first.
+// One payload an ifunc is to run on (JitCache::invoke_each).
 struct IfuncPayload {
-  void* bytes;
-  std::size_t size;
+  void* bytes = nullptr;
+  std::size_t size = 0;
 };
 
 class Ifunc {

@@ -146,15 +146,16 @@ class JitCache {
     return invoke_confined(ifunc, payload, size, target_args, caller);
   }
   // Runs a cached ifunc on each of `payloads`, in order, for one caller:
-  // what invoke() on each would do, where confined code in the window tier
-  // enters its window once for a run of them (the host's registers kept
-  // and its values cleared once, not per call; each call still under its
-  // own time budget). Returns how many returned; a trap stops it at
-  // payloads[returned], in `trap`, and none after that one runs.
+  // what invoke() on each would do, in fewer steps where the code runs in
+  // the window tier (one way into the window for several of them; each
+  // call still under its own time budget). Returns payloads.size() unless
+  // `trap` is set; then how many returned before payloads[returned]
+  // trapped, and none after it ran. A trap with none returned may also be
+  // a refusal before any call (too little stack on this thread).
   [[nodiscard]] std::size_t invoke_each(const CachedIfunc& ifunc,
                                         std::span<const IfuncPayload> payloads, void* target_args,
-                                        uint64_t caller,
-                                        std::optional<ConfinedTrap>& trap) noexcept;
+                                        std::optional<ConfinedTrap>& trap,
+                                        uint64_t caller = 0) noexcept;
   // Memory confined code loaded as `id` holds beyond its container: its
   // globals and the copy of their initial values (0 if not confined); for
   // the window tier, also its payload area, which grows with the largest

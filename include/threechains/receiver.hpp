@@ -127,6 +127,9 @@ struct ReceiverStats {
   uint64_t peers_refused = 0;       // did not prove a trusted key, or over a limit: no ring
   uint64_t code_refused = 0;        // loads refused: signature, imports, size
   uint64_t code_trapped = 0;        // confined invocations stopped for breaking a rule
+  // Frames of window-tier code run several to one way into the window (a
+  // run of one ring's frames; the rest of frames_dispatched ran one by one).
+  uint64_t frames_in_window_runs = 0;
   uint64_t evictions = 0;           // ifuncs evicted from the cache under its limits
   uint64_t promotions = 0;          // tiered ifuncs switched to code compiled for this CPU
   uint64_t promotion_failures = 0;  // tier-1 compiles or links that failed (tier 0 runs on)

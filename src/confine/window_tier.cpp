@@ -24,6 +24,11 @@ void copy_payload(std::byte* to, const std::byte* from, std::size_t size) noexce
     for (std::size_t k = 0; k < size; ++k) to[k] = from[k];
   }
 }
+
+// A payload's place in a run: whole cache lines, one at least.
+constexpr std::size_t round_up_line(std::size_t bytes) noexcept {
+  return std::max<std::size_t>((bytes + 63) & ~std::size_t{63}, 64);
+}
 }  // namespace
 
 void WindowedCode::remember_initial_data() {
@@ -67,7 +72,7 @@ std::optional<ConfinedTrap> WindowedCode::run(const void* payload_bytes, std::si
                                               void* target_args, const ExposureArena* arena,
                                               std::chrono::nanoseconds budget) noexcept {
   // One call: the way in for one (run_window_code), cheaper than a run of
-  // one by about 1 ns (threechains-bench-confine).
+  // one by about 1 ns (threechains-bench-window).
   if (!fit(size)) return ConfinedTrap{TrapReason::out_of_bounds, 0};  // the window has no room
   std::byte* const to = payload->data();
   copy_payload(to, static_cast<const std::byte*>(payload_bytes), size);
@@ -93,15 +98,22 @@ std::size_t WindowedCode::run_each(std::span<const IfuncPayload> payloads, void*
   trap.reset();
   std::size_t count = std::min(payloads.size(), kMostAtOnce);
   if (count == 0) return 0;
-  // Each payload at a cache line of its own: the first at the area's start,
-  // as a single one always was.
-  std::size_t largest = 0;
-  for (std::size_t k = 0; k < count; ++k) largest = std::max(largest, payloads[k].size);
-  const std::size_t stride = std::max<std::size_t>((largest + 63) & ~std::size_t{63}, 64);
-  // Large payloads, fewer at once: the area is wiped whole at every change
-  // of caller and never shrinks, and 32 payloads of 1 MiB would have grown
-  // it to 64 MiB (helper-21).
-  count = std::min(count, std::max<std::size_t>(kMostBytesAtOnce / stride, 1));
+  // Each payload at a cache line of its own, the first at the area's
+  // start, as a single one always was; as many as fit kMostBytesAtOnce (a
+  // larger payload runs alone): the area is wiped whole at every change of
+  // caller and never shrinks, and 32 payloads of 1 MiB had grown it to
+  // 64 MiB (helper-21). A large one ends the run before it, so small ones
+  // before it still run together.
+  std::size_t largest = payloads[0].size;
+  std::size_t stride = round_up_line(largest);
+  std::size_t fitting = 1;
+  for (; fitting < count; ++fitting) {
+    const std::size_t wider = std::max(largest, payloads[fitting].size);
+    if ((fitting + 1) * round_up_line(wider) > kMostBytesAtOnce) break;
+    largest = wider;
+    stride = round_up_line(wider);
+  }
+  count = fitting;
   if (!fit(count == 1 ? largest : stride * count)) {
     trap = ConfinedTrap{TrapReason::out_of_bounds, 0};  // the window has no room for them
     return 0;

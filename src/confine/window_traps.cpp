@@ -30,10 +30,10 @@
 // ~10 ns a call for a few bytes), and every general register but the
 // arguments and the entry is cleared, and every vector and mask register,
 // so the code starts with nothing of the host's (nor of the peer whose
-// payload the host handled last). Six pushes and three words of the
-// trampoline's own (the entry, the batch, a pad) keep %rsp 16-byte aligned
-// at each call, and lie above the code's frames, where the verifier lets
-// it neither read nor write.
+// payload the host handled last). Six pushes and the trampoline's own
+// words (a pad for one call; five for a run) keep %rsp 16-byte aligned at
+// each call, and lie above the code's frames, where the verifier lets it
+// neither read nor write.
 // Which vector registers the trampoline clears: 0 the SSE ones, 1 all of
 // AVX's, 2 AVX-512's too (%zmm16-31, the mask registers). Each by a VEX or
 // EVEX xor of its low 128 bits, which zeroes the rest, a zeroing idiom the
@@ -90,7 +90,7 @@ asm(R"(
   .cfi_rel_offset %r15, 0
   .endm
 
-  .macro threechains_restore_host
+  .macro threechains_restore_host_and_return
   popq %r15
   .cfi_adjust_cfa_offset -8
   popq %r14
@@ -229,7 +229,7 @@ threechains_call_window_code:
 threechains_window_resume:
   addq $8, %rsp
   .cfi_adjust_cfa_offset -8
-  threechains_restore_host
+  threechains_restore_host_and_return
   .cfi_endproc
   .size threechains_call_window_code, .-threechains_call_window_code
 
@@ -300,7 +300,7 @@ threechains_run_window_calls:
 threechains_window_run_resume:
   addq $40, %rsp
   .cfi_adjust_cfa_offset -40
-  threechains_restore_host
+  threechains_restore_host_and_return
   .cfi_endproc
   .size threechains_run_window_calls, .-threechains_run_window_calls
 )");
@@ -352,7 +352,7 @@ asm(R"(
   .cfi_offset x28, -\frame+88
   .endm
 
-  .macro threechains_restore_host frame
+  .macro threechains_restore_host_and_return frame
   ldp d14, d15, [sp, #144]
   ldp d12, d13, [sp, #128]
   ldp d10, d11, [sp, #112]
@@ -462,7 +462,7 @@ threechains_call_window_code:
   .globl threechains_window_resume
   .hidden threechains_window_resume
 threechains_window_resume:
-  threechains_restore_host 160
+  threechains_restore_host_and_return 160
   .cfi_endproc
   .size threechains_call_window_code, .-threechains_call_window_code
 
@@ -541,7 +541,7 @@ threechains_run_window_calls:
   .globl threechains_window_run_resume
   .hidden threechains_window_run_resume
 threechains_window_run_resume:
-  threechains_restore_host 208
+  threechains_restore_host_and_return 208
   .cfi_endproc
   .size threechains_run_window_calls, .-threechains_run_window_calls
 )");
@@ -560,7 +560,8 @@ constexpr uintptr_t kNextCallInFrame = 8;
 
 struct ActiveRun {
   const Window* window;
-  // run_window_code's: %rsp at the trampoline's call, where a trap resumes
+  // run_window_code's and run_window_calls': %rsp at the trampoline's
+  // call, where a trap resumes
   // (0 for run_in_window, whose traps jump back through `jump`), and
   // whether one did.
   uintptr_t resume_stack = 0;
@@ -747,9 +748,11 @@ static_assert(offsetof(Watch, running) == 0 && offsetof(Watch, serial) == 24 &&
                                calls.data(), calls.data() + calls.size(), watch, resume_stack,
                                window.base());
 #else
+  (void)code;
+  (void)calls;
   (void)watch;
-  for (WindowCall& call : calls)
-    call.result = enter_window_code(code, call.a0, call.a1, call.a2, resume_stack, window);
+  (void)resume_stack;
+  (void)window;  // no window tier here: run_window_calls is not built
 #endif
 }
 
@@ -762,8 +765,8 @@ static_assert(offsetof(Watch, running) == 0 && offsetof(Watch, serial) == 24 &&
   abandon_run(*run, WindowTrap{0, false, WindowFault::stack});
 }
 
-// run_window_code's trap: the code's call returns, at the trampoline's
-// resume point with the stack it had there; returning from the handler
+// A trap of run_window_code or run_window_calls: the code's call returns,
+// at its trampoline's resume point with the stack it had there; returning from the handler
 // lets the kernel put back the signal mask and the floating-point state of
 // the code that was stopped, so nothing is left as the handler had it.
 void resume_after(ActiveRun& run, const WindowTrap& trap, void* context) noexcept {

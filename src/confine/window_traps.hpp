@@ -120,14 +120,19 @@ struct WindowCall {
 };
 
 // Runs `code` once for each of `calls`, in order, with one way in: the
-// host's registers kept, its values cleared and the reachable stack zeroed
-// once, before the first, as run_window_code does for one. Between two
-// calls nothing is cleared: what one call left in the registers and on its
-// stack the next may read, so every call of one run must be for the same
-// caller (window_tier.hpp: one peer's frames). Each call runs under its own
-// `budget` (a fresh invocation for the watchdog). Returns nullopt when all
-// returned; else the trap of calls[returned], and none after it ran.
-// `returned` counts the calls that returned either way.
+// host's registers kept, and its values cleared once, before the first, as
+// run_window_code does for one. Between two calls only the trampoline's
+// own registers are cleared: what one call left in the others the next may
+// read, so every call of one run must be for the same caller (the caller
+// guarantees it: WindowedCode::run_each, after serve(), with one peer's
+// frames). The reachable stack is zeroed before every call (a signal that
+// arrived between two would have left host addresses there). Each call
+// runs under its own `budget` (a fresh invocation for the watchdog).
+// Returns nullopt when all returned (`returned` == calls.size()); else the
+// trap that ended the run with `returned` calls made: of calls[returned],
+// or, when `returned` is 0, possibly a refusal before any call (too little
+// stack: WindowFault::stack; a run already active: offset INT64_MIN).
+// None after calls[returned] ran.
 [[nodiscard]] std::optional<WindowTrap> run_window_calls(
     const Window& window, const WindowCode& code, std::span<WindowCall> calls,
     std::size_t& returned, std::chrono::nanoseconds budget = {}) noexcept;

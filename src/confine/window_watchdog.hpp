@@ -3,8 +3,12 @@
 // keeps it to plain computation, so nothing in it looks at a clock. A
 // watchdog thread looks instead. Each thread that runs window code under a
 // budget has a Watch: the serial of the invocation under way (0 between
-// invocations), written by that thread around each call; two relaxed
-// stores, no clock, no fence on the hot path. Every quarter budget the
+// runs), written by that thread around each call; two relaxed stores, no
+// clock, no fence on the hot path. In a run of calls (run_window_calls)
+// the trampoline writes a fresh serial before each call, and between two
+// calls the last one's stays: a look that falls there sees a call that
+// has just returned, and the handler, finding the thread outside window
+// code, stops nothing. Every quarter budget the
 // watchdog reads each Watch; an invocation it sees under way at two looks a
 // budget apart has run longer than its budget, and the watchdog names it in
 // `stop` and signals the thread (kWatchdogSignal, by pthread_kill). The

@@ -1,6 +1,7 @@
 // Engine, target side: frames out of the rings (or Active Messages) to the
 // ifuncs they call, and credits back to the sources. Loading code a frame
 // needs is in code_loading.cpp, what traps cost in traps.cpp.
+#include "confine/window_tier.hpp"
 #include "engine/engine.hpp"
 #include "gpu/gpu_service.hpp"
 
@@ -16,10 +17,13 @@
 namespace threechains::detail {
 namespace {
 
-// The most frames of a run the window tier takes into its window at once:
-// the ring's largest grant (ReceiverOptions::max_slots is 64) halved, so
-// that the source has slots to refill while they run.
+// The most frames of a run the window tier takes into its window at once
+// (WindowedCode::kMostAtOnce: what one way in takes), and the fewest it
+// waits for before the next hand-back of credit where the ring holds twice
+// as many (docs/performance.md, "Runs of frames in one window entry").
 constexpr uint32_t kWindowFramesAtOnce = 32;
+constexpr uint32_t kWindowRunAtLeast = 8;
+static_assert(kWindowFramesAtOnce == confined::WindowedCode::kMostAtOnce);
 
 // The source maps the ring: it reads the credit where we store it, and beside
 // it how many refusals we sent, so that its flush waits for them.
@@ -152,16 +156,17 @@ unsigned Engine::drain(Link& link) {
     if (run.entry != nullptr) {
       if (run.windowed) {
         // To the next quarter's hand-back of credit, so that the source
-        // refills the quarter before while these run, but 8 frames at
-        // least where the ring has 16 or more: the entry costs as much as
-        // a few calls. Runs of 8 were the fastest on a 16-slot ring, of a
-        // quarter (16) on a 64-slot one; of the whole ring, slower (docs/
-        // performance.md, "Runs of frames in one window entry").
-        // Never more than the ring holds (a source rewriting a slot between
-        // two header reads would otherwise alias two frames), and
-        // since_credit passes credit_every where credit waits for a fence
-        // (helper-21).
-        const uint32_t at_least = std::min<uint32_t>(8, std::max<uint32_t>(in.slots / 2, 1));
+        // refills the quarter before while these run, but kWindowRunAtLeast
+        // frames at least (half the ring, on rings under 16 slots): the
+        // entry costs as much as a few calls. Runs of 8 were the fastest on
+        // a 16-slot ring, of a quarter (16) on a 64-slot one; of the whole
+        // ring, slower (docs/performance.md, "Runs of frames in one window
+        // entry"). Never more than the ring holds (a source rewriting a
+        // slot between two header reads would alias two frames). A trap's
+        // refusal may set fence_before_credit mid-drain, after which
+        // since_credit passes credit_every unreset (helper-21).
+        const uint32_t at_least =
+            std::min<uint32_t>(kWindowRunAtLeast, std::max<uint32_t>(in.slots / 2, 1));
         const uint32_t to_credit =
             stored_credit && since_credit < credit_every ? credit_every - since_credit : budget;
         took = run_window_frames(link, run, index,
@@ -253,17 +258,14 @@ Engine::CodeRun Engine::start_run(Link& link, const std::byte* frame,
   return run;
 }
 
-// Inlined into drain(): a run's frames are its hottest path. What it does
-// per call is run_entry's, less what holds for the run; a check added to one
-// belongs in the other.
-[[gnu::always_inline]] inline bool Engine::run_next(Link& link, const CodeRun& run,
-                                                    std::byte* frame,
-                                                    std::optional<ConfinedTrap>& trap) {
-  Target& t = *target_;
+[[gnu::always_inline]] inline bool Engine::continues_run(const CodeRun& run, const std::byte* frame,
+                                                         uint64_t sequence, uint64_t tick,
+                                                         uint32_t& payload_size) noexcept {
   // The first word: magic, version and codec as checked when the run began,
   // and this frame's sequence. The sizes' word: a payload within the slot
-  // and no code (code_size, its high half, 0).
-  const uint64_t due = run.first | FrameHeader::first_word(0, static_cast<uint32_t>(link.in.expected));
+  // and no code (code_size, its high half, 0). Each read once, into locals:
+  // the peer may rewrite its slot.
+  const uint64_t due = run.first | FrameHeader::first_word(0, static_cast<uint32_t>(sequence));
   uint64_t first;
   uint64_t sizes;
   CodeId id;
@@ -271,10 +273,24 @@ Engine::CodeRun Engine::start_run(Link& link, const std::byte* frame,
   std::memcpy(&sizes, frame + offsetof(FrameHeader, payload_size), sizeof(sizes));
   std::memcpy(&id, frame + offsetof(FrameHeader, code_id), sizeof(id));
   // Every 1024th call is timed, by run_entry.
-  if (first != due || sizes > run.max_sizes || id != run.id || ((t.sample_tick + 1) & 1023) == 0)
+  if (first != due || sizes > run.max_sizes || id != run.id || ((tick + 1) & 1023) == 0)
       [[unlikely]]
     return false;
-  const auto payload_size = static_cast<uint32_t>(sizes);
+  payload_size = static_cast<uint32_t>(sizes);
+  return true;
+}
+
+// Inlined into drain(): a run's frames are its hottest path. What it does
+// per call is run_entry's, less what holds for the run; a check added to one
+// belongs in the other.
+[[gnu::always_inline]] inline bool Engine::run_next(Link& link, const CodeRun& run,
+                                                    std::byte* frame,
+                                                    std::optional<ConfinedTrap>& trap) {
+  Target& t = *target_;
+  uint32_t payload_size = 0;
+  if (!continues_run(run, frame, link.in.expected, t.sample_tick, payload_size)) [[unlikely]]
+    return false;
+  const CodeId id = run.id;
   ++t.sample_tick;
   t.cache.count_call(id);
   ++t.counted_calls;
@@ -310,7 +326,7 @@ uint32_t Engine::run_window_frames(Link& link, const CodeRun& run, uint64_t inde
                                    std::optional<ConfinedTrap>& trap) {
   Target& t = *target_;
   Inbound& in = link.in;
-  std::array<IfuncPayload, kWindowFramesAtOnce> payloads;
+  std::array<IfuncPayload, kWindowFramesAtOnce>& payloads = t.window_run;
   most = std::min(most, kWindowFramesAtOnce);
   uint64_t expected = in.expected;
   uint32_t count = 0;
@@ -320,20 +336,10 @@ uint32_t Engine::run_window_frames(Link& link, const CodeRun& run, uint64_t inde
     if (count != 0 && std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot))
                               .load(std::memory_order_acquire) != expected)
       break;
-    const std::byte* const frame = slot + kCommitWordSize;
-    const uint64_t due = run.first | FrameHeader::first_word(0, static_cast<uint32_t>(expected));
-    uint64_t first;
-    uint64_t sizes;
-    CodeId id;
-    std::memcpy(&first, frame, sizeof(first));
-    std::memcpy(&sizes, frame + offsetof(FrameHeader, payload_size), sizeof(sizes));
-    std::memcpy(&id, frame + offsetof(FrameHeader, code_id), sizeof(id));
-    // Every 1024th call is timed, by run_entry.
-    if (first != due || sizes > run.max_sizes || id != run.id ||
-        ((t.sample_tick + 1 + count) & 1023) == 0)
-      break;
-    payloads[count] = {const_cast<std::byte*>(frame) + sizeof(FrameHeader),
-                       static_cast<uint32_t>(sizes)};
+    std::byte* const frame = slot + kCommitWordSize;
+    uint32_t payload_size = 0;
+    if (!continues_run(run, frame, expected, t.sample_tick + count, payload_size)) break;
+    payloads[count] = {frame + sizeof(FrameHeader), payload_size};
     ++count;
     ++expected;
     if (++index == in.slots) index = 0;
@@ -346,24 +352,28 @@ uint32_t Engine::run_window_frames(Link& link, const CodeRun& run, uint64_t inde
     __builtin_prefetch(in.ring->data() + index * in.slot_size);
     if (++index == in.slots) index = 0;
   }
-  t.sample_tick += count;
   std::size_t returned = 0;
   if (runtime_hooks_ == nullptr) {  // as run_entry: a plain Receiver sets no hooks
     returned = t.cache.invoke_each(*run.entry, {payloads.data(), count}, t.options.target_args,
-                                   link.caller, trap);
+                                   trap, link.caller);
   } else {
     const RuntimeHooks* previous = exchange_runtime_hooks(runtime_hooks_);
     returned = t.cache.invoke_each(*run.entry, {payloads.data(), count}, t.options.target_args,
-                                   link.caller, trap);
+                                   trap, link.caller);
     exchange_runtime_hooks(previous);
   }
+  // Consumed: those that returned and the one that trapped (a trap with
+  // none returned may be a refusal before any call: too little stack).
+  // Those after it are dispatched again, and ticked then.
   const auto took = static_cast<uint32_t>(returned + (trap ? 1 : 0));
+  t.sample_tick += took;
   for (uint32_t k = 0; k < took; ++k) {
     t.cache.count_call(run.id);
     t.counted_bytes += payloads[k].size;
   }
   t.counted_calls += took;
   t.stats.frames_dispatched += took;
+  t.stats.frames_in_window_runs += took;
   if (trap) [[unlikely]] {
     ++t.stats.code_trapped;
     ++t.counted->traps;

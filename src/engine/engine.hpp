@@ -32,6 +32,7 @@
 
 #include <pthread.h>
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -160,6 +161,9 @@ struct Target {
     std::byte bytes[16];
   };
   std::vector<ScratchBlock> scratch;  // AM delivery: realigned frames
+  // run_window_frames': the payloads of a run, kept here so that no run
+  // zeroes an array of them on the stack first (1 KiB `rep stos` a run).
+  std::array<IfuncPayload, 32> window_run{};
   Listener listener;  // last: destroyed first, so no connection arrives mid-teardown
 };
 
@@ -394,6 +398,14 @@ class Engine {
   // 0 if this frame does not qualify (dispatch() it).
   [[nodiscard]] uint32_t run_window_frames(Link& link, const CodeRun& run, uint64_t index,
                                            uint32_t most, std::optional<ConfinedTrap>& trap);
+  // Whether `frame`, due as number `sequence`, continues `run` (its header
+  // as the run's first had it, a payload within the slot, no code) and is
+  // not the one call in 1024 that run_entry times (`tick`: calls counted
+  // before it); its payload's size in `payload_size`. run_next's and
+  // run_window_frames' one check: a check added here holds for both.
+  [[nodiscard]] static bool continues_run(const CodeRun& run, const std::byte* frame,
+                                          uint64_t sequence, uint64_t tick,
+                                          uint32_t& payload_size) noexcept;
   // A confined (or GPU) ifunc's trap: reported here, told to the source,
   // counted against the code and its key.
   void answer_trap(Link& link, const CachedIfunc& entry, CodeId id, const ConfinedTrap& trap);

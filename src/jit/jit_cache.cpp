@@ -599,8 +599,8 @@ std::optional<ConfinedTrap> JitCache::invoke_confined(const CachedIfunc& ifunc, 
 }
 
 std::size_t JitCache::invoke_each(const CachedIfunc& ifunc, std::span<const IfuncPayload> payloads,
-                                  void* target_args, uint64_t caller,
-                                  std::optional<ConfinedTrap>& trap) noexcept {
+                                  void* target_args, std::optional<ConfinedTrap>& trap,
+                                  uint64_t caller) noexcept {
   trap.reset();
   confined::WindowedCode* const windowed =
       ifunc.confined != nullptr ? ifunc.confined->windowed.get() : nullptr;
