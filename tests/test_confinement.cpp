@@ -323,25 +323,20 @@ enum WindowCommand : uint64_t {
   window_far_store,
 };
 
-}  // namespace
-
-TEMPLATE_TEST_CASE("window-tier code from a confined signer cannot reach the target, outlast "
-                   "its budget or stop it serving",
-                   "[confinement][trust][ucx]", Shm, Tcp) {
-#if !defined(__x86_64__)
-  WARN("SKIP: the window tier is x86-64 only");
-  return;
-#endif
+// A Receiver in a child that trusts test_identity() as a confined signer
+// and runs its code in the window tier (a 20 ms budget), with a counter
+// exposed to window code as its target_args; when its source closes, what
+// the counter, the window_escape code, its stats and the canary show.
+ChildTarget<WindowResult> window_target(Transport transport) {
   ReceiverOptions options;
   const PublicKey key = test_identity().public_key();
   options.trust = Trust().allow_peer(key).allow_code_signer(key);
   options.jit.confinement.time_budget = std::chrono::milliseconds(20);
   options.jit.confinement.window_tier = true;
-  ChildTarget<WindowResult> target(
-      TestType::transport,
+  return ChildTarget<WindowResult>(
+      transport,
       [](ChildContext& context) {
         g_canary.fill(kCanaryWord);
-        // Its counter where window code can reach it.
         auto* const counter = reinterpret_cast<uint64_t*>(
             context.receiver.cache().allocate_exposed("counter", 8, true).data());
         context.receiver.set_target_args(counter, 8);
@@ -352,12 +347,26 @@ TEMPLATE_TEST_CASE("window-tier code from a confined signer cannot reach the tar
         const CachedIfunc* const loaded = context.receiver.cache().find_ifunc(escape.id());
         result.in_window = loaded != nullptr && context.receiver.cache().in_window(*loaded);
         result.trapped = context.receiver.stats().code_trapped;
+        result.in_runs = context.receiver.stats().frames_in_window_runs;
         result.canary_intact = std::all_of(g_canary.begin(), g_canary.end(),
                                            [](uint64_t w) { return w == kCanaryWord; });
         context.first_error(result.first_error);
         return result;
       },
       std::move(options));
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE(
+    "window-tier code from a confined signer cannot reach the target, outlast "
+    "its budget or stop it serving",
+    "[confinement][trust][ucx]", Shm, Tcp) {
+#if !defined(__x86_64__)
+  WARN("SKIP: the window tier is x86-64 only");
+  return;
+#endif
+  ChildTarget<WindowResult> target = window_target(TestType::transport);
   const Ifunc escape = Ifunc::load(TC_WINDOW_ESCAPE);
   TestSource source(TestType::transport, target.port(), options_for<TestType>());
   const uint64_t canary = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(g_canary.data()));
@@ -413,29 +422,7 @@ TEMPLATE_TEST_CASE("a burst of window-tier frames runs in order, around a trap i
   // run_window_frames); a trap stops that run at its frame, and the frames
   // after it go on as they would have. Over tcp the frames arrive as Active
   // Messages and run one by one: the same answers.
-  ReceiverOptions options;
-  const PublicKey key = test_identity().public_key();
-  options.trust = Trust().allow_peer(key).allow_code_signer(key);
-  options.jit.confinement.time_budget = std::chrono::milliseconds(20);
-  options.jit.confinement.window_tier = true;
-  ChildTarget<WindowResult> target(
-      TestType::transport,
-      [](ChildContext& context) {
-        auto* const counter = reinterpret_cast<uint64_t*>(
-            context.receiver.cache().allocate_exposed("counter", 8, true).data());
-        context.receiver.set_target_args(counter, 8);
-        ChildTarget<WindowResult>::serve_until_closed(context.receiver);
-        WindowResult result{};
-        result.counter = *counter;
-        const Ifunc escape = Ifunc::load(TC_WINDOW_ESCAPE);
-        const CachedIfunc* const loaded = context.receiver.cache().find_ifunc(escape.id());
-        result.in_window = loaded != nullptr && context.receiver.cache().in_window(*loaded);
-        result.trapped = context.receiver.stats().code_trapped;
-        result.in_runs = context.receiver.stats().frames_in_window_runs;
-        context.first_error(result.first_error);
-        return result;
-      },
-      std::move(options));
+  ChildTarget<WindowResult> target = window_target(TestType::transport);
   const Ifunc escape = Ifunc::load(TC_WINDOW_ESCAPE);
   TestSource source(TestType::transport, target.port(), options_for<TestType>());
   // The code first, so that the burst's frames carry none.

@@ -121,6 +121,21 @@ asm(R"(
 82:
   .endm
 
+  # The general registers neither trampoline passes anything in (the
+  # arguments, the entry and %rax each clears or sets itself).
+  .macro threechains_clear_general
+  xorl %ecx, %ecx
+  xorl %r8d, %r8d
+  xorl %r9d, %r9d
+  xorl %r11d, %r11d
+  xorl %ebx, %ebx
+  xorl %ebp, %ebp
+  xorl %r12d, %r12d
+  xorl %r13d, %r13d
+  xorl %r14d, %r14d
+  xorl %r15d, %r15d
+  .endm
+
   # Every vector and mask register the CPU has; uses %eax.
   .macro threechains_clear_vectors
   movzbl threechains_window_vector_level(%rip), %eax
@@ -211,16 +226,7 @@ threechains_call_window_code:
   movq %r9, %rdi
   movq %r11, %rsi
   movq %r8, %rdx
-  xorl %ecx, %ecx
-  xorl %r8d, %r8d
-  xorl %r9d, %r9d
-  xorl %r11d, %r11d
-  xorl %ebx, %ebx
-  xorl %ebp, %ebp
-  xorl %r12d, %r12d
-  xorl %r13d, %r13d
-  xorl %r14d, %r14d
-  xorl %r15d, %r15d
+  threechains_clear_general
   threechains_clear_vectors
   xorl %eax, %eax
   callq *%r10
@@ -252,20 +258,11 @@ threechains_run_window_calls:
   movq %rsp, (%r9)
 0:
   xorl %eax, %eax
-  xorl %ecx, %ecx
   xorl %edx, %edx
   xorl %esi, %esi
   xorl %edi, %edi
-  xorl %r8d, %r8d
-  xorl %r9d, %r9d
   xorl %r10d, %r10d
-  xorl %r11d, %r11d
-  xorl %ebx, %ebx
-  xorl %ebp, %ebp
-  xorl %r12d, %r12d
-  xorl %r13d, %r13d
-  xorl %r14d, %r14d
-  xorl %r15d, %r15d
+  threechains_clear_general
   threechains_clear_vectors
 1:
   movq 8(%rsp), %rax
@@ -379,6 +376,37 @@ asm(R"(
 82:
   .endm
 
+  # The general registers neither trampoline passes anything in (x0-x2
+  # and x16, the entry, each sets or clears itself; x21 is the base; x30
+  # the call sets).
+  .macro threechains_clear_general
+  mov x3, xzr
+  mov x4, xzr
+  mov x5, xzr
+  mov x6, xzr
+  mov x7, xzr
+  mov x8, xzr
+  mov x9, xzr
+  mov x10, xzr
+  mov x11, xzr
+  mov x12, xzr
+  mov x13, xzr
+  mov x14, xzr
+  mov x15, xzr
+  mov x17, xzr
+  mov x18, xzr
+  mov x19, xzr
+  mov x20, xzr
+  mov x22, xzr
+  mov x23, xzr
+  mov x24, xzr
+  mov x25, xzr
+  mov x26, xzr
+  mov x27, xzr
+  mov x28, xzr
+  mov x29, xzr
+  .endm
+
   .macro threechains_clear_vectors
   movi v0.2d, #0
   movi v1.2d, #0
@@ -432,31 +460,7 @@ threechains_call_window_code:
   mov x0, x2
   mov x1, x3
   mov x2, x4
-  mov x3, xzr
-  mov x4, xzr
-  mov x5, xzr
-  mov x6, xzr
-  mov x7, xzr
-  mov x8, xzr
-  mov x9, xzr
-  mov x10, xzr
-  mov x11, xzr
-  mov x12, xzr
-  mov x13, xzr
-  mov x14, xzr
-  mov x15, xzr
-  mov x17, xzr
-  mov x18, xzr
-  mov x19, xzr
-  mov x20, xzr
-  mov x22, xzr
-  mov x23, xzr
-  mov x24, xzr
-  mov x25, xzr
-  mov x26, xzr
-  mov x27, xzr
-  mov x28, xzr
-  mov x29, xzr
+  threechains_clear_general
   threechains_clear_vectors
   blr x16
   .globl threechains_window_resume
@@ -484,32 +488,8 @@ threechains_run_window_calls:
   mov x0, xzr
   mov x1, xzr
   mov x2, xzr
-  mov x3, xzr
-  mov x4, xzr
-  mov x5, xzr
-  mov x6, xzr
-  mov x7, xzr
-  mov x8, xzr
-  mov x9, xzr
-  mov x10, xzr
-  mov x11, xzr
-  mov x12, xzr
-  mov x13, xzr
-  mov x14, xzr
-  mov x15, xzr
   mov x16, xzr
-  mov x17, xzr
-  mov x18, xzr
-  mov x19, xzr
-  mov x20, xzr
-  mov x22, xzr
-  mov x23, xzr
-  mov x24, xzr
-  mov x25, xzr
-  mov x26, xzr
-  mov x27, xzr
-  mov x28, xzr
-  mov x29, xzr
+  threechains_clear_general
   threechains_clear_vectors
 1:
   ldp x9, x10, [sp, #168]

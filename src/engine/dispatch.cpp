@@ -24,6 +24,7 @@ namespace {
 constexpr uint32_t kWindowFramesAtOnce = 32;
 constexpr uint32_t kWindowRunAtLeast = 8;
 static_assert(kWindowFramesAtOnce == confined::WindowedCode::kMostAtOnce);
+static_assert(std::tuple_size_v<decltype(Target::window_run)> == kWindowFramesAtOnce);
 
 // The source maps the ring: it reads the credit where we store it, and beside
 // it how many refusals we sent, so that its flush waits for them.

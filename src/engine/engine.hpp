@@ -163,6 +163,8 @@ struct Target {
   std::vector<ScratchBlock> scratch;  // AM delivery: realigned frames
   // run_window_frames': the payloads of a run, kept here so that no run
   // zeroes an array of them on the stack first (1 KiB `rep stos` a run).
+  // Valid during one run_window_frames call only (they point into the
+  // ring); each run writes what it reads.
   std::array<IfuncPayload, 32> window_run{};
   Listener listener;  // last: destroyed first, so no connection arrives mid-teardown
 };
