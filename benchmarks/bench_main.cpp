@@ -78,7 +78,7 @@ struct Options {
   double floor_us = 0;    // the transport's physical floor, one way (floor.hpp); 0: not measured
   double floor_mps = 0;   // shm: a bare ring's rate in the same window (floor.hpp); 0: not measured
   bool confined = false;  // the target trusts the key as a (confined) code signer only
-  bool window_tier = false;  // ...and runs it in the window tier (implies confined)
+  bool checked_tier = false;  // ...in the checked tier (ConfinementOptions::window_tier off)
   int hogs = 0;              // processes that only spin beside the pair while it is measured
 };
 
@@ -188,7 +188,7 @@ int run_target(const Options& o) {
     trust.allow_native_code_signer(key);
   }
   tc::JitOptions jit{.promote_after_calls = o.promote_after};
-  jit.confinement.window_tier = o.window_tier;
+  jit.confinement.window_tier = !o.checked_tier;
   tc::Receiver receiver(worker, {.trust = trust,
                                  .limits = {.max_ring_bytes_per_peer = std::size_t{1} << 40,
                                             .max_ring_bytes = std::size_t{1} << 40},
@@ -199,9 +199,11 @@ int run_target(const Options& o) {
                                  // Spins for good: its loop also progresses the strong
                                  // baseline's worker, whose messages would not wake it.
                                  .progress = {.sleep_when_idle = false}});
-  // The window tier reaches its counter only in memory exposed to windows.
+  // Confined, the counter lives where a user of the window tier (the
+  // default) puts it: in memory exposed to windows, so that the code takes
+  // that tier (a target_args elsewhere would keep it in the checked one).
   uint64_t* counter = &state.ran;
-  if (o.window_tier) {
+  if (o.confined && !o.checked_tier) {
     counter = reinterpret_cast<uint64_t*>(
         receiver.cache().allocate_exposed("counter", sizeof(uint64_t), true).data());
     receiver.set_target_args(counter, sizeof(uint64_t));
@@ -731,10 +733,14 @@ int main(int argc, char** argv) {
                  "processes that only spin beside source and target while they are measured");
   app.add_flag("--confined", o.confined,
                "the target runs the counter confined (use bitcode modes: binary is refused)");
-  app.add_flag("--window-tier", o.window_tier,
-               "as --confined, in the window tier (ConfinementOptions::window_tier; x86-64)");
+  app.add_flag("--checked-tier", o.checked_tier,
+               "as --confined, in the checked tier (ConfinementOptions::window_tier off; "
+               "confined code takes the window tier by default where it can)");
+  bool window_tier = false;
+  app.add_flag("--window-tier", window_tier,
+               "as --confined (the window tier is the default; kept for older scripts)");
   CLI11_PARSE(app, argc, argv);
-  if (o.window_tier) o.confined = true;
+  if (window_tier || o.checked_tier) o.confined = true;
   try {
     if (o.role == "target") return run_target(o);
     if (o.role == "source") return run_source(o);

@@ -10,8 +10,8 @@
 // (ReceiverOptions::exposed; target_args when target_args_bytes says how
 // large it is). docs/security.md, "Confined ifuncs", says how and why.
 //
-// ConfinementOptions::window_tier adds a second way for code that needs
-// no import and does not recurse: no checks in the code, a
+// ConfinementOptions::window_tier (on by default) adds a second way for
+// code that needs no import and does not recurse: no checks in the code, a
 // 4 GiB window of its own instead, and a verifier of its machine code.
 // Such code reaches its payload (a copy) and memory from
 // JitCache::allocate_exposed, nothing exposed by address; see window_tier.
@@ -57,21 +57,27 @@ struct ConfinementOptions {
   // when it starts compiling (LLVM's libraries). Not applied in sanitizer
   // builds (their shadow memory needs terabytes of address space).
   std::size_t compile_memory_limit = std::size_t{2} << 30;
-  // The window tier (x86-64; docs/security.md, "The window tier"): confined
+  // The window tier (docs/security.md, "The window tier"): confined
   // bitcode that needs no import, does not recurse and keeps its locals to
   // sizes known before it runs (1 MiB in all) is compiled to address only
-  // a 4 GiB window of its own, and
-  // runs once a verifier of its machine code (not the compiler) accepted
-  // it. Its computation runs near native speed (saxpy about 1x, where the
-  // checked tier takes 3x); a call costs about what the checked tier's does
-  // (docs/performance.md). Which tier code gets is decided by what the
-  // optimiser leaves of it; JitCache::in_window says. What differs for the
-  // code:
-  //  - it reaches memory the target exposes only if JitCache::
-  //    allocate_exposed made it, and target_args only if it lies there
-  //    (receiver.cache().allocate_exposed, then set_target_args): any
-  //    other target_args is passed as null, regions exposed by address
-  //    are out of reach;
+  // a window of its own, and runs once a verifier of its machine code (not
+  // the compiler) accepted it. Its computation runs near native speed
+  // (saxpy about 1x, where the checked tier takes 3x), and a Receiver runs
+  // a peer's frames of it several to one way into the window
+  // (docs/performance.md). On by default where this build has a verifier
+  // (x86-64 with Zydis, aarch64); elsewhere, or set false, all confined
+  // code takes the checked tier. Which tier a code gets is decided when it
+  // loads (JitCache::in_window says):
+  //  - the checked tier while any region is exposed by address outside
+  //    JitCache::allocate_exposed memory (ReceiverOptions::exposed, a
+  //    target_args the application allocated elsewhere): window code could
+  //    not reach it. To have both, allocate what code uses there
+  //    (receiver.cache().allocate_exposed, then set_target_args);
+  //  - the checked tier for code the shape or the verifier refuses, and
+  //    while all 1024 windows are held by loaded codes.
+  // What differs for code in a window:
+  //  - it reaches only its payload and memory from allocate_exposed, and
+  //    target_args only if it lies there (any other is passed as null);
   //  - its payload is a copy: what it writes there is not kept;
   //  - its time is held by a watchdog thread: stopped after at least
   //    time_budget and at most about 1.5x it plus scheduling, on the clock
@@ -80,8 +86,13 @@ struct ConfinementOptions {
   //    block on threads that run ifuncs (blocked, it stops nothing), and
   //    wakes every quarter budget while window code runs;
   //  - a store to read-only memory traps as out_of_bounds (not read_only).
-  // Other confined code keeps the checked tier. Off by default.
-  bool window_tier = false;
+  bool window_tier = true;
+  // Windows one JitCache (one Receiver) holds at most: one per code loaded
+  // in the window tier, each 8 GiB of address space on x86-64 and 40 GiB
+  // on aarch64 (reserved, committed only as used; fewer where a kernel
+  // gives processes less, such as 39-bit address spaces). A code that
+  // loads while all are held takes the checked tier.
+  std::size_t max_windows = 1024;
 };
 
 // A region of the target process that confined code may use, by name.

@@ -164,6 +164,9 @@ class JitCache {
   // The name of a cached confined ifunc, for reports ("" if not confined).
   [[nodiscard]] std::string confined_name(const CachedIfunc& ifunc) const;
   // Regions of this process that confined code may use (replaces the last set).
+  // While one lies outside allocate_exposed memory, confined code that
+  // loads takes the checked tier (window code could not reach it); code
+  // loaded into windows before stays there, and cannot.
   void expose(const std::vector<ExposedRegion>& regions);
   // Memory that confined code of both tiers may use, the window tier
   // without a copy (ConfinementOptions::window_tier): `bytes` of zeroed

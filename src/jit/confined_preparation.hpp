@@ -31,6 +31,7 @@ class ConfinedPreparation {
     CodeId id = 0;
     CodecId codec = CodecId::bitcode;
     std::vector<std::byte> code;  // the container: a private copy, which nobody else writes
+    bool window_shape = false;    // whether to ask the worker for the window shape
   };
   struct Prepared {
     uint64_t serial = 0;

@@ -92,7 +92,8 @@ JitCache::Impl::Impl(const JitOptions& options)
         settings.window_shape = window_tier_here(options.confinement);
         return settings;
       }()),
-      window_tier(window_tier_here(options.confinement)) {
+      window_tier(window_tier_here(options.confinement)),
+      max_windows(options.confinement.max_windows) {
   auto builder = describe_host(options.codegen_level);
   if (!builder)
     throw Error(errc::jit_failed,
@@ -274,15 +275,15 @@ void JitCache::Impl::prepare_confined(ConfinedPreparation::Job& job,
   // What is decided by the content is thrown above; what follows can fail
   // only for this process's reasons (descriptors, memory, the disk).
   try {
-    out.job = workers.prepare(image.name, image.bytes);
+    out.job = workers.prepare(image.name, image.bytes, !job.window_shape);
     if (store) {
-      out.store_key = store_key(job.id, image, Confine::yes);
+      out.store_key = store_key(job.id, image, Confine::yes, job.window_shape);
       out.stored = store->find(out.store_key);
     }
     // The bitcode only where the window tier may need a second compile
     // (finish_loads).
     out.image = ParsedImage{image.name, image.triple, image.kind, image.deps,
-                            window_tier ? image.bytes : std::vector<std::byte>{}};
+                            job.window_shape ? image.bytes : std::vector<std::byte>{}};
   } catch (const Error& error) {
     out.error = error;
     out.target_failed = true;
@@ -404,13 +405,16 @@ std::optional<LoadResult> JitCache::start_load_from(CodeId id, CodecId codec,
       }
     }
     const uint64_t serial = impl_->next_serial++;
+    const bool windows = impl_->windows_for_new_loads();
     impl_->preparation->submit(
         {serial, id, codec,
-         owned != nullptr ? std::move(*owned) : std::vector<std::byte>(code.begin(), code.end())});
+         owned != nullptr ? std::move(*owned) : std::vector<std::byte>(code.begin(), code.end()),
+         windows});
     Impl::PendingLoad pending;
     pending.started = start;
     pending.preparing = true;
     pending.serial = serial;
+    pending.checked_only = !windows;
     impl_->pending_loads.emplace(id, std::move(pending));
     sync_promotion_counts();
     return std::nullopt;
@@ -419,17 +423,19 @@ std::optional<LoadResult> JitCache::start_load_from(CodeId id, CodecId codec,
   const ParsedImage* ir = nullptr;
   std::vector<ParsedImage> images = impl_->images_for_host(id, code, object, ir);
   const ParsedImage& image = Impl::confinable(codec, object, ir);
-  Impl::PendingLoad pending{image, impl_->store ? impl_->store_key(id, image, Confine::yes) : "",
-                            start};
+  const bool windows = impl_->windows_for_new_loads();
+  Impl::PendingLoad pending{
+      image, impl_->store ? impl_->store_key(id, image, Confine::yes, windows) : "", start};
+  pending.checked_only = !windows;
   if (const IfuncMain entry = impl_->link_stored(id, image, pending.store_key, Confine::yes)) {
     entries_.emplace(id, CachedIfunc{entry, &impl_->confined_codes.at(id)});
     return LoadResult{
         entry, std::chrono::steady_clock::now() - start, image.triple, image.name, true, 1};
   }
-  impl_->workers.submit(id, impl_->workers.prepare(image.name, image.bytes));
+  impl_->workers.submit(id, impl_->workers.prepare(image.name, image.bytes, !windows));
   // The worker has its copy; the window tier keeps one for a second
   // compile, should the first one's object not take (finish_loads).
-  if (!impl_->window_tier) std::vector<std::byte>().swap(pending.image.bytes);
+  if (!windows) std::vector<std::byte>().swap(pending.image.bytes);
   impl_->pending_loads.emplace(id, std::move(pending));
   sync_promotion_counts();
   return std::nullopt;
@@ -511,7 +517,7 @@ std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
                                false,
                                1};
     } catch (const Error& error) {
-      if (may_compile_again && impl_->compile_again_checked(error)) {
+      if (may_compile_again && impl_->compile_again_checked(error, pending.store_key)) {
         pending.checked_only = true;
         try {
           impl_->workers.submit(

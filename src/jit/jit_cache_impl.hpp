@@ -185,9 +185,11 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
 
   // The store's key for `image`: the code's identity (and, since XXH3 is no
   // cryptographic hash, the image's BLAKE2b), and everything of this host and
-  // build that decides the object's bytes or what was checked before.
+  // build that decides the object's bytes or what was checked before
+  // (`window_shape`: whether the worker was asked for the window shape).
   [[nodiscard]] std::string store_key(CodeId id, const ParsedImage& image,
-                                      Confine confine = Confine::no) const;
+                                      Confine confine = Confine::no,
+                                      bool window_shape = false) const;
 
   // The entry of `image` (IR) linked from the store under `key`, or nullptr.
   IfuncMain link_stored(CodeId id, const ParsedImage& image, const std::string& key,
@@ -244,12 +246,11 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
 
   // The window tier (ConfinementOptions::window_tier; jit_cache_windows.cpp).
   // A window for one code: a spare one, else a new one (errc::limit_exceeded
-  // past kMaxWindows).
+  // past max_windows).
   struct WindowSlot {
     confined::Window window;
     std::span<std::byte> payload;  // where its invocations' payloads are copied
   };
-  static constexpr std::size_t kMaxWindows = 1024;  // 8 GiB of address space each
   WindowSlot& acquire_window();
   // Back to the spares, its payload copy dropped (what was linked there is
   // unlinked with its JITDylib, its pages replaced by zeroed ones).
@@ -265,11 +266,35 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   [[nodiscard]] bool window_object(const CompileWorkers::Outcome& compiled) const {
     return window_tier && !compiled.error && claims_window_shape(compiled.object);
   }
-  // Whether a window object's refusal is one a checked compile answers:
-  // not the want of a window (errc::limit_exceeded), which it would only
-  // hide. Counted, and the refusal kept, for window_refusals().
-  [[nodiscard]] bool compile_again_checked(const Error& refusal) {
-    if (refusal.is(errc::limit_exceeded)) return false;
+  // Whether a load starting now may ask for the window shape: the tier is
+  // here, and every region exposed by address lies in the arena (window
+  // code cannot reach one outside it: ReceiverOptions::exposed, or a
+  // target_args not from allocate_exposed, would read as unmapped there,
+  // so code that may use them is compiled for the checked tier instead).
+  [[nodiscard]] bool windows_for_new_loads() const noexcept {
+    if (!window_tier) return false;
+    for (const ExposedRegion& region : exposed_by_address)
+      if (!arena || !arena->contains(region.bytes.data(), region.bytes.size())) return false;
+    return true;
+  }
+  // Whether every window is in use (acquire_window would refuse).
+  [[nodiscard]] bool out_of_windows() const noexcept {
+    return spare_windows.empty() && windows.size() >= max_windows;
+  }
+  // Whether a window object's refusal is one a checked compile answers: a
+  // refusal by the verifier or the window's link (counted, and kept for
+  // window_refusals()), or no window left (max_windows codes of the window
+  // tier loaded: the code runs, in the checked tier, rather than be refused for
+  // what other codes hold). Not another limit_exceeded, which a checked
+  // compile would only hide. `store_key` is cleared for the want of a
+  // window: the checked object stored under the window tier's key would
+  // keep the code from a window once one is free.
+  [[nodiscard]] bool compile_again_checked(const Error& refusal, std::string& store_key) {
+    if (refusal.is(errc::limit_exceeded)) {
+      if (!out_of_windows()) return false;
+      store_key.clear();
+      return true;
+    }
     ++window_refusal_count;
     last_window_refusal = refusal.what();
     return true;
@@ -301,11 +326,13 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   ImportPolicy policy;
   confined::Runner runner;  // before the JIT: its state is bound into every JITDylib
   CompileWorkers workers;   // where confined bitcode compiles
-  // The window tier: on where this build verifies x86-64 code and the
-  // options ask for it. Its windows (before the JIT, whose memory manager
-  // links into them, and the codes that point at them) are reused after
-  // evictions; the arena is mapped into each.
+  // The window tier: on where this build has a verifier (x86-64 with
+  // Zydis, aarch64) and the options ask for it (the default); each load
+  // asks windows_for_new_loads() whether it may take it. Its windows (before the JIT, whose memory
+  // manager links into them, and the codes that point at them) are reused after evictions; the
+  // arena is mapped into each.
   bool window_tier = false;
+  std::size_t max_windows = 0;  // ConfinementOptions::max_windows
   std::deque<WindowSlot> windows;
   std::vector<WindowSlot*> spare_windows;
   std::unordered_map<CodeId, WindowSlot*> window_of;  // windowed codes' slots
@@ -319,7 +346,9 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
     std::chrono::steady_clock::time_point started;
     bool preparing = false;  // still with `preparation`: image and store_key not yet known
     uint64_t serial = 0;     // the preparation's, while `preparing`
-    bool checked_only = false;  // compiling again for the checked tier (window_object refused)
+    // Compiling for the checked tier only: windows_for_new_loads() said no
+    // when it started, or a window object was refused (compile_again_checked).
+    bool checked_only = false;
   };
   std::unordered_map<CodeId, PendingLoad> pending_loads;  // confined code compiling in a worker
   static constexpr std::size_t kPreparedAside = kLargeContainer;  // container_images.hpp

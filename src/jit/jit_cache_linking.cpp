@@ -76,7 +76,8 @@ bool JitCache::Impl::release_prelinked(CodeId id) {
   return true;
 }
 
-std::string JitCache::Impl::store_key(CodeId id, const ParsedImage& image, Confine confine) const {
+std::string JitCache::Impl::store_key(CodeId id, const ParsedImage& image, Confine confine,
+                                      bool window_shape) const {
   ensure_sodium();
   std::array<unsigned char, crypto_generichash_BYTES> digest{};
   crypto_generichash(digest.data(), digest.size(),
@@ -90,7 +91,7 @@ std::string JitCache::Impl::store_key(CodeId id, const ParsedImage& image, Confi
   }
   return "threechains object 1\nid " + hex_id(id) + "\nimage " + image.triple + "\nblake2b " +
          blake2b + "\nconfined " + (confine == Confine::yes ? "1" : "0") +
-         (confine == Confine::yes && window_tier ? "\nwindow tier" : "") + "\n" + host_key;
+         (confine == Confine::yes && window_shape ? "\nwindow tier" : "") + "\n" + host_key;
 }
 
 IfuncMain JitCache::Impl::link_stored(CodeId id, const ParsedImage& image, const std::string& key,
@@ -141,22 +142,21 @@ IfuncMain JitCache::Impl::load(CodeId id, CodecId codec, const ParsedImage& imag
 }
 
 IfuncMain JitCache::Impl::load_confined(CodeId id, const ParsedImage& image, bool& from_store) {
-  const std::string key = store ? store_key(id, image, Confine::yes) : std::string();
+  const bool windows = windows_for_new_loads();
+  std::string key = store ? store_key(id, image, Confine::yes, windows) : std::string();
   if (const IfuncMain entry = link_stored(id, image, key, Confine::yes)) {
     from_store = true;
     return entry;
   }
-  CompileWorkers::Outcome compiled = workers.compile(image.name, image.bytes);
+  CompileWorkers::Outcome compiled = workers.compile(image.name, image.bytes, !windows);
   if (!window_object(compiled)) return link_compiled(id, image, compiled, key);
   try {
     return link_compiled(id, image, compiled, key);
   } catch (const Error& error) {
     // The window tier could not take what the worker made of it (the
-    // verifier refused it, or it did not link in a window): the checked
-    // tier's compile, as finish_loads does. Not for want of a window
-    // (limit_exceeded): that is the application's to answer, and what it
-    // would store would pin the code to the checked tier.
-    if (!compile_again_checked(error)) throw;
+    // verifier refused it, it did not link in a window, or no window was
+    // left): the checked tier's compile, as finish_loads does.
+    if (!compile_again_checked(error, key)) throw;
     CompileWorkers::Outcome checked = workers.compile(image.name, image.bytes, true);
     return link_compiled(id, image, checked, key);
   }

@@ -74,8 +74,8 @@ JitCache::Impl::WindowSlot& JitCache::Impl::acquire_window() {
     spare_windows.pop_back();
     return slot;
   }
-  if (windows.size() >= kMaxWindows) {
-    throw Error(errc::limit_exceeded, "no confinement window left: " + std::to_string(kMaxWindows) +
+  if (windows.size() >= max_windows) {
+    throw Error(errc::limit_exceeded, "no confinement window left: " + std::to_string(max_windows) +
                                           " codes of the window tier are loaded (evict some)");
   }
   WindowSlot& slot = windows.emplace_back();

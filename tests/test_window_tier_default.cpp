@@ -1,0 +1,150 @@
+// Which tier confined code gets by default (ConfinementOptions::window_tier
+// is on): the window tier where nothing it may be handed lies out of a
+// window's reach, the checked tier where something does (a region exposed
+// by address outside JitCache::allocate_exposed memory), and the checked
+// tier when every window is held: honest code runs in either, and a
+// window freed later is used again. The ifuncs are the suite's clang-built
+// counter and saxpy, compiled by the real compile worker.
+#include "support/temp_dir.hpp"
+
+#include <threechains/ifunc.hpp>
+#include <threechains/jit_cache.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+using namespace threechains;
+
+namespace {
+
+#if defined(__x86_64__) || defined(__aarch64__)
+constexpr bool kWindowTierHere = true;
+#else
+constexpr bool kWindowTierHere = false;
+#endif
+
+const CachedIfunc& loaded_confined(JitCache& cache, const Ifunc& ifunc) {
+  (void)cache.load(ifunc.id(), ifunc.codec(), ifunc.code(), Confine::yes);
+  const CachedIfunc* const loaded = cache.find_ifunc(ifunc.id());
+  REQUIRE(loaded != nullptr);
+  return *loaded;
+}
+
+std::span<std::byte> bytes_of(std::array<uint64_t, 4>& words) {
+  return std::as_writable_bytes(std::span(words));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "confined code takes the window tier by default, and the checked tier while memory it "
+    "may be handed lies outside every window",
+    "[confinement][window]") {
+  if (!kWindowTierHere) {
+    WARN("SKIP: the window tier needs an x86-64 or aarch64 host");
+    return;
+  }
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  alignas(16) uint64_t increment = 3;
+
+  // Nothing exposed by address: a window, counting in memory exposed to windows.
+  {
+    JitCache cache;
+    const CachedIfunc& loaded = loaded_confined(cache, counter);
+    CHECK(cache.in_window(loaded));
+    auto* const count = reinterpret_cast<uint64_t*>(cache.allocate_exposed("c", 8, true).data());
+    CHECK_FALSE(cache.invoke(loaded, &increment, sizeof(increment), count).has_value());
+    CHECK(*count == 3);
+  }
+  // A region exposed by address outside the arena (as a Receiver exposes a
+  // target_args the application allocated itself): the checked tier, and
+  // the counter counts there. In a window it would get null and trap.
+  {
+    JitCache cache;
+    std::array<uint64_t, 4> outside{};
+    cache.expose({{"outside", bytes_of(outside), true}});
+    const CachedIfunc& loaded = loaded_confined(cache, counter);
+    CHECK_FALSE(cache.in_window(loaded));
+    CHECK_FALSE(cache.invoke(loaded, &increment, sizeof(increment), outside.data()).has_value());
+    CHECK_FALSE(cache.invoke(loaded, &increment, sizeof(increment), outside.data()).has_value());
+    CHECK(outside[0] == 6);
+    // Exposed again with nothing outside: the next load takes a window.
+    cache.expose({});
+    CHECK(cache.evict(counter.id()));
+    CHECK(cache.in_window(loaded_confined(cache, counter)));
+  }
+  // A region exposed by address that lies in the arena (a Receiver's
+  // target_args from allocate_exposed) keeps the window tier.
+  {
+    JitCache cache;
+    const std::span<std::byte> arena = cache.allocate_exposed("args", 64, true);
+    cache.expose({{"target_args", arena, true}});
+    const CachedIfunc& loaded = loaded_confined(cache, counter);
+    CHECK(cache.in_window(loaded));
+    CHECK_FALSE(cache.invoke(loaded, &increment, sizeof(increment), arena.data()).has_value());
+    CHECK(*reinterpret_cast<uint64_t*>(arena.data()) == 3);
+  }
+  // Asked off: the checked tier, whatever is exposed.
+  {
+    JitOptions off;
+    off.confinement.window_tier = false;
+    JitCache cache(off);
+    CHECK_FALSE(cache.in_window(loaded_confined(cache, counter)));
+  }
+}
+
+TEST_CASE(
+    "with every window held a confined code loads in the checked tier and runs, and a window "
+    "freed later takes the next load",
+    "[confinement][window]") {
+  if (!kWindowTierHere) {
+    WARN("SKIP: the window tier needs an x86-64 or aarch64 host");
+    return;
+  }
+  // With a code cache on disk: the checked object made for want of a window
+  // must not be stored where the window tier's object is looked up, or the
+  // code would stay out of windows once one is free.
+  const test::TempDir directory("threechains-window-default");
+  JitOptions options;
+  options.confinement.max_windows = 1;
+  options.code_cache_directory = directory.path();
+  JitCache cache(options);
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  const Ifunc saxpy = Ifunc::load(TC_SAXPY_BITCODE);
+  CHECK(cache.in_window(loaded_confined(cache, counter)));
+
+  // The one window is held: saxpy loads checked, and computes saxpy.
+  const CachedIfunc& checked = loaded_confined(cache, saxpy);
+  CHECK_FALSE(cache.in_window(checked));
+  constexpr std::size_t n = 64;
+  auto* const x = reinterpret_cast<float*>(cache.allocate_exposed("x", n * 4, false).data());
+  auto* const y = reinterpret_cast<float*>(cache.allocate_exposed("y", n * 4, true).data());
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(i);
+    y[i] = 1.0F;
+  }
+  struct SaxpyRequest {
+    float a;
+    uint32_t repeat;
+    uint64_t n;
+    const float* x;
+    float* y;
+  };
+  alignas(16) SaxpyRequest request{2.0F, 1, n, x, y};
+  CHECK_FALSE(cache.invoke(checked, &request, sizeof(request), nullptr).has_value());
+  CHECK(y[5] == 11.0F);
+  CHECK(cache.window_refusals().count == 0);  // no window is no refusal of the code
+
+  // The counter's window freed: saxpy, loaded again, takes it (from a
+  // compile, not from a stored checked object).
+  CHECK(cache.evict(counter.id()));
+  CHECK(cache.evict(saxpy.id()));
+  const CachedIfunc& windowed = loaded_confined(cache, saxpy);
+  CHECK(cache.in_window(windowed));
+  CHECK_FALSE(cache.invoke(windowed, &request, sizeof(request), nullptr).has_value());
+  CHECK(y[5] == 21.0F);
+}
