@@ -197,6 +197,9 @@ typedef struct threechains_receiver_stats {
   uint64_t code_trapped; /* confined invocations stopped for breaking a rule */
   uint64_t sleeps;       /* times the serving loop slept, idle */
   uint64_t doorbells;    /* frames that found their ring cold and woke it */
+  /* appended later: frames of window-tier code run several to one way into
+   * the window (docs/performance.md, "Runs of frames in one window entry") */
+  uint64_t frames_in_window_runs;
 } threechains_receiver_stats;
 
 THREECHAINS_C_API void threechains_receiver_options_init(threechains_receiver_options* options);
@@ -220,6 +223,18 @@ threechains_receiver_set_target_args(threechains_receiver* receiver, void* targe
 /* The same, and confined code may read and write `bytes` of it. */
 THREECHAINS_C_API threechains_status threechains_receiver_set_target_args_sized(
     threechains_receiver* receiver, void* target_args, size_t bytes);
+/* Memory confined code may use, the window tier without a copy: `bytes` of
+ * zeroed memory (whole pages) in *out, writable by confined code if
+ * `writable`, owned by the receiver and valid while it lives (never freed
+ * before). Pass it (or part of it) to ..._set_target_args_sized, and point
+ * payloads into it: confined code that needs no import then runs in the
+ * window tier, near native speed (docs/security.md, "The window tier"); a
+ * target_args of the application's own keeps it in the checked tier.
+ * Every confined ifunc may use every piece (`name` is for reports).
+ * THREECHAINS_INVALID_ARGUMENT while the progress thread serves;
+ * THREECHAINS_LIMIT_EXCEEDED past 2 GiB in all. */
+THREECHAINS_C_API threechains_status threechains_receiver_allocate_exposed(
+    threechains_receiver* receiver, const char* name, size_t bytes, int writable, void** out);
 /* Fills the fields of *stats that fit in stats->size. THREECHAINS_INVALID_ARGUMENT
  * while the progress thread serves (it writes them): stop it first. */
 THREECHAINS_C_API threechains_status threechains_receiver_stats_get(

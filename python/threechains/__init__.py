@@ -311,6 +311,26 @@ class Receiver(_Handle):
     def port(self):
         return lib.threechains_receiver_port(self.handle)
 
+    def allocate_exposed(self, name, nbytes, writable=True):
+        """Memory confined code may use, the window tier without a copy: `nbytes`
+        of zeroed memory owned by this receiver (valid while it lives), as a
+        ctypes byte array. Pass it to set_target_args so that confined code
+        that needs no import runs in the window tier, near native speed; a
+        target_args of your own keeps it in the checked tier (docs/security.md,
+        "The window tier"). Not while start() serves."""
+        address = ctypes.c_void_p()
+        _check(lib.threechains_receiver_allocate_exposed(self.handle, name.encode(), nbytes,
+                                                         1 if writable else 0,
+                                                         ctypes.byref(address)))
+        return (ctypes.c_ubyte * nbytes).from_address(address.value)
+
+    def set_target_args(self, target_args):
+        """Replaces target_args (as the constructor takes it). Not while start() serves."""
+        keep = []
+        address, nbytes = _address(target_args, keep)
+        _check(lib.threechains_receiver_set_target_args_sized(self.handle, address, nbytes))
+        self._keep.extend(keep)
+
     def allocate_device(self, name, nbytes):
         """Device memory GPU ifuncs see (Receiver(gpu=...)); its address on the GPU."""
         address = ctypes.c_void_p()

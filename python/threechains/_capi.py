@@ -54,7 +54,7 @@ class ReceiverStats(ctypes.Structure):
     _fields_ = [("size", c_size_t)] + [(name, ctypes.c_uint64) for name in (
         "frames_dispatched", "frames_rejected", "code_loads", "cache_misses", "peers_connected",
         "peers_closed", "peers_lost", "peers_refused", "code_refused", "evictions",
-        "last_load_ns", "code_trapped", "sleeps", "doorbells")]
+        "last_load_ns", "code_trapped", "sleeps", "doorbells", "frames_in_window_runs")]
 
 
 class IfuncStats(ctypes.Structure):
@@ -126,6 +126,9 @@ for _name, _restype, _args in [
         ("threechains_receiver_allocate_device", _status,
          (c_void_p, c_char_p, c_size_t, ctypes.POINTER(c_void_p))),
         ("threechains_receiver_expose_device", _status, (c_void_p, c_char_p, c_void_p, c_size_t)),
+        ("threechains_receiver_allocate_exposed", _status,
+         (c_void_p, c_char_p, c_size_t, ctypes.c_int, ctypes.POINTER(c_void_p))),
+        ("threechains_receiver_set_target_args_sized", _status, (c_void_p, c_void_p, c_size_t)),
         ("threechains_receiver_copy_to_device", _status, (c_void_p, c_void_p, c_void_p, c_size_t)),
         ("threechains_receiver_copy_from_device", _status,
          (c_void_p, c_void_p, c_void_p, c_size_t)),

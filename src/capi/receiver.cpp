@@ -120,6 +120,17 @@ threechains_status threechains_receiver_set_target_args_sized(threechains_receiv
                  [&] { receiver->receiver.set_target_args(target_args, bytes); });
 }
 
+threechains_status threechains_receiver_allocate_exposed(threechains_receiver* receiver,
+                                                         const char* name, size_t bytes,
+                                                         int writable, void** out) {
+  if (!all_given(receiver, name, out))
+    return fail(THREECHAINS_INVALID_ARGUMENT, "receiver, name or out is NULL");
+  *out = nullptr;
+  return guarded("threechains_receiver_allocate_exposed", [&] {
+    *out = receiver->receiver.cache().allocate_exposed(name, bytes, writable != 0).data();
+  });
+}
+
 threechains_status threechains_receiver_stats_get(const threechains_receiver* receiver,
                                                   threechains_receiver_stats* stats) {
   if (!all_given(receiver, stats)) {
@@ -147,6 +158,7 @@ threechains_status threechains_receiver_stats_get(const threechains_receiver* re
   all.code_trapped = s.code_trapped;
   all.sleeps = s.sleeps;
   all.doorbells = s.doorbells;
+  all.frames_in_window_runs = s.frames_in_window_runs;
   std::memcpy(static_cast<void*>(stats), &all, std::min(stats->size, sizeof(all)));
   return THREECHAINS_OK;
 }

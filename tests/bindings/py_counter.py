@@ -1,6 +1,7 @@
 """The counter ifunc from Python (the threechains package over the C API).
 
   py_counter.py target TRANSPORT PUBKEY FRAMES PORTFILE   serves until FRAMES ran
+  py_counter.py target-confined ...                       the same, the code confined
   py_counter.py source TRANSPORT CONTAINER KEY FRAMES PORT  sends increments 1..FRAMES
 
 Payloads go as struct-packed bytes, a bytearray, and a NumPy array where NumPy
@@ -20,12 +21,21 @@ except ImportError:
     numpy = None
 
 
-def target(transport, public_key, frames, port_file):
+def target(transport, public_key, frames, port_file, confined=False):
     worker = tc.Worker(transport)
-    counter = ctypes.c_uint64(0)
     errors = []
-    receiver = tc.Receiver(worker, trust=tc.Trust(peers=[public_key], native_code_signers=[public_key]),
-                           target_args=counter, on_error=errors.append)
+    if confined:
+        # The key signs code that runs confined only; the counter lives in
+        # memory the receiver allocated for confined code (the window tier).
+        receiver = tc.Receiver(worker, trust=tc.Trust(peers=[public_key], code_signers=[public_key]),
+                               on_error=errors.append)
+        counter = ctypes.c_uint64.from_buffer(receiver.allocate_exposed("counter", 8))
+        receiver.set_target_args(counter)
+    else:
+        counter = ctypes.c_uint64(0)
+        receiver = tc.Receiver(worker,
+                               trust=tc.Trust(peers=[public_key], native_code_signers=[public_key]),
+                               target_args=counter, on_error=errors.append)
     with open(port_file + ".tmp", "w") as f:
         f.write(f"{receiver.port}\n")
     os.rename(port_file + ".tmp", port_file)  # appears whole
@@ -41,13 +51,19 @@ def target(transport, public_key, frames, port_file):
           f"{len(errors)} error(s) {[str(e) for e in errors]}")
     per_ifunc = receiver.ifunc_stats
     print(f"python target: per ifunc {per_ifunc}")
+    # Confined over shared memory, frames ran in the window tier, several to
+    # one way into the window.
+    windowed = not confined or transport != "shm" or 0 < stats["frames_in_window_runs"] <= frames
+    print(f"python target: {stats['frames_in_window_runs']} frames in window runs")
+    value = counter.value
     counted = (len(per_ifunc) == 1 and per_ifunc[0]["name"] == "counter"
                and per_ifunc[0]["loaded"] and per_ifunc[0]["calls"] == frames
                and per_ifunc[0]["payload_bytes"] == 8 * frames and per_ifunc[0]["timed_calls"] >= 1)
+    del counter  # a view of the receiver's memory: gone before it is
     receiver.close()
     # The source first tries a key this target does not trust: refused, and
     # the refusal reaches on_error as a tc.Error.
-    ok = (counted and counter.value == expected and stats["frames_dispatched"] == frames
+    ok = (counted and windowed and value == expected and stats["frames_dispatched"] == frames
           and stats["frames_rejected"] == 0 and stats["code_loads"] == 1
           and len(errors) == stats["peers_refused"] >= 1
           and all(e.status == tc.Status.PEER_REFUSED for e in errors))
@@ -95,8 +111,8 @@ def source(transport, container, key, frames, port):
 
 if __name__ == "__main__":
     mode, args = sys.argv[1], sys.argv[2:]
-    if mode == "target" and len(args) == 4:
-        sys.exit(target(args[0], args[1], int(args[2]), args[3]))
+    if mode in ("target", "target-confined") and len(args) == 4:
+        sys.exit(target(args[0], args[1], int(args[2]), args[3], mode == "target-confined"))
     if mode == "source" and len(args) == 5:
         sys.exit(source(args[0], args[1], args[2], int(args[3]), int(args[4])))
     print(__doc__, file=sys.stderr)
