@@ -10,7 +10,7 @@
 // JSON line per figure to --json (or stderr). Also the counter's first load
 // each way (once: the confined one includes starting the compile worker).
 // A third JitCache runs the same code in the window tier
-// (ConfinementOptions::window_tier, x86-64), its counter and arrays in
+// (ConfinementOptions::window_tier; measured on x86-64), its counter and arrays in
 // memory exposed to windows (JitCache::allocate_exposed); its figures are
 // printed beside, as multiples of the unconfined ones.
 #include <threechains/ifunc.hpp>

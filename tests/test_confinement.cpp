@@ -363,7 +363,9 @@ TEMPLATE_TEST_CASE(
     "its budget or stop it serving",
     "[confinement][trust][ucx]", Shm, Tcp) {
 #if !defined(__x86_64__)
-  WARN("SKIP: the window tier is x86-64 only");
+  WARN(
+      "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
+      "window.aarch64_runs_window_code)");
   return;
 #endif
   ChildTarget<WindowResult> target = window_target(TestType::transport);
@@ -414,7 +416,9 @@ TEMPLATE_TEST_CASE(
 TEMPLATE_TEST_CASE("a burst of window-tier frames runs in order, around a trap in its middle",
                    "[confinement][trust][ucx]", Shm, Tcp) {
 #if !defined(__x86_64__)
-  WARN("SKIP: the window tier is x86-64 only");
+  WARN(
+      "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
+      "window.aarch64_runs_window_code)");
   return;
 #endif
   // Over shared memory the Receiver runs the frames of one code that wait

@@ -84,7 +84,9 @@ TEST_CASE(
     "confined code that takes the window shape runs in a window, beside checked confined code",
     "[confinement][window]") {
   if (!kWindowTierHere) {
-    WARN("SKIP: the window tier is x86-64 only");
+    WARN(
+        "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
+        "window.aarch64_runs_window_code)");
     return;
   }
   JitCache cache(window_options());
@@ -158,7 +160,9 @@ TEST_CASE(
     "computing what it computes unconfined",
     "[confinement][window]") {
   if (!kWindowTierHere) {
-    WARN("SKIP: the window tier is x86-64 only");
+    WARN(
+        "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
+        "window.aarch64_runs_window_code)");
     return;
   }
   // Recursion keeps the checked tier: the verifier bounds the stack window
@@ -278,7 +282,9 @@ TEST_CASE(
 TEST_CASE("a local that window code keeps carries nothing of one caller to the next",
           "[confinement][window]") {
   if (!kWindowTierHere) {
-    WARN("SKIP: the window tier is x86-64 only");
+    WARN(
+        "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
+        "window.aarch64_runs_window_code)");
     return;
   }
   // The reader reports what its local holds, then stores its payload's
@@ -308,7 +314,9 @@ TEST_CASE("a local that window code keeps carries nothing of one caller to the n
 TEST_CASE("window code cannot reach the target, outlast its budget or keep it from serving",
           "[confinement][window]") {
   if (!kWindowTierHere) {
-    WARN("SKIP: the window tier is x86-64 only");
+    WARN(
+        "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
+        "window.aarch64_runs_window_code)");
     return;
   }
   g_canary.fill(kCanaryWord);
@@ -371,7 +379,9 @@ TEST_CASE("window code cannot reach the target, outlast its budget or keep it fr
 TEST_CASE("the target runs no window code the verifier refuses, whoever compiled it",
           "[confinement][window]") {
   if (!kWindowTierHere) {
-    WARN("SKIP: the window tier is x86-64 only");
+    WARN(
+        "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
+        "window.aarch64_runs_window_code)");
     return;
   }
   // The code cache on disk holds what the worker compiled; an attacker who
@@ -437,7 +447,9 @@ TEST_CASE("the target runs no window code the verifier refuses, whoever compiled
 TEST_CASE("window code leaves the host's unwinder alone and nothing of one caller for the next",
           "[confinement][window]") {
   if (!kWindowTierHere) {
-    WARN("SKIP: the window tier is x86-64 only");
+    WARN(
+        "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
+        "window.aarch64_runs_window_code)");
     return;
   }
   JitCache cache(window_options());
@@ -516,7 +528,9 @@ TEST_CASE("window code leaves the host's unwinder alone and nothing of one calle
 TEST_CASE("a run of window calls on large payloads runs them all and keeps the payload area small",
           "[confinement][window]") {
   if (!kWindowTierHere) {
-    WARN("SKIP: the window tier is x86-64 only");
+    WARN(
+        "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
+        "window.aarch64_runs_window_code)");
     return;
   }
   JitCache cache(window_options());

@@ -3,7 +3,8 @@
 // window's reach, the checked tier where something does (a region exposed
 // by address outside JitCache::allocate_exposed memory), and the checked
 // tier when every window is held: honest code runs in either, and a
-// window freed later is used again. The ifuncs are the suite's clang-built
+// window freed later is used again; through load() and through the
+// start_load()/finish_loads() a Receiver uses. The ifuncs are the suite's clang-built
 // counter and saxpy, compiled by the real compile worker.
 #include "support/temp_dir.hpp"
 
@@ -13,9 +14,11 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <thread>
 
 using namespace threechains;
 
@@ -147,4 +150,66 @@ TEST_CASE(
   CHECK(cache.in_window(windowed));
   CHECK_FALSE(cache.invoke(windowed, &request, sizeof(request), nullptr).has_value());
   CHECK(y[5] == 21.0F);
+}
+
+namespace {
+// Waits for the load of `id` that start_load began; REQUIREs it loaded.
+const CachedIfunc& finished(JitCache& cache, CodeId id) {
+  for (int k = 0; k < 3000 && cache.loading(id); ++k) {
+    for (const JitCache::FinishedLoad& done : cache.finish_loads())
+      if (done.error) FAIL_CHECK(done.error->what());
+    if (cache.loading(id)) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (const JitCache::FinishedLoad& done : cache.finish_loads())
+    if (done.error) FAIL_CHECK(done.error->what());
+  const CachedIfunc* const loaded = cache.find_ifunc(id);
+  REQUIRE(loaded != nullptr);
+  return *loaded;
+}
+}  // namespace
+
+TEST_CASE(
+    "loads a Receiver starts beside its serving take the checked tier when memory exposed "
+    "meanwhile lies outside every window, or every window is held",
+    "[confinement][window]") {
+  if (!kWindowTierHere) {
+    WARN("SKIP: the window tier needs an x86-64 or aarch64 host");
+    return;
+  }
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  const Ifunc saxpy = Ifunc::load(TC_SAXPY_BITCODE);
+  alignas(16) uint64_t increment = 2;
+
+  // Started for the window shape; before it links, the application exposes
+  // memory outside the arena (a Receiver's set_target_args): the window
+  // object is not linked into a window, the code is compiled again for the
+  // checked tier and counts there.
+  {
+    JitCache cache;
+    CHECK_FALSE(cache.start_load(counter.id(), counter.codec(), counter.code(), Confine::yes));
+    std::array<uint64_t, 4> outside{};
+    cache.expose({{"outside", bytes_of(outside), true}});
+    const CachedIfunc& loaded = finished(cache, counter.id());
+    CHECK_FALSE(cache.in_window(loaded));
+    CHECK_FALSE(cache.invoke(loaded, &increment, sizeof(increment), outside.data()).has_value());
+    CHECK(outside[0] == 2);
+    CHECK(cache.window_refusals().count == 0);
+  }
+  // Every window held: the next load is checked, and it is not stored
+  // under the window tier's key (once the window is free it takes it).
+  {
+    const test::TempDir directory("threechains-window-default-async");
+    JitOptions options;
+    options.confinement.max_windows = 1;
+    options.code_cache_directory = directory.path();
+    JitCache cache(options);
+    CHECK_FALSE(cache.start_load(counter.id(), counter.codec(), counter.code(), Confine::yes));
+    CHECK(cache.in_window(finished(cache, counter.id())));
+    CHECK_FALSE(cache.start_load(saxpy.id(), saxpy.codec(), saxpy.code(), Confine::yes));
+    CHECK_FALSE(cache.in_window(finished(cache, saxpy.id())));
+    CHECK(cache.evict(counter.id()));
+    CHECK(cache.evict(saxpy.id()));
+    CHECK_FALSE(cache.start_load(saxpy.id(), saxpy.codec(), saxpy.code(), Confine::yes));
+    CHECK(cache.in_window(finished(cache, saxpy.id())));
+  }
 }

@@ -74,7 +74,8 @@ struct ConfinementOptions {
   //    not reach it. To have both, allocate what code uses there
   //    (receiver.cache().allocate_exposed, then set_target_args);
   //  - the checked tier for code the shape or the verifier refuses, and
-  //    while all 1024 windows are held by loaded codes.
+  //    while no window is to be had (all max_windows held by loaded codes,
+  //    or no address space for another).
   // What differs for code in a window:
   //  - it reaches only its payload and memory from allocate_exposed, and
   //    target_args only if it lies there (any other is passed as null);

@@ -95,11 +95,13 @@ struct ReceiverOptions {
   std::size_t max_slot_size = 1 << 20;  // per slot, commit word included
   void* target_args = nullptr;          // third argument of every ifunc's main
   // How large *target_args is: confined code may read (and write) that many
-  // bytes of it; with 0 it gets the pointer but can touch nothing there.
+  // bytes of it; with 0 it gets the pointer (null in the window tier) but
+  // can touch nothing there.
   // Memory from cache().allocate_exposed (then set_target_args) keeps
   // confined code in the window tier, near native speed; any other
   // target_args with a size sends confined code to the checked tier
-  // (ConfinementOptions::window_tier).
+  // (ConfinementOptions::window_tier). Set it before peers send code:
+  // set_target_args forgets code loaded into windows, which loads again.
   std::size_t target_args_bytes = 0;
   bool target_args_writable = true;
   // Further regions of this process confined code may use (their names are

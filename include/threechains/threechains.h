@@ -165,7 +165,8 @@ typedef struct threechains_receiver_options {
   threechains_error_fn on_error;       /* NULL: print to stderr */
   void* on_error_user;
   /* appended later (read only if size covers it): how many bytes of
-   * *target_args confined code may use; 0: none (it gets the pointer only) */
+   * *target_args confined code may use; 0: none (it gets the pointer only,
+   * or null in the window tier) */
   size_t target_args_bytes;
   /* appended later: nonzero runs GPU ifuncs on CUDA device gpu_device
    * (docs/gpu.md); a GPU that cannot be opened is reported, not fatal */
@@ -197,8 +198,10 @@ typedef struct threechains_receiver_stats {
   uint64_t code_trapped; /* confined invocations stopped for breaking a rule */
   uint64_t sleeps;       /* times the serving loop slept, idle */
   uint64_t doorbells;    /* frames that found their ring cold and woke it */
-  /* appended later: frames of window-tier code run several to one way into
-   * the window (docs/performance.md, "Runs of frames in one window entry") */
+  /* appended later: frames of a shared-memory ring run through the window
+   * tier's runs, one way into the window each (docs/performance.md, "Runs of
+   * frames in one window entry"); frames that arrive by Active Message
+   * (tcp) run one by one and are not counted */
   uint64_t frames_in_window_runs;
 } threechains_receiver_stats;
 
@@ -226,8 +229,9 @@ THREECHAINS_C_API threechains_status threechains_receiver_set_target_args_sized(
 /* Memory confined code may use, the window tier without a copy: `bytes` of
  * zeroed memory (whole pages) in *out, writable by confined code if
  * `writable`, owned by the receiver and valid while it lives (never freed
- * before). Pass it (or part of it) to ..._set_target_args_sized, and point
- * payloads into it: confined code that needs no import then runs in the
+ * before). Pass it (or part of it) to ..._set_target_args_sized before
+ * peers send code, and point payloads into it: confined code that needs no
+ * import then runs in the
  * window tier, near native speed (docs/security.md, "The window tier"); a
  * target_args of the application's own keeps it in the checked tier.
  * Every confined ifunc may use every piece (`name` is for reports).

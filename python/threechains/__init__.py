@@ -317,19 +317,25 @@ class Receiver(_Handle):
         ctypes byte array. Pass it to set_target_args so that confined code
         that needs no import runs in the window tier, near native speed; a
         target_args of your own keeps it in the checked tier (docs/security.md,
-        "The window tier"). Not while start() serves."""
+        "The window tier"). The array keeps this receiver alive; close() ends
+        the memory with it, so use no view of it after close(). Not while
+        start() serves."""
         address = ctypes.c_void_p()
         _check(lib.threechains_receiver_allocate_exposed(self.handle, name.encode(), nbytes,
                                                          1 if writable else 0,
                                                          ctypes.byref(address)))
-        return (ctypes.c_ubyte * nbytes).from_address(address.value)
+        memory = (ctypes.c_ubyte * nbytes).from_address(address.value)
+        memory._receiver = self  # the memory is the receiver's: it must not go first
+        return memory
 
     def set_target_args(self, target_args):
-        """Replaces target_args (as the constructor takes it). Not while start() serves."""
+        """Replaces target_args (as the constructor takes it); code loaded into
+        windows loads again for the tier that reaches it. Set it before peers
+        send code. Not while start() serves."""
         keep = []
         address, nbytes = _address(target_args, keep)
         _check(lib.threechains_receiver_set_target_args_sized(self.handle, address, nbytes))
-        self._keep.extend(keep)
+        self._target_args_kept = keep  # what C points at now; the last one may go
 
     def allocate_device(self, name, nbytes):
         """Device memory GPU ifuncs see (Receiver(gpu=...)); its address on the GPU."""

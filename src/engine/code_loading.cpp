@@ -444,6 +444,21 @@ void Engine::trim_cache(CodeId keep) {
   }
 }
 
+void Engine::expose_anew() {
+  Target& t = *target_;
+  t.expose_regions();
+  std::vector<CodeId> windowed;
+  for (const auto& [id, use] : t.cache_use) {
+    const CachedIfunc* const ifunc = t.cache.find_ifunc(id);
+    // Never the one running now (its code is on the stack: an ifunc of a
+    // Node's that exposes).
+    if (ifunc != nullptr && t.cache.in_window(*ifunc) &&
+        (id != t.running.code_id || t.running.code_id == 0))
+      windowed.push_back(id);
+  }
+  for (const CodeId id : windowed) forget(id);
+}
+
 void Engine::forget(CodeId id) {
   Target& t = *target_;
   try {

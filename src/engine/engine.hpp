@@ -218,6 +218,12 @@ class Engine {
   [[nodiscard]] bool has_target() const noexcept { return target_ != nullptr; }
   [[nodiscard]] Target& target() noexcept { return *target_; }
   [[nodiscard]] const Target& target() const noexcept { return *target_; }
+  // What confined code may use changed (target_args, a Node's exposed
+  // regions): exposed anew, and code loaded into windows is forgotten, to
+  // load again for the tier that reaches what is exposed now (window code
+  // would get null where it is handed memory outside every window, and its
+  // traps would count against an honest key). Not while the thread serves.
+  void expose_anew();
   // progress(), then every inbound ring drained, then credits returned.
   unsigned poll();
   // progress() and ring draining, without returning credits (a Node returns

@@ -321,7 +321,7 @@ void Node::expose(const std::string& name, std::span<std::byte> bytes, bool writ
   detail::Target& target = core_->engine->target();
   std::erase_if(target.options.exposed, [&](const ExposedRegion& r) { return r.name == name; });
   target.options.exposed.push_back({name, bytes, writable});
-  target.expose_regions();
+  core_->engine->expose_anew();
 }
 
 void Node::send_bytes(int64_t rank, const Ifunc& ifunc, std::span<const std::byte> payload) {

@@ -117,7 +117,7 @@ void Receiver::set_target_args(void* args, std::size_t bytes) {
   detail::Target& t = engine_->target();
   t.options.target_args = args;
   t.options.target_args_bytes = bytes;
-  t.expose_regions();
+  engine_->expose_anew();
 }
 
 GpuInfo Receiver::gpu_info() const {

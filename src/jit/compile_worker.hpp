@@ -69,7 +69,9 @@ class CompileWorkers {
   // `name`). Reads only what construction set: safe on any thread, so
   // writing a large image need not hold up the one that serves frames.
   // `checked_only`: the checked pass whatever Settings::window_shape says
-  // (the window tier refused what the worker made of it the first time).
+  // (the load may not take the window tier: JitCache's
+  // windows_for_new_loads said no, or the window tier refused what the
+  // worker made of it the first time).
   [[nodiscard]] Job prepare(const std::string& name, std::span<const std::byte> bitcode,
                             bool checked_only = false) const;
   // Queues `job` under `ticket`; one worker runs at a time, the rest wait

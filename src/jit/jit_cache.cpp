@@ -405,16 +405,16 @@ std::optional<LoadResult> JitCache::start_load_from(CodeId id, CodecId codec,
       }
     }
     const uint64_t serial = impl_->next_serial++;
-    const bool windows = impl_->windows_for_new_loads();
+    const bool window_shape = impl_->windows_for_new_loads();
     impl_->preparation->submit(
         {serial, id, codec,
          owned != nullptr ? std::move(*owned) : std::vector<std::byte>(code.begin(), code.end()),
-         windows});
+         window_shape});
     Impl::PendingLoad pending;
     pending.started = start;
     pending.preparing = true;
     pending.serial = serial;
-    pending.checked_only = !windows;
+    pending.checked_only = !window_shape;
     impl_->pending_loads.emplace(id, std::move(pending));
     sync_promotion_counts();
     return std::nullopt;
@@ -423,19 +423,19 @@ std::optional<LoadResult> JitCache::start_load_from(CodeId id, CodecId codec,
   const ParsedImage* ir = nullptr;
   std::vector<ParsedImage> images = impl_->images_for_host(id, code, object, ir);
   const ParsedImage& image = Impl::confinable(codec, object, ir);
-  const bool windows = impl_->windows_for_new_loads();
+  const bool window_shape = impl_->windows_for_new_loads();
   Impl::PendingLoad pending{
-      image, impl_->store ? impl_->store_key(id, image, Confine::yes, windows) : "", start};
-  pending.checked_only = !windows;
+      image, impl_->store ? impl_->store_key(id, image, Confine::yes, window_shape) : "", start};
+  pending.checked_only = !window_shape;
   if (const IfuncMain entry = impl_->link_stored(id, image, pending.store_key, Confine::yes)) {
     entries_.emplace(id, CachedIfunc{entry, &impl_->confined_codes.at(id)});
     return LoadResult{
         entry, std::chrono::steady_clock::now() - start, image.triple, image.name, true, 1};
   }
-  impl_->workers.submit(id, impl_->workers.prepare(image.name, image.bytes, !windows));
+  impl_->workers.submit(id, impl_->workers.prepare(image.name, image.bytes, !window_shape));
   // The worker has its copy; the window tier keeps one for a second
   // compile, should the first one's object not take (finish_loads).
-  if (!windows) std::vector<std::byte>().swap(pending.image.bytes);
+  if (!window_shape) std::vector<std::byte>().swap(pending.image.bytes);
   impl_->pending_loads.emplace(id, std::move(pending));
   sync_promotion_counts();
   return std::nullopt;
@@ -517,7 +517,7 @@ std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
                                false,
                                1};
     } catch (const Error& error) {
-      if (may_compile_again && impl_->compile_again_checked(error, pending.store_key)) {
+      if (may_compile_again && impl_->retry_checked(error, pending.store_key)) {
         pending.checked_only = true;
         try {
           impl_->workers.submit(

@@ -266,35 +266,43 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   [[nodiscard]] bool window_object(const CompileWorkers::Outcome& compiled) const {
     return window_tier && !compiled.error && claims_window_shape(compiled.object);
   }
-  // Whether a load starting now may ask for the window shape: the tier is
-  // here, and every region exposed by address lies in the arena (window
-  // code cannot reach one outside it: ReceiverOptions::exposed, or a
-  // target_args not from allocate_exposed, would read as unmapped there,
-  // so code that may use them is compiled for the checked tier instead).
-  [[nodiscard]] bool windows_for_new_loads() const noexcept {
-    if (!window_tier) return false;
+  // Whether window code could reach every region exposed by address: each
+  // lies in the arena (one outside it, ReceiverOptions::exposed or a
+  // target_args not from allocate_exposed, reads as unmapped in a window,
+  // so code that may use it belongs in the checked tier).
+  [[nodiscard]] bool windows_reach_exposed() const noexcept {
     for (const ExposedRegion& region : exposed_by_address)
       if (!arena || !arena->contains(region.bytes.data(), region.bytes.size())) return false;
     return true;
   }
-  // Whether every window is in use (acquire_window would refuse).
+  // Whether every window is held, or the last one asked for could not be
+  // made (no address space for it: a 39-bit address space, RLIMIT_AS), and
+  // none has been given back since.
   [[nodiscard]] bool out_of_windows() const noexcept {
-    return spare_windows.empty() && windows.size() >= max_windows;
+    return spare_windows.empty() && (windows.size() >= max_windows || window_creation_failed);
   }
-  // Whether a window object's refusal is one a checked compile answers: a
-  // refusal by the verifier or the window's link (counted, and kept for
-  // window_refusals()), or no window left (max_windows codes of the window
-  // tier loaded: the code runs, in the checked tier, rather than be refused for
-  // what other codes hold). Not another limit_exceeded, which a checked
-  // compile would only hide. `store_key` is cleared for the want of a
-  // window: the checked object stored under the window tier's key would
-  // keep the code from a window once one is free.
-  [[nodiscard]] bool compile_again_checked(const Error& refusal, std::string& store_key) {
-    if (refusal.is(errc::limit_exceeded)) {
-      if (!out_of_windows()) return false;
+  // Whether a load starting now asks the worker for the window shape: the
+  // tier is here, window code could reach what is exposed, and a window is
+  // to be had (else the load would compile twice).
+  [[nodiscard]] bool windows_for_new_loads() const noexcept {
+    return window_tier && windows_reach_exposed() && !out_of_windows();
+  }
+  // After link() refused a window object: whether to compile the code again
+  // for the checked tier. Yes when no window was to be had for it
+  // (`no_window_for_link`: all held, none could be made, or what is exposed
+  // changed since the load started and window code could not reach it):
+  // the code runs, checked, rather than be refused for what other codes
+  // hold or what the application exposed; `store_key` is cleared, since
+  // the checked object stored under the window tier's key would keep the
+  // code from a window once one is free. Yes for a refusal by the verifier
+  // or the window's link (counted, and kept for window_refusals()). No for
+  // another limit_exceeded, which a checked compile would only hide.
+  [[nodiscard]] bool retry_checked(const Error& refusal, std::string& store_key) {
+    if (no_window_for_link) {
       store_key.clear();
       return true;
     }
+    if (refusal.is(errc::limit_exceeded)) return false;
     ++window_refusal_count;
     last_window_refusal = refusal.what();
     return true;
@@ -333,6 +341,10 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   // arena is mapped into each.
   bool window_tier = false;
   std::size_t max_windows = 0;  // ConfinementOptions::max_windows
+  // The last Window asked for could not be made; cleared when one is given back.
+  bool window_creation_failed = false;
+  // The last link() of a window object found no window for it (retry_checked).
+  bool no_window_for_link = false;
   std::deque<WindowSlot> windows;
   std::vector<WindowSlot*> spare_windows;
   std::unordered_map<CodeId, WindowSlot*> window_of;  // windowed codes' slots
@@ -347,7 +359,7 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
     bool preparing = false;  // still with `preparation`: image and store_key not yet known
     uint64_t serial = 0;     // the preparation's, while `preparing`
     // Compiling for the checked tier only: windows_for_new_loads() said no
-    // when it started, or a window object was refused (compile_again_checked).
+    // when it started, or a window object was refused (retry_checked).
     bool checked_only = false;
   };
   std::unordered_map<CodeId, PendingLoad> pending_loads;  // confined code compiling in a worker

@@ -142,13 +142,13 @@ IfuncMain JitCache::Impl::load(CodeId id, CodecId codec, const ParsedImage& imag
 }
 
 IfuncMain JitCache::Impl::load_confined(CodeId id, const ParsedImage& image, bool& from_store) {
-  const bool windows = windows_for_new_loads();
-  std::string key = store ? store_key(id, image, Confine::yes, windows) : std::string();
+  const bool window_shape = windows_for_new_loads();
+  std::string key = store ? store_key(id, image, Confine::yes, window_shape) : std::string();
   if (const IfuncMain entry = link_stored(id, image, key, Confine::yes)) {
     from_store = true;
     return entry;
   }
-  CompileWorkers::Outcome compiled = workers.compile(image.name, image.bytes, !windows);
+  CompileWorkers::Outcome compiled = workers.compile(image.name, image.bytes, !window_shape);
   if (!window_object(compiled)) return link_compiled(id, image, compiled, key);
   try {
     return link_compiled(id, image, compiled, key);
@@ -156,7 +156,7 @@ IfuncMain JitCache::Impl::load_confined(CodeId id, const ParsedImage& image, boo
     // The window tier could not take what the worker made of it (the
     // verifier refused it, it did not link in a window, or no window was
     // left): the checked tier's compile, as finish_loads does.
-    if (!compile_again_checked(error, key)) throw;
+    if (!retry_checked(error, key)) throw;
     CompileWorkers::Outcome checked = workers.compile(image.name, image.bytes, true);
     return link_compiled(id, image, checked, key);
   }
@@ -184,9 +184,18 @@ IfuncMain JitCache::Impl::link(CodeId id, CodecId codec, const ParsedImage& imag
   // outside it (shaped code imports nothing; an object that does fails to
   // link), and verified before it is used.
   WindowSlot* slot = nullptr;
+  no_window_for_link = false;
   try {
     if (confine == Confine::yes && object != nullptr && window_tier &&
         claims_window_shape(*object)) {
+      // Exposed since the load started, out of a window's reach: the
+      // code would get null where it was handed that memory.
+      if (!windows_reach_exposed()) {
+        no_window_for_link = true;
+        throw Error(errc::limit_exceeded, "ifunc '" + image.name +
+                                              "': memory exposed since its load started lies "
+                                              "outside every window");
+      }
       slot = &acquire_window();
       routed->route(&jd, slot->window);
       jd.setLinkOrder({}, true);

@@ -74,18 +74,29 @@ JitCache::Impl::WindowSlot& JitCache::Impl::acquire_window() {
     spare_windows.pop_back();
     return slot;
   }
+  // Whatever keeps a window from being had, the code takes the checked
+  // tier (retry_checked): a want of windows is no fault of the code's.
+  no_window_for_link = true;
   if (windows.size() >= max_windows) {
     throw Error(errc::limit_exceeded, "no confinement window left: " + std::to_string(max_windows) +
-                                          " codes of the window tier are loaded (evict some)");
+                                          " codes of the window tier are loaded");
   }
-  WindowSlot& slot = windows.emplace_back();
+  try {
+    windows.emplace_back();
+  } catch (...) {  // no address space for it: none is tried again until one is given back
+    window_creation_failed = true;
+    throw;
+  }
+  WindowSlot& slot = windows.back();
   try {
     slot.payload = slot.window.allocate(kPayloadArea, true);
     if (arena) arena->attach(slot.window);
   } catch (...) {
     windows.pop_back();
+    window_creation_failed = true;
     throw;
   }
+  no_window_for_link = false;
   return slot;
 }
 
@@ -94,6 +105,7 @@ void JitCache::Impl::release_window(WindowSlot& slot) noexcept {
   // memory reads as zero once dropped).
   (void)madvise(slot.payload.data(), slot.payload.size(), MADV_DONTNEED);
   spare_windows.push_back(&slot);
+  window_creation_failed = false;
 }
 
 bool JitCache::Impl::claims_window_shape(const std::vector<std::byte>& object) {

@@ -59,7 +59,7 @@ def target(transport, public_key, frames, port_file, confined=False):
     counted = (len(per_ifunc) == 1 and per_ifunc[0]["name"] == "counter"
                and per_ifunc[0]["loaded"] and per_ifunc[0]["calls"] == frames
                and per_ifunc[0]["payload_bytes"] == 8 * frames and per_ifunc[0]["timed_calls"] >= 1)
-    del counter  # a view of the receiver's memory: gone before it is
+    del counter  # confined, a view of the receiver's memory: no use of it after close()
     receiver.close()
     # The source first tries a key this target does not trust: refused, and
     # the refusal reaches on_error as a tc.Error.
