@@ -470,3 +470,80 @@ TEMPLATE_TEST_CASE("a burst of window-tier frames runs in order, around a trap i
     CHECK(result.in_runs == 0);
   }
 }
+
+namespace {
+uint64_t g_own_counter = 0;
+
+struct MovedArgsResult {
+  uint64_t window_counter;    // the counter in memory exposed to windows
+  uint64_t own_counter;       // g_own_counter, target_args from then on
+  uint64_t in_window_before;  // window_escape in a window before the move
+  uint64_t in_window_after;
+  uint64_t trapped;
+  uint64_t code_loads;
+  char first_error[256];
+};
+}  // namespace
+
+TEMPLATE_TEST_CASE(
+    "a Receiver whose target_args moves out of every window loads its peer's window code "
+    "again, checked, and none of its calls trap",
+    "[confinement][trust][ucx]", Shm, Tcp) {
+#if !defined(__x86_64__)
+  WARN(
+      "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
+      "window.aarch64_runs_window_code)");
+  return;
+#endif
+  ReceiverOptions options;  // the window tier by default
+  const PublicKey key = test_identity().public_key();
+  options.trust = Trust().allow_peer(key).allow_code_signer(key);
+  options.jit.confinement.time_budget = std::chrono::milliseconds(20);
+  ChildTarget<MovedArgsResult> target(
+      TestType::transport,
+      [](ChildContext& context) {
+        Receiver& receiver = context.receiver;
+        auto* const counter = reinterpret_cast<uint64_t*>(
+            receiver.cache().allocate_exposed("counter", 8, true).data());
+        receiver.set_target_args(counter, 8);
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        receiver.run([&] {
+          return receiver.stats().frames_dispatched >= 4 ||
+                 std::chrono::steady_clock::now() > deadline;
+        });
+        MovedArgsResult result{};
+        const Ifunc escape = Ifunc::load(TC_WINDOW_ESCAPE);
+        const auto in_window = [&] {
+          const CachedIfunc* const loaded = receiver.cache().find_ifunc(escape.id());
+          return loaded != nullptr && receiver.cache().in_window(*loaded) ? 1U : 0U;
+        };
+        result.in_window_before = in_window();
+        // The application's own memory from now on: window code could not
+        // reach it (it would get null and trap against the peer's key).
+        receiver.set_target_args(&g_own_counter, sizeof(g_own_counter));
+        ChildTarget<MovedArgsResult>::serve_until_closed(receiver);
+        result.window_counter = *counter;
+        result.own_counter = g_own_counter;
+        result.in_window_after = in_window();
+        result.trapped = receiver.stats().code_trapped;
+        result.code_loads = receiver.stats().code_loads;
+        context.first_error(result.first_error);
+        return result;
+      },
+      std::move(options));
+  const Ifunc escape = Ifunc::load(TC_WINDOW_ESCAPE);
+  TestSource source(TestType::transport, target.port(), options_for<TestType>());
+  for (uint64_t k = 1; k <= 4; ++k)  // 10 in all, in the window
+    CHECK_FALSE(carry_out(source.channel, escape, {window_add, k}).has_value());
+  for (uint64_t k = 1; k <= 3; ++k)  // 60 in all, after the move
+    CHECK_FALSE(carry_out(source.channel, escape, {window_add, 10 * k}).has_value());
+  source.channel.close();
+  const MovedArgsResult result = target.result();
+  INFO(result.first_error);
+  CHECK(result.in_window_before == 1);
+  CHECK(result.in_window_after == 0);
+  CHECK(result.trapped == 0);
+  CHECK(result.window_counter + result.own_counter == 70);
+  CHECK(result.own_counter >= 50);  // the last two at least ran after the move
+  CHECK(result.code_loads == 2);    // forgotten, sent again, loaded checked
+}
