@@ -302,14 +302,18 @@ class JsonOut {
   ~JsonOut() {
     if (file_ != nullptr) std::fclose(file_);
   }
-  void write(const Result& r, const std::string& delivery) {
+  // `confinement`: how the target ran the ifunc ("none"; "default", the
+  // window tier where the code takes it; "checked_tier"); `slots`: the ring.
+  void write(const Result& r, const std::string& delivery, const std::string& confinement,
+             uint32_t slots) {
     if (file_ == nullptr) return;
     fmt::print(
         file_,
         "{{\"transport\":\"{}\",\"mode\":\"{}\",\"metric\":\"{}\",\"payload\":{},\"value\":{:.4f},"
-        "\"unit\":\"{}\",\"frame_bytes\":{},\"delivery\":\"{}\",\"protocol\":\"{}\"}}\n",
+        "\"unit\":\"{}\",\"frame_bytes\":{},\"delivery\":\"{}\",\"protocol\":\"{}\","
+        "\"confinement\":\"{}\",\"slots\":{}}}\n",
         r.transport, r.mode, r.metric, r.size, r.value, r.metric == "rate" ? "Mmsg/s" : "us",
-        r.frame_bytes, delivery, r.protocol);
+        r.frame_bytes, delivery, r.protocol, confinement, slots);
     std::fflush(file_);
   }
   // A floor measured by the driver (floor.hpp), in its own unit.
@@ -408,6 +412,9 @@ int run_source(const Options& o) {
   const std::string delivery = channel.delivery() == tc::Delivery::direct ? "direct"
                                : channel.delivery() == tc::Delivery::put  ? "put"
                                                                           : "am";
+  const std::string confinement = !o.confined      ? "none"
+                                  : o.checked_tier ? "checked_tier"
+                                                   : "default";
   // The AM baseline shares the worker; the target's ack handler finds it by endpoint.
   // On the channel's own endpoint: the target accepts only endpoints that
   // authenticate, and one connection carries both, as a user's own AMs would.
@@ -505,7 +512,7 @@ int run_source(const Options& o) {
         std::sort(rs.begin(), rs.end(),
                   [](const Result& a, const Result& b) { return a.value < b.value; });
         const Result& median = rs[rs.size() / 2];
-        json.write(median, delivery);
+        json.write(median, delivery, confinement, o.window);
         results.push_back(median);
       }
     }
@@ -534,7 +541,7 @@ int run_source(const Options& o) {
       std::sort(rtt.begin(), rtt.end());
       Result r{transport, mode, "first", 8, rtt[rtt.size() / 2], channel.stats().last_frame_size};
       first_rtt[mode] = r.value;
-      json.write(r, delivery);
+      json.write(r, delivery, confinement, o.window);
       results.push_back(r);
     }
     // The cached AM round trip in the same run, for the ratios the first call
