@@ -151,6 +151,9 @@ struct IfuncStats {
   CodeId code = 0;
   std::string name;              // "" for code refused before it was read
   bool loaded = false;           // in the cache now (stats outlive an eviction)
+  // Loaded confined in the window tier (ConfinementOptions::window_tier);
+  // false for the checked tier, unconfined code, or code not loaded now.
+  bool in_window = false;
   uint64_t calls = 0;            // invocations, trapped ones included
   uint64_t payload_bytes = 0;    // what those calls were given
   uint64_t refusals = 0;         // loads of it refused: trust, signature, imports, limits

@@ -248,7 +248,7 @@ typedef struct threechains_ifunc_stats {
   uint64_t code;          /* its code identity */
   char name[64];          /* NUL-terminated, cut if longer; "" for code refused unread */
   uint32_t loaded;        /* 1: in the cache now (statistics outlive an eviction) */
-  uint32_t reserved;      /* 0 */
+  uint32_t in_window;     /* 1: loaded confined in the window tier (was `reserved`, 0) */
   uint64_t calls;         /* invocations, trapped ones included */
   uint64_t payload_bytes; /* what those calls were given */
   uint64_t refusals;      /* loads of it refused: trust, signature, imports, limits */

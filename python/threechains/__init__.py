@@ -398,9 +398,10 @@ class Receiver(_Handle):
                 break
         out = []
         for e in entries[:count.value]:
-            item = {name: getattr(e, name) for name, _ in e._fields_ if name != "reserved"}
+            item = {name: getattr(e, name) for name, _ in e._fields_}
             item["name"] = e.name.decode(errors="replace")
             item["loaded"] = bool(e.loaded)
+            item["in_window"] = bool(e.in_window)
             out.append(item)
         return out
 

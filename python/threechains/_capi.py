@@ -59,7 +59,7 @@ class ReceiverStats(ctypes.Structure):
 
 class IfuncStats(ctypes.Structure):
     _fields_ = [("code", ctypes.c_uint64), ("name", ctypes.c_char * 64), ("loaded", ctypes.c_uint32),
-                ("reserved", ctypes.c_uint32)] + [
+                ("in_window", ctypes.c_uint32)] + [
         (name, ctypes.c_uint64) for name in (
             "calls", "payload_bytes", "refusals", "traps", "timed_calls", "timed_ns")]
 

@@ -187,6 +187,7 @@ threechains_status threechains_receiver_ifunc_stats(const threechains_receiver* 
       entry.code = s.code;
       std::snprintf(entry.name, sizeof(entry.name), "%s", s.name.c_str());
       entry.loaded = s.loaded ? 1 : 0;
+      entry.in_window = s.in_window ? 1 : 0;
       entry.calls = s.calls;
       entry.payload_bytes = s.payload_bytes;
       entry.refusals = s.refusals;

@@ -97,6 +97,8 @@ std::vector<IfuncStats> Receiver::ifunc_stats() const {
   for (const auto& [id, record] : t.ifunc_stats) {
     out.push_back(record.stats);
     out.back().loaded = t.cache_use.contains(id);
+    const CachedIfunc* const cached = t.cache.find_ifunc(id);
+    out.back().in_window = cached != nullptr && t.cache.in_window(*cached);
     if (&record.stats == t.counted) {  // what its latest calls added, not in the record yet
       out.back().calls += t.counted_calls;
       out.back().payload_bytes += t.counted_bytes;

@@ -112,12 +112,15 @@ static int run_target(const char* transport, const char* public_key, uint64_t fr
   const int counted = ifuncs == 1 && strcmp(per_ifunc[0].name, "counter") == 0 &&
                       per_ifunc[0].loaded == 1 && per_ifunc[0].calls == frames &&
                       per_ifunc[0].payload_bytes == frames * sizeof(uint64_t) &&
-                      per_ifunc[0].timed_calls >= 1 && per_ifunc[0].refusals == 0;
+                      per_ifunc[0].timed_calls >= 1 && per_ifunc[0].refusals == 0 &&
+                      per_ifunc[0].in_window == (uint32_t)confined;
   printf("c target: ifunc '%s': %" PRIu64 " calls, %" PRIu64 " payload bytes, %" PRIu64
-         " timed in %" PRIu64 " ns %s\n",
+         " timed in %" PRIu64 " ns, %s %s\n",
          ifuncs >= 1 ? per_ifunc[0].name : "?", ifuncs >= 1 ? per_ifunc[0].calls : 0,
          ifuncs >= 1 ? per_ifunc[0].payload_bytes : 0, ifuncs >= 1 ? per_ifunc[0].timed_calls : 0,
-         ifuncs >= 1 ? per_ifunc[0].timed_ns : 0, counted ? "OK" : "MISMATCH");
+         ifuncs >= 1 ? per_ifunc[0].timed_ns : 0,
+         ifuncs >= 1 && per_ifunc[0].in_window ? "in a window" : "not in a window",
+         counted ? "OK" : "MISMATCH");
 
   /* A stats struct from an older header (only the first two counters) gets
    * only those written: nothing past its size. */

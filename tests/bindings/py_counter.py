@@ -58,7 +58,8 @@ def target(transport, public_key, frames, port_file, confined=False):
     value = counter.value
     counted = (len(per_ifunc) == 1 and per_ifunc[0]["name"] == "counter"
                and per_ifunc[0]["loaded"] and per_ifunc[0]["calls"] == frames
-               and per_ifunc[0]["payload_bytes"] == 8 * frames and per_ifunc[0]["timed_calls"] >= 1)
+               and per_ifunc[0]["payload_bytes"] == 8 * frames and per_ifunc[0]["timed_calls"] >= 1
+               and per_ifunc[0]["in_window"] == confined)
     del counter  # confined, a view of the receiver's memory: no use of it after close()
     receiver.close()
     # The source first tries a key this target does not trust: refused, and
