@@ -7,6 +7,7 @@
 #include "engine/fault_report.hpp"
 #include "support/counter_target.hpp"
 #include "support/two_process.hpp"
+#include "support/window_checks.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -327,12 +328,19 @@ enum WindowCommand : uint64_t {
 // and runs its code in the window tier (a 20 ms budget), with a counter
 // exposed to window code as its target_args; when its source closes, what
 // the counter, the window_escape code, its stats and the canary show.
-ChildTarget<WindowResult> window_target(Transport transport) {
+// A Receiver's options that trust test_identity() as a confined signer
+// only, with a 20 ms budget (the window tier by default).
+ReceiverOptions confined_signer_options() {
   ReceiverOptions options;
   const PublicKey key = test_identity().public_key();
   options.trust = Trust().allow_peer(key).allow_code_signer(key);
   options.jit.confinement.time_budget = std::chrono::milliseconds(20);
-  options.jit.confinement.window_tier = true;
+  return options;
+}
+
+ChildTarget<WindowResult> window_target(Transport transport) {
+  ReceiverOptions options = confined_signer_options();
+  options.jit.confinement.window_tier = true;  // asked for, whatever the default
   return ChildTarget<WindowResult>(
       transport,
       [](ChildContext& context) {
@@ -362,12 +370,7 @@ TEMPLATE_TEST_CASE(
     "window-tier code from a confined signer cannot reach the target, outlast "
     "its budget or stop it serving",
     "[confinement][trust][ucx]", Shm, Tcp) {
-#if !defined(__x86_64__)
-  WARN(
-      "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
-      "window.aarch64_runs_window_code)");
-  return;
-#endif
+  if (test::skip_without_x86_window_checks()) return;
   ChildTarget<WindowResult> target = window_target(TestType::transport);
   const Ifunc escape = Ifunc::load(TC_WINDOW_ESCAPE);
   TestSource source(TestType::transport, target.port(), options_for<TestType>());
@@ -415,12 +418,7 @@ TEMPLATE_TEST_CASE(
 
 TEMPLATE_TEST_CASE("a burst of window-tier frames runs in order, around a trap in its middle",
                    "[confinement][trust][ucx]", Shm, Tcp) {
-#if !defined(__x86_64__)
-  WARN(
-      "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
-      "window.aarch64_runs_window_code)");
-  return;
-#endif
+  if (test::skip_without_x86_window_checks()) return;
   // Over shared memory the Receiver runs the frames of one code that wait
   // in the ring together, with one way into the window (Engine::
   // run_window_frames); a trap stops that run at its frame, and the frames
@@ -489,16 +487,7 @@ TEMPLATE_TEST_CASE(
     "a Receiver whose target_args moves out of every window loads its peer's window code "
     "again, checked, and none of its calls trap",
     "[confinement][trust][ucx]", Shm, Tcp) {
-#if !defined(__x86_64__)
-  WARN(
-      "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
-      "window.aarch64_runs_window_code)");
-  return;
-#endif
-  ReceiverOptions options;  // the window tier by default
-  const PublicKey key = test_identity().public_key();
-  options.trust = Trust().allow_peer(key).allow_code_signer(key);
-  options.jit.confinement.time_budget = std::chrono::milliseconds(20);
+  if (test::skip_without_x86_window_checks()) return;
   ChildTarget<MovedArgsResult> target(
       TestType::transport,
       [](ChildContext& context) {
@@ -530,7 +519,7 @@ TEMPLATE_TEST_CASE(
         context.first_error(result.first_error);
         return result;
       },
-      std::move(options));
+      confined_signer_options());  // the window tier by default
   const Ifunc escape = Ifunc::load(TC_WINDOW_ESCAPE);
   TestSource source(TestType::transport, target.port(), options_for<TestType>());
   for (uint64_t k = 1; k <= 4; ++k)  // 10 in all, in the window

@@ -6,6 +6,7 @@
 // containers of the test suite, compiled by the real worker; the attacker
 // (tests/ifuncs/window_escape.c) tries each way out from inside a window.
 #include "support/temp_dir.hpp"
+#include "support/window_checks.hpp"
 
 #include <threechains/error.hpp>
 #include <threechains/ifunc.hpp>
@@ -39,12 +40,6 @@ extern "C" const void* _Unwind_Find_FDE(const void* pc, void* bases);
 
 namespace {
 
-#if defined(__x86_64__)
-constexpr bool kWindowTierHere = true;
-#else
-constexpr bool kWindowTierHere = false;
-#endif
-
 JitOptions window_options() {
   JitOptions options;
   options.confinement.window_tier = true;
@@ -70,25 +65,12 @@ struct Order {
 };
 enum : uint64_t { add = 0, write_address, read_address, spin, divide, write_code, far_store };
 
-struct SaxpyRequest {
-  float a;
-  uint32_t repeat;
-  uint64_t n;
-  const float* x;
-  float* y;
-};
-
 }  // namespace
 
 TEST_CASE(
     "confined code that takes the window shape runs in a window, beside checked confined code",
     "[confinement][window]") {
-  if (!kWindowTierHere) {
-    WARN(
-        "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
-        "window.aarch64_runs_window_code)");
-    return;
-  }
+  if (test::skip_without_x86_window_checks()) return;
   JitCache cache(window_options());
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   const CachedIfunc* const loaded = &loaded_confined(cache, counter);
@@ -121,20 +103,17 @@ TEST_CASE(
   const CachedIfunc* const kernel = &loaded_confined(cache, saxpy);
   CHECK(cache.in_window(*kernel));
   constexpr std::size_t n = 1000;
-  auto* const x = reinterpret_cast<float*>(cache.allocate_exposed("x", n * 4, false).data());
-  auto* const y = reinterpret_cast<float*>(cache.allocate_exposed("y", n * 4, true).data());
+  const auto [x, y] = test::exposed_saxpy_arrays(cache, n);
   std::vector<float> expected(n);
   for (std::size_t i = 0; i < n; ++i) {
-    x[i] = static_cast<float>(i);
-    y[i] = 1.0F;
     expected[i] = 0.5F * x[i] + 1.0F;
     expected[i] = 0.5F * x[i] + expected[i];
   }
-  alignas(16) SaxpyRequest request{0.5F, 2, n, x, y};
+  alignas(16) test::SaxpyRequest request{0.5F, 2, n, x, y};
   CHECK_FALSE(cache.invoke(*kernel, &request, sizeof(request), nullptr).has_value());
   CHECK(std::equal(y, y + n, expected.begin()));
   // x is read-only to confined code: saxpy told to write it traps.
-  alignas(16) SaxpyRequest backwards{0.5F, 1, n, y, x};
+  alignas(16) test::SaxpyRequest backwards{0.5F, 1, n, y, x};
   const std::optional<ConfinedTrap> read_only =
       cache.invoke(*kernel, &backwards, sizeof(backwards), nullptr);
   REQUIRE(read_only.has_value());
@@ -159,12 +138,7 @@ TEST_CASE(
     "honest code with recursion, a local array, copies and fills runs in a window, "
     "computing what it computes unconfined",
     "[confinement][window]") {
-  if (!kWindowTierHere) {
-    WARN(
-        "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
-        "window.aarch64_runs_window_code)");
-    return;
-  }
+  if (test::skip_without_x86_window_checks()) return;
   // Recursion keeps the checked tier: the verifier bounds the stack window
   // code can use, and a function that can call itself has no bound (the
   // verifier refused it, and with it the load, before the shape did).
@@ -281,12 +255,7 @@ TEST_CASE(
 
 TEST_CASE("a local that window code keeps carries nothing of one caller to the next",
           "[confinement][window]") {
-  if (!kWindowTierHere) {
-    WARN(
-        "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
-        "window.aarch64_runs_window_code)");
-    return;
-  }
+  if (test::skip_without_x86_window_checks()) return;
   // The reader reports what its local holds, then stores its payload's
   // word there: in a window the local is a global, so it outlives the
   // invocation, and only the change of caller may wipe it.
@@ -313,12 +282,7 @@ TEST_CASE("a local that window code keeps carries nothing of one caller to the n
 
 TEST_CASE("window code cannot reach the target, outlast its budget or keep it from serving",
           "[confinement][window]") {
-  if (!kWindowTierHere) {
-    WARN(
-        "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
-        "window.aarch64_runs_window_code)");
-    return;
-  }
+  if (test::skip_without_x86_window_checks()) return;
   g_canary.fill(kCanaryWord);
   JitCache cache(window_options());
   const Ifunc escape = Ifunc::load(TC_WINDOW_ESCAPE);
@@ -378,12 +342,7 @@ TEST_CASE("window code cannot reach the target, outlast its budget or keep it fr
 
 TEST_CASE("the target runs no window code the verifier refuses, whoever compiled it",
           "[confinement][window]") {
-  if (!kWindowTierHere) {
-    WARN(
-        "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
-        "window.aarch64_runs_window_code)");
-    return;
-  }
+  if (test::skip_without_x86_window_checks()) return;
   // The code cache on disk holds what the worker compiled; an attacker who
   // can write there (or a compromised worker) hands the target an object
   // that claims the window shape. Here: the counter's %gs prefix replaced
@@ -446,12 +405,7 @@ TEST_CASE("the target runs no window code the verifier refuses, whoever compiled
 
 TEST_CASE("window code leaves the host's unwinder alone and nothing of one caller for the next",
           "[confinement][window]") {
-  if (!kWindowTierHere) {
-    WARN(
-        "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
-        "window.aarch64_runs_window_code)");
-    return;
-  }
+  if (test::skip_without_x86_window_checks()) return;
   JitCache cache(window_options());
   const Ifunc escape = Ifunc::load(TC_WINDOW_ESCAPE);
   const CachedIfunc* loaded = &loaded_confined(cache, escape);
@@ -527,12 +481,7 @@ TEST_CASE("window code leaves the host's unwinder alone and nothing of one calle
 
 TEST_CASE("a run of window calls on large payloads runs them all and keeps the payload area small",
           "[confinement][window]") {
-  if (!kWindowTierHere) {
-    WARN(
-        "SKIP: these window-tier checks are x86-64's (aarch64's run under qemu: "
-        "window.aarch64_runs_window_code)");
-    return;
-  }
+  if (test::skip_without_x86_window_checks()) return;
   JitCache cache(window_options());
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   const CachedIfunc& loaded = loaded_confined(cache, counter);

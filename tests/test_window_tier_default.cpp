@@ -7,6 +7,7 @@
 // start_load()/finish_loads() a Receiver uses. The ifuncs are the suite's clang-built
 // counter and saxpy, compiled by the real compile worker.
 #include "support/temp_dir.hpp"
+#include "support/window_checks.hpp"
 
 #include <threechains/ifunc.hpp>
 #include <threechains/jit_cache.hpp>
@@ -23,12 +24,6 @@
 using namespace threechains;
 
 namespace {
-
-#if defined(__x86_64__) || defined(__aarch64__)
-constexpr bool kWindowTierHere = true;
-#else
-constexpr bool kWindowTierHere = false;
-#endif
 
 const CachedIfunc& loaded_confined(JitCache& cache, const Ifunc& ifunc) {
   (void)cache.load(ifunc.id(), ifunc.codec(), ifunc.code(), Confine::yes);
@@ -47,10 +42,7 @@ TEST_CASE(
     "confined code takes the window tier by default, and the checked tier while memory it "
     "may be handed lies outside every window",
     "[confinement][window]") {
-  if (!kWindowTierHere) {
-    WARN("SKIP: the window tier needs an x86-64 or aarch64 host");
-    return;
-  }
+  if (test::skip_without_window_tier()) return;
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   alignas(16) uint64_t increment = 3;
 
@@ -104,10 +96,7 @@ TEST_CASE(
     "with every window held a confined code loads in the checked tier and runs, and a window "
     "freed later takes the next load",
     "[confinement][window]") {
-  if (!kWindowTierHere) {
-    WARN("SKIP: the window tier needs an x86-64 or aarch64 host");
-    return;
-  }
+  if (test::skip_without_window_tier()) return;
   // With a code cache on disk: the checked object made for want of a window
   // must not be stored where the window tier's object is looked up, or the
   // code would stay out of windows once one is free.
@@ -124,20 +113,8 @@ TEST_CASE(
   const CachedIfunc& checked = loaded_confined(cache, saxpy);
   CHECK_FALSE(cache.in_window(checked));
   constexpr std::size_t n = 64;
-  auto* const x = reinterpret_cast<float*>(cache.allocate_exposed("x", n * 4, false).data());
-  auto* const y = reinterpret_cast<float*>(cache.allocate_exposed("y", n * 4, true).data());
-  for (std::size_t i = 0; i < n; ++i) {
-    x[i] = static_cast<float>(i);
-    y[i] = 1.0F;
-  }
-  struct SaxpyRequest {
-    float a;
-    uint32_t repeat;
-    uint64_t n;
-    const float* x;
-    float* y;
-  };
-  alignas(16) SaxpyRequest request{2.0F, 1, n, x, y};
+  const auto [x, y] = test::exposed_saxpy_arrays(cache, n);
+  alignas(16) test::SaxpyRequest request{2.0F, 1, n, x, y};
   CHECK_FALSE(cache.invoke(checked, &request, sizeof(request), nullptr).has_value());
   CHECK(y[5] == 11.0F);
   CHECK(cache.window_refusals().count == 0);  // no window is no refusal of the code
@@ -172,10 +149,7 @@ TEST_CASE(
     "loads a Receiver starts beside its serving take the checked tier when memory exposed "
     "meanwhile lies outside every window, or every window is held",
     "[confinement][window]") {
-  if (!kWindowTierHere) {
-    WARN("SKIP: the window tier needs an x86-64 or aarch64 host");
-    return;
-  }
+  if (test::skip_without_window_tier()) return;
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   const Ifunc saxpy = Ifunc::load(TC_SAXPY_BITCODE);
   alignas(16) uint64_t increment = 2;
