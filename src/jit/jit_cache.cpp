@@ -517,7 +517,8 @@ std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
                                false,
                                1};
     } catch (const Error& error) {
-      if (may_compile_again && impl_->retry_checked(error, pending.store_key)) {
+      if (may_compile_again) {
+        impl_->before_checked_retry(error, pending.store_key);
         pending.checked_only = true;
         try {
           impl_->workers.submit(

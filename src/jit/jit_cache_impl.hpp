@@ -287,25 +287,21 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   [[nodiscard]] bool windows_for_new_loads() const noexcept {
     return window_tier && windows_reach_exposed() && !out_of_windows();
   }
-  // After link() refused a window object: whether to compile the code again
-  // for the checked tier. Yes when no window was to be had for it
+  // After link() refused a window object, before the code is compiled
+  // again for the checked tier. When no window was to be had for it
   // (`no_window_for_link`: all held, none could be made, or what is exposed
-  // changed since the load started and window code could not reach it):
-  // the code runs, checked, rather than be refused for what other codes
-  // hold or what the application exposed; `store_key` is cleared, since
-  // the checked object stored under the window tier's key would keep the
-  // code from a window once one is free. Yes for a refusal by the verifier
-  // or the window's link (counted, and kept for window_refusals()). No for
-  // another limit_exceeded, which a checked compile would only hide.
-  [[nodiscard]] bool retry_checked(const Error& refusal, std::string& store_key) {
+  // changed since the load started and window code could not reach it),
+  // `store_key` is cleared: the checked object stored under the window
+  // tier's key would keep the code from a window once one is free. Any
+  // other refusal (the verifier's, the window's link) is the code's:
+  // counted, and kept for window_refusals().
+  void before_checked_retry(const Error& refusal, std::string& store_key) {
     if (no_window_for_link) {
       store_key.clear();
-      return true;
+      return;
     }
-    if (refusal.is(errc::limit_exceeded)) return false;
     ++window_refusal_count;
     last_window_refusal = refusal.what();
-    return true;
   }
   uint64_t window_refusal_count = 0;
   std::string last_window_refusal;
@@ -343,7 +339,7 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   std::size_t max_windows = 0;  // ConfinementOptions::max_windows
   // The last Window asked for could not be made; cleared when one is given back.
   bool window_creation_failed = false;
-  // The last link() of a window object found no window for it (retry_checked).
+  // The last link() of a window object found no window for it (before_checked_retry).
   bool no_window_for_link = false;
   std::deque<WindowSlot> windows;
   std::vector<WindowSlot*> spare_windows;
@@ -359,7 +355,7 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
     bool preparing = false;  // still with `preparation`: image and store_key not yet known
     uint64_t serial = 0;     // the preparation's, while `preparing`
     // Compiling for the checked tier only: windows_for_new_loads() said no
-    // when it started, or a window object was refused (retry_checked).
+    // when it started, or a window object was refused (before_checked_retry).
     bool checked_only = false;
   };
   std::unordered_map<CodeId, PendingLoad> pending_loads;  // confined code compiling in a worker

@@ -156,7 +156,7 @@ IfuncMain JitCache::Impl::load_confined(CodeId id, const ParsedImage& image, boo
     // The window tier could not take what the worker made of it (the
     // verifier refused it, it did not link in a window, or no window was
     // left): the checked tier's compile, as finish_loads does.
-    if (!retry_checked(error, key)) throw;
+    before_checked_retry(error, key);
     CompileWorkers::Outcome checked = workers.compile(image.name, image.bytes, true);
     return link_compiled(id, image, checked, key);
   }

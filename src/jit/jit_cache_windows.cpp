@@ -75,7 +75,7 @@ JitCache::Impl::WindowSlot& JitCache::Impl::acquire_window() {
     return slot;
   }
   // Whatever keeps a window from being had, the code takes the checked
-  // tier (retry_checked): a want of windows is no fault of the code's.
+  // tier (before_checked_retry): a want of windows is no fault of the code's.
   no_window_for_link = true;
   if (windows.size() >= max_windows) {
     throw Error(errc::limit_exceeded, "no confinement window left: " + std::to_string(max_windows) +
