@@ -11,8 +11,6 @@
 #include <algorithm>
 #include <array>
 #include <optional>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 namespace threechains::confined {
@@ -156,7 +154,7 @@ class Verifier {
     Verdict verdict;
     verdict.accepted = true;
     verdict.stack_bytes = deepest;
-    verdict.instructions = instructions_.size();
+    verdict.instructions = instructions_;
     return verdict;
   }
 
@@ -196,7 +194,6 @@ class Verifier {
     if (range == nullptr || address % 4 != 0)
       refuse(say(hex(address), ": control reaches an address outside the code"));
     const std::byte* bytes = range->bytes.data() + (address - range->address);
-    instructions_.insert(address);
     return static_cast<Word>(bytes[0]) | static_cast<Word>(bytes[1]) << 8 |
            static_cast<Word>(bytes[2]) << 16 | static_cast<Word>(bytes[3]) << 24;
   }
@@ -722,17 +719,17 @@ class Verifier {
   // Every path of the function entered at `entry`.
   AnalysedFunction analyse(uint64_t entry) {
     AnalysedFunction function;
-    std::unordered_map<uint64_t, State> seen;
+    AddressStates<State> seen;
     std::vector<uint64_t> pending;
     const auto reach = [&](uint64_t address, const State& state) {
-      auto [it, fresh] = seen.try_emplace(address, state);
+      auto [known, fresh] = seen.try_emplace(address, state);
       if (!fresh) {
-        if (it->second.height != state.height)
-          refuse(say(hex(address), ": reached with the stack at two heights (", it->second.height,
+        if (known->height != state.height)
+          refuse(say(hex(address), ": reached with the stack at two heights (", known->height,
                      " and ", state.height, ")"));
-        State joined = join(it->second, state);
-        if (joined == it->second) return;
-        it->second = joined;
+        State joined = join(*known, state);
+        if (joined == *known) return;
+        *known = joined;
       }
       pending.push_back(address);
     };
@@ -774,6 +771,7 @@ class Verifier {
           break;
       }
     }
+    instructions_ += seen.size();
     return function;
   }
 
@@ -781,7 +779,7 @@ class Verifier {
   uint64_t code_bytes_ = 0;
   uint64_t work_left_ = 0;
   std::vector<const CodeRange*> ranges_;       // by address, checked not to overlap
-  std::unordered_set<uint64_t> instructions_;  // every address fetched
+  std::size_t instructions_ = 0;               // reached, summed over the functions read
   uint64_t pc_ = 0;                            // the instruction being checked
   Word word_ = 0;
 };

@@ -16,8 +16,6 @@
 #include <concepts>
 #include <map>
 #include <optional>
-#include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -210,7 +208,7 @@ class Verifier {
     Verdict verdict;
     verdict.accepted = true;
     verdict.stack_bytes = deepest;
-    verdict.instructions = instructions_.size();
+    verdict.instructions = instructions_;
     return verdict;
   }
 
@@ -260,7 +258,6 @@ class Verifier {
       refuse(say(hex(address),
                  ": bytes that are no instruction (or one cut off by the end of the code)"));
     check_instruction(decoded);
-    instructions_.insert(address);
     return decoded;
   }
 
@@ -458,17 +455,17 @@ class Verifier {
   // clean registers each instruction sees; the same height on every path.
   AnalysedFunction analyse(uint64_t entry) {
     AnalysedFunction function;
-    std::unordered_map<uint64_t, State> seen;
+    AddressStates<State> seen;
     std::vector<uint64_t> pending;
     const auto reach = [&](uint64_t address, State state) {
-      auto [it, fresh] = seen.try_emplace(address, state);
+      auto [known, fresh] = seen.try_emplace(address, state);
       if (!fresh) {
-        if (it->second.height != state.height)
-          refuse(say(hex(address), ": reached with the stack at two heights (", it->second.height,
+        if (known->height != state.height)
+          refuse(say(hex(address), ": reached with the stack at two heights (", known->height,
                      " and ", state.height, ")"));
-        const uint16_t clean = it->second.clean & state.clean;
-        if (clean == it->second.clean) return;
-        it->second.clean = clean;
+        const uint16_t clean = known->clean & state.clean;
+        if (clean == known->clean) return;
+        known->clean = clean;
       }
       pending.push_back(address);
     };
@@ -506,6 +503,7 @@ class Verifier {
         reach(branch_target(decoded), after);
       reach(decoded.next(), after);
     }
+    instructions_ += seen.size();
     return function;
   }
 
@@ -514,7 +512,7 @@ class Verifier {
   uint64_t code_bytes_ = 0;
   uint64_t work_left_ = 0;
   std::vector<const CodeRange*> ranges_;       // by address, checked not to overlap
-  std::unordered_set<uint64_t> instructions_;  // every address decoded
+  std::size_t instructions_ = 0;               // reached, summed over the functions read
 };
 
 }  // namespace
