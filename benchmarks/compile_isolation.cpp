@@ -120,6 +120,7 @@ int main(int argc, char** argv) try {
   std::string send_what = "heavy";
   int send_port = 0;
   int churn_peers = 20;
+  std::string tier = "checked";
   CLI::App app{"An honest peer's round trips while another peer's code compiles"};
   app.add_option("--transports", transports, "shm and/or tcp")->delimiter(',');
   app.add_option("--seconds", quiet_seconds, "length of the quiet phase");
@@ -130,6 +131,10 @@ int main(int argc, char** argv) try {
   app.add_option("--what", send_what, "(internal) with --send: heavy or counter")
       ->check(CLI::IsMember({"heavy", "counter"}));
   app.add_option("--peers", churn_peers, "second peers that connect and leave in the connect phase");
+  app.add_option("--tier", tier,
+                 "the target's tier for confined code: checked (its counter exposed by "
+                 "address) or window (its counter in allocate_exposed memory, the default tier)")
+      ->check(CLI::IsMember({"checked", "window"}));
   CLI11_PARSE(app, argc, argv);
   if (!send_transport.empty())
     return send_once(send_transport, static_cast<uint16_t>(send_port), send_what);
@@ -138,9 +143,9 @@ int main(int argc, char** argv) try {
   const tc::Ifunc counter = tc::Ifunc::load(THREECHAINS_BENCH_BITCODE);
   for (const std::string& transport : transports) {
     tc::test::Process target({THREECHAINS_ATTACK_TARGET, "--transport", transport, "--trust",
-                              THREECHAINS_DEV_PUBLIC_KEY, "--confined", "yes",
-                              "--compile-time-limit-ms", std::to_string(limit_ms), "--progress",
-                              "spin"});
+                              THREECHAINS_DEV_PUBLIC_KEY, "--confined",
+                              tier == "window" ? "window" : "yes", "--compile-time-limit-ms",
+                              std::to_string(limit_ms), "--progress", "spin"});
     const std::optional<std::string> port_line = target.read_line_starting("port ", 30s);
     if (!port_line) throw std::runtime_error("the target did not start: " + target.output());
     const std::string port = port_line->substr(5);
@@ -192,8 +197,8 @@ int main(int argc, char** argv) try {
     if (counted != sent)
       throw std::runtime_error(fmt::format("the target counted {} of {} frames", counted, sent));
     const double worst_vs_p99 = during.at(1.0) / quiet.at(0.99);
-    fmt::print("{}: the second peer's code compiled for {:.1f} s ({})\n", transport, compile_seconds,
-               said.substr(0, said.find('\n')));
+    fmt::print("{} ({} tier): the second peer's code compiled for {:.1f} s ({})\n", transport, tier,
+               compile_seconds, said.substr(0, said.find('\n')));
     fmt::print("  quiet   {} round trips: p50 {:.1f} us  p99 {:.1f} us  longest {:.1f} us\n",
                quiet.us.size(), quiet.at(0.5), quiet.at(0.99), quiet.at(1.0));
     fmt::print("  hog     {} round trips: p50 {:.1f} us  p99 {:.1f} us  longest {:.1f} us"
@@ -212,15 +217,18 @@ int main(int argc, char** argv) try {
     if (!json.empty()) {
       std::ofstream out(json, std::ios::app);
       out << fmt::format(
-          "{{\"bench\":\"compile_isolation\",\"transport\":\"{}\",\"compile_seconds\":{:.2f},"
-          "\"quiet_trips\":{},\"quiet_p50_us\":{:.2f},\"quiet_p99_us\":{:.2f},\"quiet_max_us\":{:.2f},"
+          "{{\"bench\":\"compile_isolation\",\"transport\":\"{}\",\"tier\":\"{}\","
+          "\"compile_seconds\":{:.2f},"
+          "\"quiet_trips\":{},\"quiet_p50_us\":{:.2f},\"quiet_p99_us\":{:.2f},\"quiet_max_us\":{:."
+          "2f},"
           "\"compile_trips\":{},\"compile_p50_us\":{:.2f},\"compile_p99_us\":{:.2f},"
           "\"compile_max_us\":{:.2f},\"max_vs_quiet_p99\":{:.3f},\"hog_p99_us\":{:.2f},"
           "\"hog_max_us\":{:.2f},\"connect_peers\":{},\"connect_p99_us\":{:.2f},"
           "\"connect_max_us\":{:.2f}}}\n",
-          transport, compile_seconds, quiet.us.size(), quiet.at(0.5), quiet.at(0.99), quiet.at(1.0),
-          during.us.size(), during.at(0.5), during.at(0.99), during.at(1.0), worst_vs_p99,
-          hogged.at(0.99), hogged.at(1.0), churn_peers, churn.at(0.99), churn.at(1.0));
+          transport, tier, compile_seconds, quiet.us.size(), quiet.at(0.5), quiet.at(0.99),
+          quiet.at(1.0), during.us.size(), during.at(0.5), during.at(0.99), during.at(1.0),
+          worst_vs_p99, hogged.at(0.99), hogged.at(1.0), churn_peers, churn.at(0.99),
+          churn.at(1.0));
     }
   }
   return 0;

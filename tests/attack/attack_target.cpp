@@ -5,10 +5,12 @@
 //
 //   threechains-attack-target --transport shm|tcp --trust KEY.pub [--anyone yes]
 //                             [--handshake-timeout-ms N] [--rma yes]
-//                             [--confined yes] [--compile-time-limit-ms N]
+//                             [--confined yes|window] [--compile-time-limit-ms N]
 //   (--anyone: Trust::anyone(), a development Receiver that grants at once;
 //    --rma: its context does RMA, so it puts credits where a source asks;
-//    --confined: the key's code runs confined, compiled in a worker process)
+//    --confined: the key's code runs confined, compiled in a worker process;
+//    yes: the counter is exposed by address, so the checked tier; window: the
+//    counter lies in allocate_exposed memory, so the window tier)
 //   prints "port P" and "canary 0xADDRESS", then serves; on stdin:
 //     report   prints "report canary0 canary1 canary2 counter peers_connected
 //              peers_refused frames_dispatched frames_rejected code_refused
@@ -35,7 +37,10 @@ constexpr uint64_t kCanary = 0x600d600d600d600dULL;
 // volatile: the canaries are read from memory each time, as an attacker
 // would have left them.
 volatile uint64_t g_canary[3] = {kCanary, kCanary, kCanary};
-uint64_t g_counter = 0;
+uint64_t g_own_counter = 0;
+// The counter the ifunc adds to: g_own_counter, or (--confined window) a
+// word of allocate_exposed memory.
+uint64_t* g_counter = &g_own_counter;
 
 // The kB of a /proc/self/status field (VmRSS, VmHWM).
 long status_kb(const char* field) {
@@ -49,15 +54,13 @@ long status_kb(const char* field) {
 
 void print_report(const tc::Receiver& receiver) {
   const tc::ReceiverStats& stats = receiver.stats();
-  std::printf("report %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIu64 " %" PRIu64 " %" PRIu64
-              " %" PRIu64 " %" PRIu64 " %" PRIu64 " %ld %ld\n",
-              g_canary[0], g_canary[1], g_canary[2], g_counter,
-              static_cast<uint64_t>(stats.peers_connected),
-              static_cast<uint64_t>(stats.peers_refused),
-              static_cast<uint64_t>(stats.frames_dispatched),
-              static_cast<uint64_t>(stats.frames_rejected),
-              static_cast<uint64_t>(stats.code_refused), status_kb("VmRSS:"),
-              status_kb("VmHWM:"));
+  std::printf(
+      "report %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
+      " %" PRIu64 " %" PRIu64 " %ld %ld\n",
+      g_canary[0], g_canary[1], g_canary[2], *g_counter,
+      static_cast<uint64_t>(stats.peers_connected), static_cast<uint64_t>(stats.peers_refused),
+      static_cast<uint64_t>(stats.frames_dispatched), static_cast<uint64_t>(stats.frames_rejected),
+      static_cast<uint64_t>(stats.code_refused), status_kb("VmRSS:"), status_kb("VmHWM:"));
   std::fflush(stdout);
 }
 
@@ -89,6 +92,7 @@ int main(int argc, char** argv) {
   bool rma = false;  // ContextOptions::remote_memory_access (credits by put)
   long handshake_timeout_ms = 0;  // 0: the default
   bool confined = false;          // the key's code runs confined (allow_code_signer)
+  bool window = false;            // ... with its counter in allocate_exposed memory
   long compile_time_limit_ms = 0;  // 0: the default (ConfinementOptions::compile_time_limit)
   bool spin_only = false;  // --progress spin: never sleep (ProgressOptions::sleep_when_idle)
   long spin_us = -1;       // --progress sleep-N: spin N us before sleeping (-1: the default)
@@ -99,8 +103,11 @@ int main(int argc, char** argv) {
     else if (flag == "--anyone") anyone = std::string(argv[i + 1]) == "yes";
     else if (flag == "--handshake-timeout-ms") handshake_timeout_ms = std::stol(argv[i + 1]);
     else if (flag == "--rma") rma = std::string(argv[i + 1]) == "yes";
-    else if (flag == "--confined") confined = std::string(argv[i + 1]) == "yes";
-    else if (flag == "--compile-time-limit-ms") compile_time_limit_ms = std::stol(argv[i + 1]);
+    else if (flag == "--confined") {
+      window = std::string(argv[i + 1]) == "window";
+      confined = window || std::string(argv[i + 1]) == "yes";
+    } else if (flag == "--compile-time-limit-ms")
+      compile_time_limit_ms = std::stol(argv[i + 1]);
     else if (flag == "--progress") {
       const std::string policy = argv[i + 1];
       spin_only = policy == "spin";
@@ -124,10 +131,10 @@ int main(int argc, char** argv) {
     options.trust = anyone     ? tc::Trust::anyone()
                     : confined ? tc::Trust().allow_peer(key).allow_code_signer(key)
                                : tc::Trust().allow_peer(key).allow_native_code_signer(key);
-    if (confined) options.target_args_bytes = sizeof(g_counter);
+    if (confined) options.target_args_bytes = sizeof(*g_counter);
     if (compile_time_limit_ms > 0)
       options.jit.confinement.compile_time_limit = std::chrono::milliseconds(compile_time_limit_ms);
-    options.target_args = &g_counter;
+    options.target_args = g_counter;
     options.progress.sleep_when_idle = !spin_only;
     if (spin_us >= 0) options.progress.spin = std::chrono::microseconds(spin_us);
     if (handshake_timeout_ms > 0)
@@ -136,6 +143,11 @@ int main(int argc, char** argv) {
     tc::Worker worker(tc::Context(
         {.transport = tc::parse_transport(transport), .remote_memory_access = rma}));
     tc::Receiver receiver(worker, options);
+    if (window) {
+      g_counter = reinterpret_cast<uint64_t*>(
+          receiver.cache().allocate_exposed("counter", sizeof(*g_counter), true).data());
+      receiver.set_target_args(g_counter, sizeof(*g_counter));
+    }
     std::printf("port %u\ncanary %p\n", static_cast<unsigned>(receiver.port()),
                 static_cast<void*>(const_cast<uint64_t*>(g_canary)));
     std::fflush(stdout);
