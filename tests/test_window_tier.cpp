@@ -5,6 +5,7 @@
 // the shape keeps the checked tier. The ifuncs are the clang-built
 // containers of the test suite, compiled by the real worker; the attacker
 // (tests/ifuncs/window_escape.c) tries each way out from inside a window.
+#include "support/stored_object.hpp"
 #include "support/temp_dir.hpp"
 #include "support/window_checks.hpp"
 
@@ -13,7 +14,6 @@
 #include <threechains/jit_cache.hpp>
 
 #include <unwind.h>
-#include <xxhash.h>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -21,9 +21,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <random>
 #include <span>
@@ -357,37 +354,7 @@ TEST_CASE("the target runs no window code the verifier refuses, whoever compiled
         cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
     CHECK_FALSE(first.from_code_cache);
   }
-  std::vector<std::filesystem::path> entries;
-  for (const auto& entry : std::filesystem::directory_iterator(directory.path()))
-    entries.push_back(entry.path());
-  REQUIRE(entries.size() == 1);
-  std::string bytes;
-  {
-    std::ifstream in(entries[0], std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  // An entry: magic, key size, object size, the object's XXH3; the key; the object.
-  REQUIRE(bytes.size() > 32);
-  uint64_t key_size = 0;
-  uint64_t object_size = 0;
-  std::memcpy(&key_size, bytes.data() + 8, 8);
-  std::memcpy(&object_size, bytes.data() + 16, 8);
-  REQUIRE(32 + key_size + object_size == bytes.size());
-  CHECK(bytes.substr(32, key_size).find("window tier") != std::string::npos);
-  char* const object = bytes.data() + 32 + key_size;
-  // The first %gs-prefixed instruction with a 64-bit operand (65 48..4f).
-  std::size_t at = 0;
-  while (at + 1 < object_size && !(static_cast<unsigned char>(object[at]) == 0x65 &&
-                                   (static_cast<unsigned char>(object[at + 1]) & 0xf8) == 0x48))
-    ++at;
-  REQUIRE(at + 1 < object_size);
-  object[at] = 0x3e;  // %ds
-  const uint64_t hash = XXH3_64bits(object, object_size);
-  std::memcpy(bytes.data() + 24, &hash, 8);
-  {
-    std::ofstream out(entries[0], std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  }
+  test::send_stored_window_access_outside(directory.path());
 
   // The tampered entry reads well, links, and is refused by the verifier:
   // the cache compiles the code again, and that runs.

@@ -1,0 +1,81 @@
+// The code cache on disk (JitOptions::code_cache_directory), as an attacker
+// who can write there, or a compromised compile worker, would change it.
+#pragma once
+
+#include <xxhash.h>
+
+#include <catch2/catch.hpp>
+
+#include <elf.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace threechains::test {
+
+// In the one window-tier entry of `directory`: the first %gs-prefixed
+// instruction with a 64-bit operand (65 48..4f) in the object's .text gets
+// %ds instead, so its access goes to the address itself, in the target;
+// the entry's hash is made to match again. An entry is: magic, key size,
+// object size, the object's XXH3 (8 bytes each); the key; the object.
+inline void send_stored_window_access_outside(const std::filesystem::path& directory) {
+  std::vector<std::filesystem::path> entries;
+  for (const auto& entry : std::filesystem::directory_iterator(directory))
+    entries.push_back(entry.path());
+  REQUIRE(entries.size() == 1);
+  std::string bytes;
+  {
+    std::ifstream in(entries[0], std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  REQUIRE(bytes.size() > 32);
+  uint64_t key_size = 0;
+  uint64_t object_size = 0;
+  std::memcpy(&key_size, bytes.data() + 8, 8);
+  std::memcpy(&object_size, bytes.data() + 16, 8);
+  REQUIRE(32 + key_size + object_size == bytes.size());
+  CHECK(bytes.substr(32, key_size).find("window tier") != std::string::npos);
+  char* const object = bytes.data() + 32 + key_size;
+  // .text, by the section headers: data (a table of constants) may hold
+  // the same two bytes.
+  REQUIRE(object_size >= sizeof(Elf64_Ehdr));
+  Elf64_Ehdr header;
+  std::memcpy(&header, object, sizeof(header));
+  REQUIRE(header.e_shoff + uint64_t{header.e_shnum} * sizeof(Elf64_Shdr) <= object_size);
+  const auto section = [&](unsigned k) {
+    Elf64_Shdr s;
+    std::memcpy(&s, object + header.e_shoff + k * sizeof(Elf64_Shdr), sizeof(s));
+    return s;
+  };
+  const Elf64_Shdr names = section(header.e_shstrndx);
+  uint64_t text_begin = 0;
+  uint64_t text_end = 0;
+  for (unsigned k = 0; k < header.e_shnum; ++k) {
+    const Elf64_Shdr s = section(k);
+    REQUIRE(names.sh_offset + s.sh_name < object_size);
+    if (std::string_view(object + names.sh_offset + s.sh_name) == ".text") {
+      text_begin = s.sh_offset;
+      text_end = s.sh_offset + s.sh_size;
+    }
+  }
+  REQUIRE(text_end > text_begin);
+  REQUIRE(text_end <= object_size);
+  uint64_t at = text_begin;
+  while (at + 1 < text_end && !(static_cast<unsigned char>(object[at]) == 0x65 &&
+                                (static_cast<unsigned char>(object[at + 1]) & 0xf8) == 0x48))
+    ++at;
+  REQUIRE(at + 1 < text_end);
+  object[at] = 0x3e;  // %ds
+  const uint64_t hash = XXH3_64bits(object, object_size);
+  std::memcpy(bytes.data() + 24, &hash, 8);
+  std::ofstream out(entries[0], std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace threechains::test
