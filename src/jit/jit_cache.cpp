@@ -441,8 +441,133 @@ std::optional<LoadResult> JitCache::start_load_from(CodeId id, CodecId codec,
   return std::nullopt;
 }
 
+bool JitCache::Impl::verify_aside(CodeId id, PendingLoad& pending) {
+  if (!verification) {
+    try {
+      verification = std::make_unique<WindowVerification>();
+    } catch (const std::system_error&) {  // no thread to be had: read here, as load() does
+      return false;
+    }
+  }
+  const UnverifiedLink& linked = *pending.unverified;
+  pending.serial = next_serial++;
+  verification->submit({id, pending.serial, window_code_ranges(*linked.slot, pending.image.name),
+                        linked.main, reinterpret_cast<uint64_t>(linked.slot->window.base())});
+  return true;
+}
+
 std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
   std::vector<FinishedLoad> finished;
+  // The window tier's second compile, for the checked tier, of a load whose
+  // window object did not take (the verifier refused it, it did not link in
+  // a window, or none was to be had): once, and only while the bitcode is
+  // at hand. True if it was started, the load pending again (its frames
+  // wait as they did for the first compile).
+  const auto compile_checked = [this](CodeId id, Impl::PendingLoad& pending, const Error& error) {
+    if (pending.checked_only || pending.image.bytes.empty()) return false;
+    impl_->before_checked_retry(error, pending.store_key);
+    pending.checked_only = true;
+    try {
+      impl_->workers.submit(id,
+                            impl_->workers.prepare(pending.image.name, pending.image.bytes, true));
+    } catch (const std::exception&) {  // no job to be had: the refusal stands
+      return false;
+    }
+    std::vector<std::byte>().swap(pending.image.bytes);
+    impl_->pending_loads.insert_or_assign(id, std::move(pending));
+    return true;
+  };
+  // A window object just linked for `pending` (link() left it unverified):
+  // its verdict comes from the verifier's thread, a later call. False if
+  // it was read here instead (registered, or thrown out: link()'s way).
+  const auto verify_aside = [this](CodeId id, Impl::PendingLoad& pending) {
+    const Impl::UnverifiedLink linked = *pending.unverified;
+    try {
+      if (impl_->verify_aside(id, pending)) return true;
+      pending.unverified.reset();
+      impl_->confined_codes[id] =
+          impl_->window_code(*linked.slot, id, pending.image.name, linked.main);
+    } catch (...) {
+      pending.unverified.reset();
+      impl_->confined_codes.erase(id);
+      impl_->discard_window_link(linked);
+      throw;
+    }
+    impl_->window_of[id] = linked.slot;
+    impl_->dylibs[id].push_back(linked.jd);
+    return false;
+  };
+  if (impl_->verification && impl_->verification->has_finished()) {
+    for (WindowVerification::Verified& verified : impl_->verification->take_finished()) {
+      if (const auto gone = impl_->abandoned_links.find(verified.serial);
+          gone != impl_->abandoned_links.end()) {
+        impl_->discard_window_link(gone->second);  // its load was cancelled meanwhile
+        impl_->abandoned_links.erase(gone);
+        continue;
+      }
+      const auto it = impl_->pending_loads.find(verified.id);
+      if (it == impl_->pending_loads.end() || !it->second.unverified ||
+          it->second.serial != verified.serial)
+        continue;  // cannot be: a cancelled load's link is in abandoned_links
+      Impl::PendingLoad pending = std::move(it->second);
+      impl_->pending_loads.erase(it);
+      const Impl::UnverifiedLink linked = *pending.unverified;
+      pending.unverified.reset();
+      FinishedLoad done{verified.id, std::nullopt, std::nullopt, false};
+      std::optional<Error> refusal;
+      try {
+        // Exposed since it was linked, out of a window's reach: as link()
+        // refuses it then, the checked tier takes it.
+        if (!impl_->windows_reach_exposed()) {
+          impl_->no_window_for_link = true;
+          throw Error(errc::limit_exceeded, "ifunc '" + pending.image.name +
+                                                "': memory exposed since its load started lies "
+                                                "outside every window");
+        }
+        impl_->no_window_for_link = false;
+        impl_->confined_codes[verified.id] = impl_->verified_window_code(
+            *linked.slot, verified.id, pending.image.name, linked.main, verified.verdict);
+      } catch (const Error& error) {
+        refusal = error;
+      } catch (const std::exception& error) {  // every load is answered, whatever one threw
+        refusal = Error(errc::jit_failed, "ifunc '" + pending.image.name + "': " + error.what());
+        done.target_failed = true;
+      }
+      if (refusal) {
+        impl_->confined_codes.erase(verified.id);
+        impl_->discard_window_link(linked);
+        if (pending.compile_instead && !done.target_failed) {
+          // A stored object: compiled instead, as one that does not link.
+          try {
+            impl_->workers.submit(verified.id, std::move(*pending.compile_instead));
+            pending.compile_instead.reset();
+            pending.from_store = false;
+            impl_->pending_loads.emplace(verified.id, std::move(pending));
+            continue;
+          } catch (const std::exception&) {  // no worker queue: the refusal stands
+          }
+        } else if (!done.target_failed && compile_checked(verified.id, pending, *refusal)) {
+          continue;
+        }
+        done.error = std::move(refusal);
+        finished.push_back(std::move(done));
+        continue;
+      }
+      impl_->window_of[verified.id] = linked.slot;
+      impl_->dylibs[verified.id].push_back(linked.jd);
+      if (impl_->store && !pending.store_key.empty() && !pending.from_store)
+        (void)impl_->store->store(pending.store_key, pending.object);
+      const auto entry = reinterpret_cast<IfuncMain>(linked.main);
+      entries_.emplace(verified.id, CachedIfunc{entry, &impl_->confined_codes.at(verified.id)});
+      done.result = LoadResult{entry,
+                               std::chrono::steady_clock::now() - pending.started,
+                               pending.image.triple,
+                               pending.image.name,
+                               pending.from_store,
+                               1};
+      finished.push_back(std::move(done));
+    }
+  }
   if (impl_->preparation && impl_->preparation->has_finished()) {
     // Taken even with nothing pending: a cancelled load's result holds its
     // bitcode (and the store's object) until then.
@@ -465,8 +590,23 @@ std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
           pending.store_key = std::move(prepared.store_key);
           pending.preparing = false;
           if (prepared.stored) {
-            if (const IfuncMain entry =
-                    impl_->link_stored_object(prepared.id, pending.image, *prepared.stored)) {
+            Impl::UnverifiedLink linked;
+            IfuncMain entry =
+                impl_->link_stored_object(prepared.id, pending.image, *prepared.stored, &linked);
+            if (linked.slot != nullptr) {
+              pending.unverified = linked;
+              pending.from_store = true;
+              pending.compile_instead = std::move(prepared.job);
+              try {
+                if (verify_aside(prepared.id, pending)) continue;
+              } catch (const Error&) {  // refused here: compiled instead, as link_stored_object's
+                entry = nullptr;
+              }
+              prepared.job = std::move(*pending.compile_instead);
+              pending.compile_instead.reset();
+              pending.from_store = false;
+            }
+            if (entry != nullptr) {
               entries_.emplace(prepared.id,
                                CachedIfunc{entry, &impl_->confined_codes.at(prepared.id)});
               done.result = LoadResult{entry,
@@ -501,14 +641,26 @@ std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
     Impl::PendingLoad pending = std::move(it->second);
     impl_->pending_loads.erase(it);
     FinishedLoad done{id, std::nullopt, std::nullopt, compiled.target_failed};
-    // An object for the window tier that its link or the verifier refuses
-    // is compiled again for the checked tier, the load still pending (its
-    // frames wait as they did for the first compile): once, and only while
-    // the bitcode is at hand.
-    const bool may_compile_again =
-        impl_->window_object(compiled) && !pending.checked_only && !pending.image.bytes.empty();
+    const bool window_object = impl_->window_object(compiled);
     try {
-      const IfuncMain entry = impl_->link_compiled(id, pending.image, compiled, pending.store_key);
+      if (compiled.error) {
+        throw Error(static_cast<errc>(compiled.error->code().value()),
+                    "ifunc '" + pending.image.name + "': " + compiled.error->context());
+      }
+      Impl::UnverifiedLink linked;
+      const IfuncMain entry =
+          impl_->link(id, CodecId::bitcode, pending.image, &compiled.object, Confine::yes, &linked);
+      if (linked.slot != nullptr) {
+        pending.unverified = linked;
+        pending.object = std::move(compiled.object);
+        if (verify_aside(id, pending)) {
+          impl_->pending_loads.emplace(id, std::move(pending));
+          continue;
+        }
+        compiled.object = std::move(pending.object);
+      }
+      if (impl_->store && !pending.store_key.empty())
+        (void)impl_->store->store(pending.store_key, compiled.object);
       entries_.emplace(id, CachedIfunc{entry, &impl_->confined_codes.at(id)});
       done.result = LoadResult{entry,
                                std::chrono::steady_clock::now() - pending.started,
@@ -517,18 +669,7 @@ std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
                                false,
                                1};
     } catch (const Error& error) {
-      if (may_compile_again) {
-        impl_->before_checked_retry(error, pending.store_key);
-        pending.checked_only = true;
-        try {
-          impl_->workers.submit(
-              id, impl_->workers.prepare(pending.image.name, pending.image.bytes, true));
-          std::vector<std::byte>().swap(pending.image.bytes);
-          impl_->pending_loads.emplace(id, std::move(pending));
-          continue;
-        } catch (const std::exception&) {  // no job to be had: the first refusal stands
-        }
-      }
+      if (window_object && compile_checked(id, pending, error)) continue;
       done.error = error;
     } catch (const std::exception& error) {  // every outcome is handed back, whatever one threw
       done.error = Error(errc::jit_failed, "ifunc '" + pending.image.name + "': " + error.what());
@@ -548,6 +689,7 @@ void JitCache::cancel_loads() noexcept {
   for (const auto& [id, pending] : impl_->pending_loads) {
     impl_->workers.cancel(id);
     if (pending.preparing) impl_->preparation->cancel(id);
+    impl_->abandon(pending);
   }
   impl_->pending_loads.clear();
   sync_promotion_counts();
@@ -689,6 +831,7 @@ bool JitCache::evict(CodeId id) {
   entries_.erase(id);
   if (const auto pending = impl_->pending_loads.find(id); pending != impl_->pending_loads.end()) {
     if (pending->second.preparing) impl_->preparation->cancel(id);
+    impl_->abandon(pending->second);
     impl_->pending_loads.erase(pending);
     impl_->workers.cancel(id);
   }

@@ -26,6 +26,7 @@
 #include "jit/prelinked_image.hpp"
 #include "jit/process_symbols.hpp"
 #include "jit/routed_memory.hpp"
+#include "jit/window_verification.hpp"
 
 #include <threechains/runtime.h>
 #include <threechains/error.hpp>
@@ -235,10 +236,19 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   std::vector<std::pair<CodeId, IfuncMain>> promote_ready(std::vector<std::string>& failures,
                                                           unsigned& kept_at_tier0);
 
+  struct UnverifiedLink;  // below, with the window tier
+
   // Links `image` (or, for bitcode, `object` compiled from it earlier) into a
-  // JITDylib of its own and returns its entry point.
+  // JITDylib of its own and returns its entry point. With `unverified`, an
+  // object that goes into a window is left there unverified and
+  // unregistered, described in *unverified (its entry returned is not to be
+  // called); any other is linked as without it, *unverified left empty.
   IfuncMain link(CodeId id, CodecId codec, const ParsedImage& image,
-                 const std::vector<std::byte>* object, Confine confine = Confine::no);
+                 const std::vector<std::byte>* object, Confine confine = Confine::no,
+                 UnverifiedLink* unverified = nullptr);
+  // Unlinks a window link and gives its window back (a refused object's, or
+  // one whose load was cancelled while it was verified).
+  void discard_window_link(const UnverifiedLink& linked) noexcept;
 
   // What the runner needs of a confined ifunc just linked into `jd`: its
   // globals, from the table the confinement pass emitted.
@@ -250,6 +260,15 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   struct WindowSlot {
     confined::Window window;
     std::span<std::byte> payload;  // where its invocations' payloads are copied
+  };
+  // A window object linked and not yet verified (link() with
+  // `unverified`): its JITDylib and window stay held and nothing is
+  // registered for its code, until finish_loads takes its verdict or
+  // discard_window_link() undoes it.
+  struct UnverifiedLink {
+    llvm::orc::JITDylib* jd = nullptr;
+    WindowSlot* slot = nullptr;
+    uint64_t main = 0;
   };
   WindowSlot& acquire_window();
   // Back to the spares, its payload copy dropped (what was linked there is
@@ -308,6 +327,11 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   // What the runner needs of code linked into `slot` with entry `main`,
   // once the verifier accepted it (errc::code_refused, naming the rule, if not).
   confined::Code window_code(WindowSlot& slot, CodeId id, const std::string& name, uint64_t main);
+  // The same, split for a verifier on another thread: the code to read,
+  // then what the runner needs once `verdict` is in.
+  std::vector<confined::CodeRange> window_code_ranges(WindowSlot& slot, const std::string& name);
+  confined::Code verified_window_code(WindowSlot& slot, CodeId id, const std::string& name,
+                                      uint64_t main, const confined::Verdict& verdict);
   // The exposed regions the checked tier sees: the application's and the arena's.
   void expose_all();
 
@@ -357,8 +381,29 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
     // Compiling for the checked tier only: windows_for_new_loads() said no
     // when it started, or a window object was refused (before_checked_retry).
     bool checked_only = false;
+    // Linked into a window, with `verification` (serial: `serial`): the
+    // object for the store once accepted (empty if it came from there),
+    // and, for a stored object, the compile to start should it be refused.
+    std::optional<UnverifiedLink> unverified;
+    std::vector<std::byte> object;
+    bool from_store = false;
+    std::optional<CompileWorkers::Job> compile_instead;
   };
   std::unordered_map<CodeId, PendingLoad> pending_loads;  // confined code compiling in a worker
+  // finish_loads: hands `linked` (pending's, just made) to `verification`;
+  // false if there is no thread for it (then it is verified here).
+  bool verify_aside(CodeId id, PendingLoad& pending);
+  // Window links of cancelled loads whose verdict is still to come, by
+  // serial: discarded when it comes, not before (the thread reads them).
+  std::unordered_map<uint64_t, UnverifiedLink> abandoned_links;
+  // A cancelled load's window link, if it has one, waits in abandoned_links.
+  void abandon(const PendingLoad& pending) noexcept {
+    if (!pending.unverified) return;
+    try {
+      abandoned_links.emplace(pending.serial, *pending.unverified);
+    } catch (...) {  // no memory for the record: its window stays held until the cache goes
+    }
+  }
   static constexpr std::size_t kPreparedAside = kLargeContainer;  // container_images.hpp
 
   // `runs_here` says whether an image's triple runs on this host.
@@ -376,9 +421,11 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   // On the preparation thread: reads only what is set at construction
   // (triple, host_key, store, workers' settings).
   void prepare_confined(ConfinedPreparation::Job& job, ConfinedPreparation::Prepared& out) const;
-  // Links `object` (from the store) for confined `image`; null if it does not link here.
+  // Links `object` (from the store) for confined `image`; null if it does
+  // not link here. With `unverified`, as link() leaves a window object.
   IfuncMain link_stored_object(CodeId id, const ParsedImage& image,
-                               const std::vector<std::byte>& object);
+                               const std::vector<std::byte>& object,
+                               UnverifiedLink* unverified = nullptr);
   [[nodiscard]] static const ParsedImage& confinable(CodecId codec, const ParsedImage* object,
                                                      const ParsedImage* ir);
   std::unordered_map<CodeId, confined::Code> confined_codes;  // node-based: stable for CachedIfunc
@@ -417,8 +464,10 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   // into image_memory, which is declared first so it outlives them.
   jit::ImageMemory image_memory;
   std::unordered_map<CodeId, jit::PrelinkedImage> prelinked;
-  // Last: its thread reads the members above, and is stopped before they go.
+  // Last: their threads read the members above, and are stopped before they go.
   std::unique_ptr<ConfinedPreparation> preparation;  // started by the first large confined load
+  std::unique_ptr<WindowVerification>
+      verification;  // started by the first window object finish_loads links
 };
 
 }  // namespace threechains

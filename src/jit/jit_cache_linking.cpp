@@ -108,9 +108,10 @@ IfuncMain JitCache::Impl::link_stored(CodeId id, const ParsedImage& image, const
 }
 
 IfuncMain JitCache::Impl::link_stored_object(CodeId id, const ParsedImage& image,
-                                             const std::vector<std::byte>& object) {
+                                             const std::vector<std::byte>& object,
+                                             UnverifiedLink* unverified) {
   try {
-    return link(id, CodecId::bitcode, image, &object, Confine::yes);
+    return link(id, CodecId::bitcode, image, &object, Confine::yes, unverified);
   } catch (const Error&) {
     return nullptr;  // as link_stored: compile instead
   }
@@ -174,7 +175,8 @@ IfuncMain JitCache::Impl::link_compiled(CodeId id, const ParsedImage& image,
 }
 
 IfuncMain JitCache::Impl::link(CodeId id, CodecId codec, const ParsedImage& image,
-                               const std::vector<std::byte>* object, Confine confine) {
+                               const std::vector<std::byte>* object, Confine confine,
+                               UnverifiedLink* unverified) {
   if (codec == CodecId::binary && object == nullptr && jit::is_prelinked_image(image.bytes))
     return link_prelinked(id, image);
   const std::string entry_name = image.name + "_main";
@@ -282,6 +284,10 @@ IfuncMain JitCache::Impl::link(CodeId id, CodecId codec, const ParsedImage& imag
       throw Error(errc::jit_failed, "ifunc '" + image.name + "': " + diagnosed +
                                         (diagnosed.empty() ? "" : "; ") + failure.message);
     }
+    if (slot != nullptr && unverified != nullptr) {
+      *unverified = {&jd, slot, address->getValue()};
+      return address->toPtr<IfuncMain>();  // not to be called before its verdict
+    }
     if (slot != nullptr) {
       confined_codes[id] = window_code(*slot, id, image.name, address->getValue());
       window_of[id] = slot;
@@ -291,16 +297,22 @@ IfuncMain JitCache::Impl::link(CodeId id, CodecId codec, const ParsedImage& imag
     dylibs[id].push_back(&jd);
     return address->toPtr<IfuncMain>();
   } catch (...) {
-    if (llvm::Error e = jit->getExecutionSession().removeJITDylib(jd))
-      llvm::consumeError(std::move(e));
     if (slot != nullptr) {
-      routed->unroute(&jd);  // before its address can be a new JITDylib's
       confined_codes.erase(id);
       window_of.erase(id);
-      release_window(*slot);
+      discard_window_link({&jd, slot, 0});
+    } else if (llvm::Error e = jit->getExecutionSession().removeJITDylib(jd)) {
+      llvm::consumeError(std::move(e));
     }
     throw;
   }
+}
+
+void JitCache::Impl::discard_window_link(const UnverifiedLink& linked) noexcept {
+  if (llvm::Error e = jit->getExecutionSession().removeJITDylib(*linked.jd))
+    llvm::consumeError(std::move(e));
+  routed->unroute(linked.jd);  // before its address can be a new JITDylib's
+  release_window(*linked.slot);
 }
 
 confined::Code JitCache::Impl::confined_code(llvm::orc::JITDylib& jd, CodeId id,

@@ -4,11 +4,7 @@
 #include "jit/jit_cache_impl.hpp"
 
 #include "jit/window_memory.hpp"
-
-#include "confine/verify_aarch64.hpp"
-#if defined(THREECHAINS_HAVE_WINDOW_VERIFIER)
-#include "confine/verify_x86.hpp"
-#endif
+#include "jit/window_verification.hpp"
 
 #include <llvm/Object/ObjectFile.h>
 
@@ -126,26 +122,33 @@ bool JitCache::Impl::claims_window_shape(const std::vector<std::byte>& object) {
   return true;
 }
 
-confined::Code JitCache::Impl::window_code(WindowSlot& slot, CodeId id, const std::string& name,
-                                           uint64_t main) {
+std::vector<confined::CodeRange> JitCache::Impl::window_code_ranges(WindowSlot& slot,
+                                                                    const std::string& name) {
   jit::WindowMemoryMapper* const mapper = routed->mapper_of(slot.window);
   if (mapper == nullptr) throw Error(errc::jit_failed, "ifunc '" + name + "': no window mapper");
-#if defined(THREECHAINS_HAVE_WINDOW_VERIFIER) || defined(__aarch64__)
   // The machine code as it will run: linked, relocated, read-only. The
   // window holds this code only, so this is every executable byte there.
-  const std::vector<confined::CodeRange> code = mapper->executable_code();
-  const confined::VerifierInput input{
-      code, {&main, 1}, reinterpret_cast<uint64_t>(slot.window.base())};
-#if defined(__aarch64__)
-  const confined::Verdict verdict = confined::verify_window_code_aarch64(input);
-#else
-  const confined::Verdict verdict = confined::verify_window_code_x86_64(input);
-#endif
+  return mapper->executable_code();
+}
+
+confined::Code JitCache::Impl::window_code(WindowSlot& slot, CodeId id, const std::string& name,
+                                           uint64_t main) {
+  const std::vector<confined::CodeRange> code = window_code_ranges(slot, name);
+  return verified_window_code(
+      slot, id, name, main,
+      verify_window_code({code, {&main, 1}, reinterpret_cast<uint64_t>(slot.window.base())}));
+}
+
+confined::Code JitCache::Impl::verified_window_code(WindowSlot& slot, CodeId id,
+                                                    const std::string& name, uint64_t main,
+                                                    const confined::Verdict& verdict) {
   if (!verdict.accepted) {
     throw Error(
         errc::code_refused,
         "ifunc '" + name + "': the window verifier refused its machine code: " + verdict.refusal);
   }
+  jit::WindowMemoryMapper* const mapper = routed->mapper_of(slot.window);
+  if (mapper == nullptr) throw Error(errc::jit_failed, "ifunc '" + name + "': no window mapper");
   confined::Code result{name, id, {}};
   result.windowed = std::make_unique<confined::WindowedCode>();
   confined::WindowedCode& windowed = *result.windowed;
@@ -160,12 +163,6 @@ confined::Code JitCache::Impl::window_code(WindowSlot& slot, CodeId id, const st
   // otherwise take this code's traps for crashes.
   confined::install_window_traps();
   return result;
-#else
-  (void)id;
-  (void)main;
-  throw Error(errc::code_refused,
-              "ifunc '" + name + "': this build has no verifier for the window tier");
-#endif
 }
 
 }  // namespace threechains

@@ -1,0 +1,134 @@
+// The window verifier beside the thread that finishes loads: a Receiver's
+// loads (JitCache::start_load, finish_loads) hand each window object to a
+// thread of its own, so the serving thread goes on serving while a large
+// object is read (threechains-bench-compile-isolation --tier window), and
+// the code runs only once its verdict is in.
+#include "support/stored_object.hpp"
+#include "support/temp_dir.hpp"
+#include "support/window_checks.hpp"
+
+#include <threechains/ifunc.hpp>
+#include <threechains/jit_cache.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace threechains;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Polls `cache` until the load of `id` finished (a minute at most).
+JitCache::FinishedLoad finished(JitCache& cache, CodeId id) {
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (JitCache::FinishedLoad& done : cache.finish_loads())
+      if (done.id == id) return std::move(done);
+    std::this_thread::sleep_for(1ms);
+  }
+  FAIL("the load did not finish within a minute");
+  return {};
+}
+
+// Whether this process has a thread named `name` (/proc/self/task/*/comm).
+bool has_thread(const std::string& name) {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("a window object a Receiver's load links is verified on a thread beside it, then runs",
+          "[confinement][window]") {
+  if (test::skip_without_window_tier()) return;
+  REQUIRE_FALSE(has_thread("tc-verify"));
+  JitCache cache;
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  REQUIRE_FALSE(
+      cache.start_load(counter.id(), counter.codec(), counter.code(), Confine::yes).has_value());
+  const JitCache::FinishedLoad done = finished(cache, counter.id());
+  INFO((done.error ? done.error->what() : std::string("loaded")));
+  REQUIRE(done.result.has_value());
+  // The verifier read it there, not on this thread.
+  CHECK(has_thread("tc-verify"));
+  const CachedIfunc* const loaded = cache.find_ifunc(counter.id());
+  REQUIRE(loaded != nullptr);
+  CHECK(cache.in_window(*loaded));
+  auto* const count = reinterpret_cast<uint64_t*>(cache.allocate_exposed("count", 8, true).data());
+  alignas(16) uint64_t increment = 5;
+  CHECK_FALSE(cache.invoke(*loaded, &increment, sizeof(increment), count).has_value());
+  CHECK(*count == 5);
+}
+
+TEST_CASE(
+    "a large code's stored window object that the verifier beside refuses is compiled again, "
+    "and a load cancelled while verified gives its window back",
+    "[confinement][window]") {
+  if (test::skip_without_x86_window_checks()) return;
+  // big_table's container is over 256 KiB: its load is prepared beside the
+  // caller too, and a stored object found there linked and verified aside.
+  const Ifunc big = Ifunc::load(TC_BIG_TABLE);
+  const test::TempDir directory("threechains-window-verification");
+  JitOptions options;
+  options.code_cache_directory = directory.path();
+  options.confinement.max_windows = 1;
+  {
+    JitCache cache(options);
+    (void)cache.load(big.id(), big.codec(), big.code(), Confine::yes);
+    REQUIRE(cache.in_window(*cache.find_ifunc(big.id())));
+  }
+  test::send_stored_window_access_outside(directory.path());
+
+  JitCache cache(options);
+  // Loads dropped while their window object may be with the verifier: each
+  // link waits for its verdict, then gives the one window back.
+  for (int round = 0; round < 30; ++round) {
+    REQUIRE_FALSE(cache.start_load(big.id(), big.codec(), big.code(), Confine::yes).has_value());
+    for (int poll = 0; poll < round % 6; ++poll) {
+      (void)cache.finish_loads();
+      std::this_thread::sleep_for(std::chrono::microseconds(200 * (round % 3)));
+    }
+    (void)cache.evict(big.id());  // pending (preparing, compiling, verified) or loaded
+  }
+  // The verdicts of the links dropped last come back meanwhile.
+  for (const auto until = std::chrono::steady_clock::now() + 300ms;
+       std::chrono::steady_clock::now() < until;) {
+    (void)cache.finish_loads();
+    std::this_thread::sleep_for(1ms);
+  }
+  // The tampered object is refused aside; the code compiles again, into
+  // the window the cancelled loads gave back.
+  REQUIRE_FALSE(cache.start_load(big.id(), big.codec(), big.code(), Confine::yes).has_value());
+  const JitCache::FinishedLoad done = finished(cache, big.id());
+  INFO((done.error ? done.error->what() : std::string("loaded")));
+  REQUIRE(done.result.has_value());
+  CHECK_FALSE(done.result->from_code_cache);
+  const CachedIfunc* const loaded = cache.find_ifunc(big.id());
+  REQUIRE(loaded != nullptr);
+  CHECK(cache.in_window(*loaded));
+  JitCache plain;
+  (void)plain.load(big.id(), big.codec(), big.code(), Confine::no);
+  auto* const sum = reinterpret_cast<uint64_t*>(cache.allocate_exposed("sum", 8, true).data());
+  uint64_t expected = 0;
+  for (const uint64_t word : {uint64_t{7}, uint64_t{65535}, uint64_t{123456789}}) {
+    std::vector<std::byte> payload(8);
+    std::memcpy(payload.data(), &word, 8);
+    CHECK_FALSE(cache.invoke(*loaded, payload.data(), payload.size(), sum).has_value());
+    CHECK_FALSE(plain.invoke(*plain.find_ifunc(big.id()), payload.data(), payload.size(), &expected)
+                    .has_value());
+  }
+  CHECK(*sum == expected);
+}
