@@ -2,8 +2,10 @@
 // costs an honest peer of the same target (issue 32, item 1), in one run.
 //
 // A target (threechains-attack-target --confined yes: the dev key's code
-// runs confined, so it compiles in a worker process) in a process of its
-// own; this process is an honest source running the counter ifunc (bitcode,
+// runs confined, so it compiles in a worker process; with --tier window,
+// --confined window: its counter in allocate_exposed memory, so confined
+// code takes the window tier, verified beside the serving thread) in a
+// process of its own; this process is an honest source running the counter ifunc (bitcode,
 // confined, loaded first) one frame at a time, each send timed to its flush:
 //   quiet    nothing else runs;
 //   hog      a process spinning at nice 10 beside it (the floor: what any
@@ -133,7 +135,8 @@ int main(int argc, char** argv) try {
   app.add_option("--peers", churn_peers, "second peers that connect and leave in the connect phase");
   app.add_option("--tier", tier,
                  "the target's tier for confined code: checked (its counter exposed by "
-                 "address) or window (its counter in allocate_exposed memory, the default tier)")
+                 "address; this option's default) or window (its counter in allocate_exposed "
+                 "memory, as the library's default tier wants it)")
       ->check(CLI::IsMember({"checked", "window"}));
   CLI11_PARSE(app, argc, argv);
   if (!send_transport.empty())

@@ -354,7 +354,7 @@ TEST_CASE("the target runs no window code the verifier refuses, whoever compiled
         cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
     CHECK_FALSE(first.from_code_cache);
   }
-  test::send_stored_window_access_outside(directory.path());
+  test::tamper_stored_window_gs_access(directory.path());
 
   // The tampered entry reads well, links, and is refused by the verifier:
   // the cache compiles the code again, and that runs.

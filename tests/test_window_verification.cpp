@@ -79,8 +79,9 @@ TEST_CASE(
     "cancelled while verified give their place back",
     "[confinement][window]") {
   if (test::skip_without_x86_window_checks()) return;
-  // big_table's container is over 256 KiB: its load is prepared beside the
-  // caller too, and a stored object found there linked and verified aside.
+  // big_table's container is larger than 64 KiB (JitCache prepares such
+  // loads beside the caller): a stored object found there is linked and
+  // verified aside.
   const Ifunc big = Ifunc::load(TC_BIG_TABLE);
   const test::TempDir directory("threechains-window-verification");
   JitOptions options;
@@ -89,9 +90,11 @@ TEST_CASE(
   {
     JitCache cache(options);
     (void)cache.load(big.id(), big.codec(), big.code(), Confine::yes);
-    REQUIRE(cache.in_window(*cache.find_ifunc(big.id())));
+    const CachedIfunc* const first = cache.find_ifunc(big.id());
+    REQUIRE(first != nullptr);
+    REQUIRE(cache.in_window(*first));
   }
-  test::send_stored_window_access_outside(directory.path());
+  test::tamper_stored_window_gs_access(directory.path());
 
   JitCache cache(options);
   // Loads dropped while their window object may be with the verifier: each

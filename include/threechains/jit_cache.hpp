@@ -298,6 +298,13 @@ class JitCache {
                                             std::span<const std::byte> code,
                                             std::vector<std::byte>* owned, Confine confine);
   [[nodiscard]] std::optional<LoadResult> already_loaded(CodeId id, Confine confine) const;
+  // finish_loads' three sources: the window verifier's verdicts, large
+  // containers prepared beside the caller, and the compile workers.
+  void take_verdicts(std::vector<FinishedLoad>& finished);
+  void take_prepared(std::vector<FinishedLoad>& finished);
+  void take_compiled(std::vector<FinishedLoad>& finished);
+  // A confined load's entry, once its code is registered, into the cache.
+  void enter_confined(CodeId id, IfuncMain entry);
   void sync_promotion_counts() noexcept;
   std::optional<ConfinedTrap> invoke_confined(const CachedIfunc& ifunc, void* payload,
                                               std::size_t size, void* target_args,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <charconv>
 #include <concepts>
 #include <cstddef>
@@ -26,12 +27,16 @@ struct VerifierInput {
   std::span<const uint64_t> entries;  // where the host calls in (as void(...) functions)
   uint64_t window_base = 0;           // the window (4 GiB, guards around it) the code lies in
   uint64_t max_stack_bytes = 64 * 1024;
+  // If set and true, the verifier stops and refuses (its owner is going).
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct Verdict {
   bool accepted = false;
   std::string refusal;       // when refused: at which address, which rule, the instruction
   uint64_t stack_bytes = 0;  // when accepted: the most stack any entry can use, calls included
+  // Instructions its paths reached, summed over the functions read (one
+  // that two functions share counts twice).
   std::size_t instructions = 0;
   explicit operator bool() const noexcept { return accepted; }
 };

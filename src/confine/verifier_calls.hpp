@@ -11,6 +11,9 @@
 #include <bit>
 #include <concepts>
 #include <cstdint>
+#include <deque>
+#include <limits>
+#include <random>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
@@ -20,57 +23,77 @@
 namespace threechains::confined {
 
 // What a verifier's path analysis knows at each instruction address of
-// one function. Open addressing with linear probing in one array: on a
-// large object (a 146 KB one, 2026-11-29) std::unordered_map's node per
+// one function: the states in a deque (no copies as it grows, no room
+// kept spare: aarch64's state is 528 bytes), and an index of them by
+// address in a table of open addressing (16-byte slots, linear probing, at
+// most half full). On a 146 KB object (2026-11-29) std::unordered_map's node per
 // instruction, and a set of every address read beside it, were a third of
-// the verifier's time, which a Receiver spends on its serving thread.
+// the verifier's time. Every probe is paid from the verifier's work budget,
+// and the hash is keyed by a secret drawn per verifier: the addresses are
+// the sender's to choose, and a fixed hash would let it line them up in one
+// run of slots, each insert then walking all of them.
+// A key for AddressStates' hash, drawn afresh (the kernel's random bytes).
+inline uint64_t secret_hash_key() {
+  std::random_device random;
+  return (uint64_t{random()} << 32) ^ uint64_t { random() };
+}
+
 template <class Value>
 class AddressStates {
  public:
-  // The record at `address`: inserted as `value` if there was none
+  // `key`: odd, secret; `budget`: the verifier's steps left, shared.
+  AddressStates(uint64_t key, uint64_t& budget) : key_(key | 1), budget_(budget) {}
+
+  // The state at `address`: inserted as `value` if there was none
   // (`second` true), else the one there (`second` false).
   std::pair<Value*, bool> try_emplace(uint64_t address, const Value& value) {
-    if (2 * (size_ + 1) > slots_.size()) grow();
+    if (2 * (values_.size() + 1) > slots_.size()) grow();
     Slot& slot = slot_for(address);
-    if (slot.used) return {&slot.value, false};
-    slot = Slot{address, value, true};
-    ++size_;
-    return {&slot.value, true};
+    if (slot.index != 0) return {&values_[slot.index - 1], false};
+    values_.push_back(value);
+    slot = {address, static_cast<uint32_t>(values_.size())};
+    return {&values_.back(), true};
   }
-  // The record at `address`, which must be there.
+  // The state at `address`, which must be there.
   [[nodiscard]] Value& at(uint64_t address) {
-    Slot& slot = slot_for(address);
-    if (!slot.used) throw std::logic_error("verifier: no record at an address it reached");
-    return slot.value;
+    if (slots_.empty()) throw std::logic_error("verifier: no state at an address it reached");
+    const Slot& slot = slot_for(address);
+    if (slot.index == 0) throw std::logic_error("verifier: no state at an address it reached");
+    return values_[slot.index - 1];
   }
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::size_t size() const noexcept { return values_.size(); }
 
  private:
   struct Slot {
     uint64_t address = 0;
-    Value value{};
-    bool used = false;
+    uint32_t index = 0;  // into values_, plus one; 0: free
   };
-  // Where `address` is, or the free slot where it would go. Never full:
-  // try_emplace keeps at least half the slots free.
+  // Where `address` is, or the free slot where it would go. Never full.
   Slot& slot_for(uint64_t address) {
     const std::size_t mask = slots_.size() - 1;
-    // Fibonacci hashing: instruction addresses are close together and
-    // differ in their low bits, which the multiplication spreads upward.
-    std::size_t at = static_cast<std::size_t>((address * 0x9E3779B97F4A7C15ULL) >> shift_);
-    while (slots_[at].used && slots_[at].address != address) at = (at + 1) & mask;
-    return slots_[at];
+    std::size_t at = static_cast<std::size_t>((address * key_) >> shift_);
+    for (;;) {
+      if (budget_ == 0)
+        throw verifier_text::Refusal{"code too intricate to verify within the verifier's budget"};
+      --budget_;
+      if (slots_[at].index == 0 || slots_[at].address == address) return slots_[at];
+      at = (at + 1) & mask;
+    }
   }
   void grow() {
+    if (values_.size() >= std::numeric_limits<uint32_t>::max() / 2)
+      throw verifier_text::Refusal{"a function too large to verify"};
     std::vector<Slot> old = std::move(slots_);
     const std::size_t capacity = old.empty() ? 64 : 2 * old.size();
     slots_.assign(capacity, Slot{});
     shift_ = 64 - static_cast<unsigned>(std::countr_zero(capacity));
     for (const Slot& slot : old)
-      if (slot.used) slot_for(slot.address) = slot;
+      if (slot.index != 0) slot_for(slot.address) = slot;
   }
+  uint64_t key_;
+  uint64_t& budget_;
   std::vector<Slot> slots_;
-  std::size_t size_ = 0;
+  std::deque<Value> values_;
   unsigned shift_ = 64;
 };
 

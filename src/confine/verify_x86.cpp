@@ -196,7 +196,9 @@ class Verifier {
   explicit Verifier(const VerifierInput& input) : input_(input) {
     ZydisDecoderInit(&decoder_, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
     for (const CodeRange& range : input.code) code_bytes_ += range.bytes.size();
-    work_left_ = 16 * code_bytes_ + 4096;  // steps: each instruction a few times
+    // Steps: each instruction reached a few times, and each reach's probes
+    // of its table of states.
+    work_left_ = 32 * code_bytes_ + 4096;
   }
 
   Verdict run() {
@@ -455,7 +457,7 @@ class Verifier {
   // clean registers each instruction sees; the same height on every path.
   AnalysedFunction analyse(uint64_t entry) {
     AnalysedFunction function;
-    AddressStates<State> seen;
+    AddressStates<State> seen(hash_key_, work_left_);
     std::vector<uint64_t> pending;
     const auto reach = [&](uint64_t address, State state) {
       auto [known, fresh] = seen.try_emplace(address, state);
@@ -472,6 +474,8 @@ class Verifier {
     reach(entry, State{});
     while (!pending.empty()) {
       if (work_left_-- == 0) refuse("code too intricate to verify within the verifier's budget");
+      if (input_.stop != nullptr && input_.stop->load(std::memory_order_relaxed))
+        refuse("the verifier was stopped (its cache is going)");
       const uint64_t address = pending.back();
       pending.pop_back();
       const Decoded decoded = decode(address);
@@ -511,6 +515,7 @@ class Verifier {
   ZydisDecoder decoder_{};
   uint64_t code_bytes_ = 0;
   uint64_t work_left_ = 0;
+  uint64_t hash_key_ = secret_hash_key();      // AddressStates': the sender's addresses are chosen
   std::vector<const CodeRange*> ranges_;       // by address, checked not to overlap
   std::size_t instructions_ = 0;               // reached, summed over the functions read
 };

@@ -194,8 +194,9 @@ JitCache::Impl::Impl(const JitOptions& options)
 }
 
 JitCache::Impl::~Impl() {
-  compiler.reset();     // its thread first: it reads the store
-  preparation.reset();  // so does this one
+  compiler.reset();      // its thread first: it reads the store
+  preparation.reset();   // so does this one
+  verification.reset();  // and this one the code in windows, which jit.reset() unmaps
   for (auto& [id, tiers] : dylibs) {
     for (llvm::orc::JITDylib* dylib : tiers) {
       if (llvm::Error e = jit->getExecutionSession().removeJITDylib(*dylib))
@@ -427,10 +428,22 @@ std::optional<LoadResult> JitCache::start_load_from(CodeId id, CodecId codec,
   Impl::PendingLoad pending{
       image, impl_->store ? impl_->store_key(id, image, Confine::yes, window_shape) : "", start};
   pending.checked_only = !window_shape;
-  if (const IfuncMain entry = impl_->link_stored(id, image, pending.store_key, Confine::yes)) {
-    entries_.emplace(id, CachedIfunc{entry, &impl_->confined_codes.at(id)});
-    return LoadResult{
-        entry, std::chrono::steady_clock::now() - start, image.triple, image.name, true, 1};
+  if (impl_->store) {
+    if (const std::optional<std::vector<std::byte>> object =
+            impl_->store->find(pending.store_key)) {
+      IfuncMain entry = nullptr;
+      switch (impl_->link_stored_aside(id, pending, *object, entry)) {
+        case Impl::Stored::verifying:  // finish_loads() takes its verdict
+          impl_->pending_loads.emplace(id, std::move(pending));
+          sync_promotion_counts();
+          return std::nullopt;
+        case Impl::Stored::linked:
+          enter_confined(id, entry);
+          return impl_->result_of(pending, entry, true);
+        case Impl::Stored::refused:
+          break;  // compiled instead
+      }
+    }
   }
   impl_->workers.submit(id, impl_->workers.prepare(image.name, image.bytes, !window_shape));
   // The worker has its copy; the window tier keeps one for a second
@@ -441,203 +454,119 @@ std::optional<LoadResult> JitCache::start_load_from(CodeId id, CodecId codec,
   return std::nullopt;
 }
 
-bool JitCache::Impl::verify_aside(CodeId id, PendingLoad& pending) {
-  if (!verification) {
-    try {
-      verification = std::make_unique<WindowVerification>();
-    } catch (const std::system_error&) {  // no thread to be had: read here, as load() does
-      return false;
-    }
-  }
-  const UnverifiedLink& linked = *pending.unverified;
-  pending.serial = next_serial++;
-  verification->submit({id, pending.serial, window_code_ranges(*linked.slot, pending.image.name),
-                        linked.main, reinterpret_cast<uint64_t>(linked.slot->window.base())});
-  return true;
+void JitCache::enter_confined(CodeId id, IfuncMain entry) {
+  entries_.emplace(id, CachedIfunc{entry, &impl_->confined_codes.at(id)});
 }
 
 std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
   std::vector<FinishedLoad> finished;
-  // The window tier's second compile, for the checked tier, of a load whose
-  // window object did not take (the verifier refused it, it did not link in
-  // a window, or none was to be had): once, and only while the bitcode is
-  // at hand. True if it was started, the load pending again (its frames
-  // wait as they did for the first compile).
-  const auto compile_checked = [this](CodeId id, Impl::PendingLoad& pending, const Error& error) {
-    if (pending.checked_only || pending.image.bytes.empty()) return false;
-    impl_->before_checked_retry(error, pending.store_key);
-    pending.checked_only = true;
-    try {
-      impl_->workers.submit(id,
-                            impl_->workers.prepare(pending.image.name, pending.image.bytes, true));
-    } catch (const std::exception&) {  // no job to be had: the refusal stands
-      return false;
+  if (impl_->verification && impl_->verification->has_finished()) take_verdicts(finished);
+  // Taken even with nothing pending: a cancelled load's result holds its
+  // bitcode (and the store's object) until then.
+  if (impl_->preparation && impl_->preparation->has_finished()) take_prepared(finished);
+  if (!impl_->pending_loads.empty()) take_compiled(finished);
+  sync_promotion_counts();
+  return finished;
+}
+
+void JitCache::take_verdicts(std::vector<FinishedLoad>& finished) {
+  for (WindowVerification::Verified& verified : impl_->verification->take_finished()) {
+    if (const auto gone = impl_->abandoned_links.find(verified.serial);
+        gone != impl_->abandoned_links.end()) {
+      impl_->discard_window_link(gone->second);  // its load was cancelled meanwhile
+      impl_->abandoned_links.erase(gone);
+      continue;
     }
-    std::vector<std::byte>().swap(pending.image.bytes);
-    impl_->pending_loads.insert_or_assign(id, std::move(pending));
-    return true;
-  };
-  // A window object just linked for `pending` (link() left it unverified):
-  // its verdict comes from the verifier's thread, a later call. False if
-  // it was read here instead (registered, or thrown out: link()'s way).
-  const auto verify_aside = [this](CodeId id, Impl::PendingLoad& pending) {
-    const Impl::UnverifiedLink linked = *pending.unverified;
+    const auto it = impl_->pending_loads.find(verified.id);
+    // None: a cancelled load whose link abandon() could not record.
+    if (it == impl_->pending_loads.end() || !it->second.unverified ||
+        it->second.serial != verified.serial)
+      continue;
+    Impl::PendingLoad pending = std::move(it->second);
+    impl_->pending_loads.erase(it);
+    FinishedLoad done{verified.id, std::nullopt, std::nullopt, verified.target_failed};
+    // Every verdict answers its load or starts the next compile, whatever
+    // one throws: the rest of this batch still comes.
     try {
-      if (impl_->verify_aside(id, pending)) return true;
-      pending.unverified.reset();
-      impl_->confined_codes[id] =
-          impl_->window_code(*linked.slot, id, pending.image.name, linked.main);
-    } catch (...) {
-      pending.unverified.reset();
-      impl_->confined_codes.erase(id);
-      impl_->discard_window_link(linked);
-      throw;
-    }
-    impl_->window_of[id] = linked.slot;
-    impl_->dylibs[id].push_back(linked.jd);
-    return false;
-  };
-  if (impl_->verification && impl_->verification->has_finished()) {
-    for (WindowVerification::Verified& verified : impl_->verification->take_finished()) {
-      if (const auto gone = impl_->abandoned_links.find(verified.serial);
-          gone != impl_->abandoned_links.end()) {
-        impl_->discard_window_link(gone->second);  // its load was cancelled meanwhile
-        impl_->abandoned_links.erase(gone);
-        continue;
-      }
-      const auto it = impl_->pending_loads.find(verified.id);
-      if (it == impl_->pending_loads.end() || !it->second.unverified ||
-          it->second.serial != verified.serial)
-        continue;  // cannot be: a cancelled load's link is in abandoned_links
-      Impl::PendingLoad pending = std::move(it->second);
-      impl_->pending_loads.erase(it);
       const Impl::UnverifiedLink linked = *pending.unverified;
       pending.unverified.reset();
-      FinishedLoad done{verified.id, std::nullopt, std::nullopt, false};
-      std::optional<Error> refusal;
-      try {
-        // Exposed since it was linked, out of a window's reach: as link()
-        // refuses it then, the checked tier takes it.
-        if (!impl_->windows_reach_exposed()) {
-          impl_->no_window_for_link = true;
-          throw Error(errc::limit_exceeded, "ifunc '" + pending.image.name +
-                                                "': memory exposed since its load started lies "
-                                                "outside every window");
-        }
-        impl_->no_window_for_link = false;
-        impl_->confined_codes[verified.id] = impl_->verified_window_code(
-            *linked.slot, verified.id, pending.image.name, linked.main, verified.verdict);
-      } catch (const Error& error) {
-        refusal = error;
-      } catch (const std::exception& error) {  // every load is answered, whatever one threw
-        refusal = Error(errc::jit_failed, "ifunc '" + pending.image.name + "': " + error.what());
-        done.target_failed = true;
-      }
-      if (refusal) {
-        impl_->confined_codes.erase(verified.id);
-        impl_->discard_window_link(linked);
-        if (pending.compile_instead && !done.target_failed) {
-          // A stored object: compiled instead, as one that does not link.
-          try {
-            impl_->workers.submit(verified.id, std::move(*pending.compile_instead));
-            pending.compile_instead.reset();
-            pending.from_store = false;
-            impl_->pending_loads.emplace(verified.id, std::move(pending));
-            continue;
-          } catch (const std::exception&) {  // no worker queue: the refusal stands
-          }
-        } else if (!done.target_failed && compile_checked(verified.id, pending, *refusal)) {
-          continue;
-        }
-        done.error = std::move(refusal);
-        finished.push_back(std::move(done));
+      std::optional<Error> refusal = impl_->settle_verdict(verified, pending, linked);
+      if (!refusal) {
+        if (impl_->store && !pending.store_key.empty() && !pending.from_store)
+          (void)impl_->store->store(pending.store_key, pending.object_to_store);
+        const auto entry = reinterpret_cast<IfuncMain>(linked.main);
+        enter_confined(verified.id, entry);
+        done.result = impl_->result_of(pending, entry, pending.from_store);
+      } else if (!verified.target_failed && impl_->compile_again(verified.id, pending, *refusal)) {
         continue;
+      } else {
+        done.error = std::move(refusal);
       }
-      impl_->window_of[verified.id] = linked.slot;
-      impl_->dylibs[verified.id].push_back(linked.jd);
-      if (impl_->store && !pending.store_key.empty() && !pending.from_store)
-        (void)impl_->store->store(pending.store_key, pending.object);
-      const auto entry = reinterpret_cast<IfuncMain>(linked.main);
-      entries_.emplace(verified.id, CachedIfunc{entry, &impl_->confined_codes.at(verified.id)});
-      done.result = LoadResult{entry,
-                               std::chrono::steady_clock::now() - pending.started,
-                               pending.image.triple,
-                               pending.image.name,
-                               pending.from_store,
-                               1};
-      finished.push_back(std::move(done));
+    } catch (const std::exception& error) {
+      done.result.reset();
+      done.error = Error(errc::jit_failed, "ifunc '" + pending.image.name + "': " + error.what());
+      done.target_failed = true;
     }
+    finished.push_back(std::move(done));
   }
-  if (impl_->preparation && impl_->preparation->has_finished()) {
-    // Taken even with nothing pending: a cancelled load's result holds its
-    // bitcode (and the store's object) until then.
-    for (ConfinedPreparation::Prepared& prepared : impl_->preparation->take_finished()) {
-      const auto it = impl_->pending_loads.find(prepared.id);
-      if (it == impl_->pending_loads.end() || !it->second.preparing ||
-          it->second.serial != prepared.serial)
-        continue;  // cancelled (and perhaps loading again since)
-      Impl::PendingLoad& pending = it->second;
-      FinishedLoad done{prepared.id, std::nullopt, std::nullopt, prepared.target_failed};
-      try {
-        if (prepared.error) {
-          // What the content decides (not a container, no image for this
-          // host, machine code) is refused before any compile, as start_load
-          // refuses a small container: not counted against the code.
-          done.before_compile = !prepared.target_failed;
-          done.error = std::move(prepared.error);
-        } else {
-          pending.image = std::move(prepared.image);
-          pending.store_key = std::move(prepared.store_key);
-          pending.preparing = false;
-          if (prepared.stored) {
-            Impl::UnverifiedLink linked;
-            IfuncMain entry =
-                impl_->link_stored_object(prepared.id, pending.image, *prepared.stored, &linked);
-            if (linked.slot != nullptr) {
-              pending.unverified = linked;
-              pending.from_store = true;
-              pending.compile_instead = std::move(prepared.job);
-              try {
-                if (verify_aside(prepared.id, pending)) continue;
-              } catch (const Error&) {  // refused here: compiled instead, as link_stored_object's
-                entry = nullptr;
-              }
-              prepared.job = std::move(*pending.compile_instead);
-              pending.compile_instead.reset();
-              pending.from_store = false;
-            }
-            if (entry != nullptr) {
-              entries_.emplace(prepared.id,
-                               CachedIfunc{entry, &impl_->confined_codes.at(prepared.id)});
-              done.result = LoadResult{entry,
-                                       std::chrono::steady_clock::now() - pending.started,
-                                       pending.image.triple,
-                                       pending.image.name,
-                                       true,
-                                       1};
-            }
+}
+
+void JitCache::take_prepared(std::vector<FinishedLoad>& finished) {
+  for (ConfinedPreparation::Prepared& prepared : impl_->preparation->take_finished()) {
+    const auto it = impl_->pending_loads.find(prepared.id);
+    if (it == impl_->pending_loads.end() || !it->second.preparing ||
+        it->second.serial != prepared.serial)
+      continue;  // cancelled (and perhaps loading again since)
+    Impl::PendingLoad& pending = it->second;
+    FinishedLoad done{prepared.id, std::nullopt, std::nullopt, prepared.target_failed};
+    try {
+      if (prepared.error) {
+        // What the content decides (not a container, no image for this
+        // host, machine code) is refused before any compile, as start_load
+        // refuses a small container: not counted against the code.
+        done.before_compile = !prepared.target_failed;
+        done.error = std::move(prepared.error);
+      } else {
+        pending.image = std::move(prepared.image);
+        pending.store_key = std::move(prepared.store_key);
+        pending.preparing = false;
+        if (prepared.stored) {
+          pending.compile_instead = std::move(prepared.job);
+          IfuncMain entry = nullptr;
+          switch (impl_->link_stored_aside(prepared.id, pending, *prepared.stored, entry)) {
+            case Impl::Stored::verifying:
+              continue;  // its verdict comes in a later call
+            case Impl::Stored::linked:
+              enter_confined(prepared.id, entry);
+              done.result = impl_->result_of(pending, entry, true);
+              break;
+            case Impl::Stored::refused:
+              break;
           }
-          if (!done.result) {
-            impl_->workers.submit(prepared.id, std::move(prepared.job));
-            continue;  // compiling: the worker's outcome comes below, a later poll
-          }
+          prepared.job = std::move(*pending.compile_instead);
+          pending.compile_instead.reset();
         }
-      } catch (const std::exception& error) {  // every load is answered, whatever one threw
-        done.result.reset();
-        done.error = Error(errc::jit_failed, "ifunc '" + pending.image.name + "': " + error.what());
-        done.target_failed = true;
+        if (!done.result) {
+          impl_->workers.submit(prepared.id, std::move(prepared.job));
+          continue;  // compiling: the worker's outcome comes in a later call
+        }
       }
-      impl_->pending_loads.erase(it);
-      finished.push_back(std::move(done));
+    } catch (const std::exception& error) {  // every load is answered, whatever one threw
+      done.result.reset();
+      done.error = Error(errc::jit_failed, "ifunc '" + pending.image.name + "': " + error.what());
+      done.target_failed = true;
     }
+    impl_->pending_loads.erase(it);
+    finished.push_back(std::move(done));
   }
-  if (impl_->pending_loads.empty()) {
-    sync_promotion_counts();
-    return finished;
-  }
+}
+
+void JitCache::take_compiled(std::vector<FinishedLoad>& finished) {
   for (auto& [id, compiled] : impl_->workers.poll()) {
     const auto it = impl_->pending_loads.find(id);
-    if (it == impl_->pending_loads.end()) continue;  // evicted meanwhile
+    // Evicted meanwhile; or (cannot be: a cancelled compile's outcome is
+    // dropped) one that is not compiling.
+    if (it == impl_->pending_loads.end() || it->second.preparing || it->second.unverified) continue;
     Impl::PendingLoad pending = std::move(it->second);
     impl_->pending_loads.erase(it);
     FinishedLoad done{id, std::nullopt, std::nullopt, compiled.target_failed};
@@ -652,24 +581,20 @@ std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
           impl_->link(id, CodecId::bitcode, pending.image, &compiled.object, Confine::yes, &linked);
       if (linked.slot != nullptr) {
         pending.unverified = linked;
-        pending.object = std::move(compiled.object);
-        if (verify_aside(id, pending)) {
-          impl_->pending_loads.emplace(id, std::move(pending));
+        pending.object_to_store = std::move(compiled.object);
+        if (impl_->verify_or_register(id, pending)) {
+          impl_->pending_loads.emplace(id, std::move(pending));  // its verdict comes later
           continue;
         }
-        compiled.object = std::move(pending.object);
+        compiled.object = std::move(pending.object_to_store);
       }
       if (impl_->store && !pending.store_key.empty())
         (void)impl_->store->store(pending.store_key, compiled.object);
-      entries_.emplace(id, CachedIfunc{entry, &impl_->confined_codes.at(id)});
-      done.result = LoadResult{entry,
-                               std::chrono::steady_clock::now() - pending.started,
-                               pending.image.triple,
-                               pending.image.name,
-                               false,
-                               1};
+      enter_confined(id, entry);
+      done.result = impl_->result_of(pending, entry, false);
     } catch (const Error& error) {
-      if (window_object && compile_checked(id, pending, error)) continue;
+      // The window tier's second compile, once, for the checked tier.
+      if (window_object && impl_->compile_again(id, pending, error)) continue;
       done.error = error;
     } catch (const std::exception& error) {  // every outcome is handed back, whatever one threw
       done.error = Error(errc::jit_failed, "ifunc '" + pending.image.name + "': " + error.what());
@@ -677,8 +602,6 @@ std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
     }
     finished.push_back(std::move(done));
   }
-  sync_promotion_counts();
-  return finished;
 }
 
 bool JitCache::loading(CodeId id) const noexcept {
@@ -716,7 +639,8 @@ Promotions JitCache::promote_ready() {
 
 void JitCache::sync_promotion_counts() noexcept {
   awaiting_calls_ = impl_->awaiting;
-  compiling_ = impl_->in_progress + impl_->pending_loads.size();
+  // Abandoned links too: their windows come back only in finish_loads.
+  compiling_ = impl_->in_progress + impl_->pending_loads.size() + impl_->abandoned_links.size();
 }
 
 void* JitCache::lookup(CodeId id, const std::string& symbol) {

@@ -255,8 +255,6 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   confined::Code confined_code(llvm::orc::JITDylib& jd, CodeId id, const std::string& name);
 
   // The window tier (ConfinementOptions::window_tier; jit_cache_windows.cpp).
-  // A window for one code: a spare one, else a new one (errc::limit_exceeded
-  // past max_windows).
   struct WindowSlot {
     confined::Window window;
     std::span<std::byte> payload;  // where its invocations' payloads are copied
@@ -270,6 +268,8 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
     WindowSlot* slot = nullptr;
     uint64_t main = 0;
   };
+  // A window for one code: a spare one, else a new one (errc::limit_exceeded
+  // past max_windows).
   WindowSlot& acquire_window();
   // Back to the spares, its payload copy dropped (what was linked there is
   // unlinked with its JITDylib, its pages replaced by zeroed ones).
@@ -328,10 +328,14 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   // once the verifier accepted it (errc::code_refused, naming the rule, if not).
   confined::Code window_code(WindowSlot& slot, CodeId id, const std::string& name, uint64_t main);
   // The same, split for a verifier on another thread: the code to read,
-  // then what the runner needs once `verdict` is in.
+  // then what the runner needs once `verdict` is in (or why not).
   std::vector<confined::CodeRange> window_code_ranges(WindowSlot& slot, const std::string& name);
-  confined::Code verified_window_code(WindowSlot& slot, CodeId id, const std::string& name,
-                                      uint64_t main, const confined::Verdict& verdict);
+  confined::Code window_code_from_verdict(WindowSlot& slot, CodeId id, const std::string& name,
+                                          uint64_t main, const confined::Verdict& verdict);
+  // Throws errc::limit_exceeded (no_window_for_link set) while something
+  // exposed by address lies out of every window's reach: code loaded since
+  // it was exposed would get null there.
+  void require_windows_reach_exposed(const std::string& name);
   // The exposed regions the checked tier sees: the application's and the arena's.
   void expose_all();
 
@@ -377,22 +381,51 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
     std::string store_key;
     std::chrono::steady_clock::time_point started;
     bool preparing = false;  // still with `preparation`: image and store_key not yet known
-    uint64_t serial = 0;     // the preparation's, while `preparing`
+    uint64_t serial =
+        0;  // the preparation's while `preparing`, the verification's while `unverified`
     // Compiling for the checked tier only: windows_for_new_loads() said no
     // when it started, or a window object was refused (before_checked_retry).
     bool checked_only = false;
-    // Linked into a window, with `verification` (serial: `serial`): the
-    // object for the store once accepted (empty if it came from there),
-    // and, for a stored object, the compile to start should it be refused.
+    // Linked into a window and with `verification` (its serial in
+    // `serial`), or linked and about to be: what was linked, the object
+    // to store once accepted (none if it came from the store), and for a
+    // large stored object the compile to start should it be refused.
     std::optional<UnverifiedLink> unverified;
-    std::vector<std::byte> object;
+    std::vector<std::byte> object_to_store;
     bool from_store = false;
     std::optional<CompileWorkers::Job> compile_instead;
   };
-  std::unordered_map<CodeId, PendingLoad> pending_loads;  // confined code compiling in a worker
-  // finish_loads: hands `linked` (pending's, just made) to `verification`;
-  // false if there is no thread for it (then it is verified here).
-  bool verify_aside(CodeId id, PendingLoad& pending);
+  // Confined loads under way: prepared beside the caller, compiling in a
+  // worker, or linked into a window and with the verifier.
+  std::unordered_map<CodeId, PendingLoad> pending_loads;
+  // pending.unverified (just linked) to `verification`; false if there is
+  // no thread for it.
+  bool submit_for_verification(CodeId id, PendingLoad& pending);
+  // pending.unverified (just linked) to `verification` (true), or, with no
+  // thread for it, verified here and registered (false). Whatever it
+  // throws, the link is undone.
+  bool verify_or_register(CodeId id, PendingLoad& pending);
+  // The code just linked in `linked`, now verified: findable by id.
+  void register_window_code(CodeId id, const UnverifiedLink& linked);
+  // Undoes what register_window_code and confined_codes hold for `id`.
+  void forget_window_code(CodeId id) noexcept;
+  // A verdict for `pending`'s link: registered (nullopt), or the link
+  // undone and why it was not taken.
+  std::optional<Error> settle_verdict(const WindowVerification::Verified& verified,
+                                      const PendingLoad& pending, const UnverifiedLink& linked);
+  // What a stored object for a confined load came to: linked and
+  // registered (`entry` set), with the verifier (pending.unverified), or
+  // not to be used (it does not link, or the verifier here refused it).
+  enum class Stored { linked, verifying, refused };
+  Stored link_stored_aside(CodeId id, PendingLoad& pending, const std::vector<std::byte>& object,
+                           IfuncMain& entry);
+  // After a window object was not taken for `pending`: a stored one is
+  // compiled instead; a compiled one compiled again for the checked tier,
+  // once (before_checked_retry), while the bitcode is at hand. True if a
+  // compile started (the load pending again), false if the refusal stands.
+  bool compile_again(CodeId id, PendingLoad& pending, const Error& refusal);
+  [[nodiscard]] LoadResult result_of(const PendingLoad& pending, IfuncMain entry,
+                                     bool from_store) const;
   // Window links of cancelled loads whose verdict is still to come, by
   // serial: discarded when it comes, not before (the thread reads them).
   std::unordered_map<uint64_t, UnverifiedLink> abandoned_links;

@@ -192,12 +192,7 @@ IfuncMain JitCache::Impl::link(CodeId id, CodecId codec, const ParsedImage& imag
         claims_window_shape(*object)) {
       // Exposed since the load started, out of a window's reach: the
       // code would get null where it was handed that memory.
-      if (!windows_reach_exposed()) {
-        no_window_for_link = true;
-        throw Error(errc::limit_exceeded, "ifunc '" + image.name +
-                                              "': memory exposed since its load started lies "
-                                              "outside every window");
-      }
+      require_windows_reach_exposed(image.name);
       slot = &acquire_window();
       routed->route(&jd, slot->window);
       jd.setLinkOrder({}, true);
@@ -309,9 +304,14 @@ IfuncMain JitCache::Impl::link(CodeId id, CodecId codec, const ParsedImage& imag
 }
 
 void JitCache::Impl::discard_window_link(const UnverifiedLink& linked) noexcept {
-  if (llvm::Error e = jit->getExecutionSession().removeJITDylib(*linked.jd))
-    llvm::consumeError(std::move(e));
+  llvm::Error removed = jit->getExecutionSession().removeJITDylib(*linked.jd);
   routed->unroute(linked.jd);  // before its address can be a new JITDylib's
+  // A window whose code could not all be unlinked is given to no other
+  // code (as evict() keeps it): held until the cache goes.
+  if (removed) {
+    llvm::consumeError(std::move(removed));
+    return;
+  }
   release_window(*linked.slot);
 }
 

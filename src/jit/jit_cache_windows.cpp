@@ -134,18 +134,19 @@ std::vector<confined::CodeRange> JitCache::Impl::window_code_ranges(WindowSlot& 
 confined::Code JitCache::Impl::window_code(WindowSlot& slot, CodeId id, const std::string& name,
                                            uint64_t main) {
   const std::vector<confined::CodeRange> code = window_code_ranges(slot, name);
-  return verified_window_code(
+  return window_code_from_verdict(
       slot, id, name, main,
       verify_window_code({code, {&main, 1}, reinterpret_cast<uint64_t>(slot.window.base())}));
 }
 
-confined::Code JitCache::Impl::verified_window_code(WindowSlot& slot, CodeId id,
-                                                    const std::string& name, uint64_t main,
-                                                    const confined::Verdict& verdict) {
+confined::Code JitCache::Impl::window_code_from_verdict(WindowSlot& slot, CodeId id,
+                                                        const std::string& name, uint64_t main,
+                                                        const confined::Verdict& verdict) {
   if (!verdict.accepted) {
-    throw Error(
-        errc::code_refused,
-        "ifunc '" + name + "': the window verifier refused its machine code: " + verdict.refusal);
+    throw Error(errc::code_refused,
+                "ifunc '" + name + "': " +
+                    (kHaveWindowVerifier ? "the window verifier refused its machine code: " : "") +
+                    verdict.refusal);
   }
   jit::WindowMemoryMapper* const mapper = routed->mapper_of(slot.window);
   if (mapper == nullptr) throw Error(errc::jit_failed, "ifunc '" + name + "': no window mapper");
@@ -163,6 +164,142 @@ confined::Code JitCache::Impl::verified_window_code(WindowSlot& slot, CodeId id,
   // otherwise take this code's traps for crashes.
   confined::install_window_traps();
   return result;
+}
+
+void JitCache::Impl::require_windows_reach_exposed(const std::string& name) {
+  no_window_for_link = !windows_reach_exposed();
+  if (no_window_for_link) {
+    throw Error(errc::limit_exceeded, "ifunc '" + name +
+                                          "': memory exposed since its load started lies "
+                                          "outside every window");
+  }
+}
+
+// ---- Window objects a Receiver's loads link: verified beside it ------------
+
+bool JitCache::Impl::submit_for_verification(CodeId id, PendingLoad& pending) {
+  if (!verification) {
+    try {
+      verification = std::make_unique<WindowVerification>();
+    } catch (const std::system_error&) {  // no thread to be had
+      return false;
+    }
+  }
+  const UnverifiedLink& linked = *pending.unverified;
+  const uint64_t serial = next_serial++;
+  verification->submit({id, serial, window_code_ranges(*linked.slot, pending.image.name),
+                        linked.main, reinterpret_cast<uint64_t>(linked.slot->window.base())});
+  pending.serial = serial;
+  return true;
+}
+
+bool JitCache::Impl::verify_or_register(CodeId id, PendingLoad& pending) {
+  const UnverifiedLink linked = *pending.unverified;
+  try {
+    if (submit_for_verification(id, pending)) return true;
+    pending.unverified.reset();
+    confined_codes[id] = window_code(*linked.slot, id, pending.image.name, linked.main);
+    register_window_code(id, linked);
+    return false;
+  } catch (...) {
+    pending.unverified.reset();
+    forget_window_code(id);
+    discard_window_link(linked);
+    throw;
+  }
+}
+
+void JitCache::Impl::register_window_code(CodeId id, const UnverifiedLink& linked) {
+  dylibs[id].push_back(linked.jd);
+  window_of[id] = linked.slot;
+}
+
+void JitCache::Impl::forget_window_code(CodeId id) noexcept {
+  confined_codes.erase(id);
+  window_of.erase(id);
+  dylibs.erase(id);
+}
+
+std::optional<Error> JitCache::Impl::settle_verdict(const WindowVerification::Verified& verified,
+                                                    const PendingLoad& pending,
+                                                    const UnverifiedLink& linked) {
+  try {
+    // Exposed since it was linked, out of a window's reach: as link()
+    // refuses it then, the checked tier takes it.
+    require_windows_reach_exposed(pending.image.name);
+    confined_codes[verified.id] = window_code_from_verdict(
+        *linked.slot, verified.id, pending.image.name, linked.main, verified.verdict);
+    register_window_code(verified.id, linked);
+    return std::nullopt;
+  } catch (const Error& error) {
+    forget_window_code(verified.id);
+    discard_window_link(linked);
+    if (verified.target_failed) return Error(errc::jit_failed, error.what());
+    return error;
+  } catch (...) {
+    forget_window_code(verified.id);
+    discard_window_link(linked);
+    throw;
+  }
+}
+
+JitCache::Impl::Stored JitCache::Impl::link_stored_aside(CodeId id, PendingLoad& pending,
+                                                         const std::vector<std::byte>& object,
+                                                         IfuncMain& entry) {
+  UnverifiedLink linked;
+  entry = link_stored_object(id, pending.image, object, &linked);
+  if (entry == nullptr) return Stored::refused;
+  if (linked.slot == nullptr) return Stored::linked;
+  pending.unverified = linked;
+  pending.from_store = true;
+  try {
+    if (verify_or_register(id, pending)) return Stored::verifying;
+  } catch (const Error&) {  // refused here (no thread): compiled instead, as one that does not link
+    pending.from_store = false;
+    entry = nullptr;
+    return Stored::refused;
+  }
+  pending.from_store = false;
+  return Stored::linked;
+}
+
+bool JitCache::Impl::compile_again(CodeId id, PendingLoad& pending, const Error& refusal) {
+  try {
+    if (pending.from_store) {
+      // A stored object: compiled instead, as one that does not link, for
+      // the tier the load chose.
+      pending.from_store = false;
+      if (pending.compile_instead) {
+        workers.submit(id, std::move(*pending.compile_instead));
+        pending.compile_instead.reset();
+      } else {
+        if (pending.image.bytes.empty()) return false;
+        workers.submit(
+            id, workers.prepare(pending.image.name, pending.image.bytes, pending.checked_only));
+      }
+    } else {
+      if (pending.checked_only || pending.image.bytes.empty()) return false;
+      before_checked_retry(refusal, pending.store_key);
+      pending.checked_only = true;
+      workers.submit(id, workers.prepare(pending.image.name, pending.image.bytes, true));
+      std::vector<std::byte>().swap(pending.image.bytes);
+    }
+  } catch (const std::exception&) {  // no job to be had: the refusal stands
+    return false;
+  }
+  std::vector<std::byte>().swap(pending.object_to_store);  // the refused object
+  pending_loads.insert_or_assign(id, std::move(pending));
+  return true;
+}
+
+LoadResult JitCache::Impl::result_of(const PendingLoad& pending, IfuncMain entry,
+                                     bool from_store) const {
+  return LoadResult{entry,
+                    std::chrono::steady_clock::now() - pending.started,
+                    pending.image.triple,
+                    pending.image.name,
+                    from_store,
+                    1};
 }
 
 }  // namespace threechains

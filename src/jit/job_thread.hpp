@@ -1,7 +1,9 @@
 // JobThread: one thread working through a queue of jobs at nice 10, below the
 // thread that serves frames, its results taken back between dispatches. The
-// tier-1 compiler (background_compiler.hpp) and the preparation of large
-// confined containers (confined_preparation.hpp) are each one.
+// tier-1 compiler (background_compiler.hpp), the preparation of large
+// confined containers (confined_preparation.hpp), the checks of large code
+// (engine/code_vetting.hpp) and the window verifier (window_verification.hpp)
+// are each one.
 #pragma once
 
 #include <pthread.h>

@@ -1,11 +1,9 @@
 #include "jit/window_verification.hpp"
 
-#if defined(THREECHAINS_HAVE_WINDOW_VERIFIER) || defined(__aarch64__)
 #if defined(__aarch64__)
 #include "confine/verify_aarch64.hpp"
-#else
+#elif defined(THREECHAINS_HAVE_WINDOW_VERIFIER)
 #include "confine/verify_x86.hpp"
-#endif
 #endif
 
 #include <exception>
@@ -26,14 +24,16 @@ confined::Verdict verify_window_code(const confined::VerifierInput& input) {
 }
 
 WindowVerification::WindowVerification()
-    : thread_("tc-verify", [](Job& job) {
-        Verified verified{job.id, job.serial, {}};
+    : thread_("tc-verify", [this](Job& job) {
+        Verified verified{job.id, job.serial, {}, false};
         try {
-          const confined::VerifierInput input{job.code, {&job.main, 1}, job.window_base};
+          confined::VerifierInput input{job.code, {&job.main, 1}, job.window_base};
+          input.stop = &stopping_;
           verified.verdict = verify_window_code(input);
-        } catch (const std::exception& error) {  // no memory for its tables: refused, not crashed
+        } catch (const std::exception& error) {  // no memory for its tables: this process's failure
           verified.verdict = {};
           verified.verdict.refusal = std::string("the verifier could not finish: ") + error.what();
+          verified.target_failed = true;
         }
         return verified;
       }) {}

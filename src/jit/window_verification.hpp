@@ -11,12 +11,22 @@
 #include "confine/verifier.hpp"
 #include "jit/job_thread.hpp"
 
-#include <threechains/jit_cache.hpp>
+#include <threechains/frame.hpp>
 
+#include <atomic>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace threechains {
+
+// Whether this build verifies window code for this host (the window tier
+// is on only where it does).
+#if defined(THREECHAINS_HAVE_WINDOW_VERIFIER) || defined(__aarch64__)
+inline constexpr bool kHaveWindowVerifier = true;
+#else
+inline constexpr bool kHaveWindowVerifier = false;
+#endif
 
 // This build's verifier for this host's code, or a refusal where it has none.
 [[nodiscard]] confined::Verdict verify_window_code(const confined::VerifierInput& input);
@@ -36,17 +46,26 @@ class WindowVerification {
     CodeId id = 0;
     uint64_t serial = 0;
     confined::Verdict verdict;
+    // The verifier could not finish for this process's reasons (memory),
+    // not the code's: a refusal not to count against it.
+    bool target_failed = false;
   };
 
   // Throws std::system_error when no thread is to be had.
   WindowVerification();
+  // Stops a verification under way (it ends refused) and the thread; queued
+  // jobs are dropped (~JobThread).
+  ~WindowVerification() { stopping_.store(true, std::memory_order_relaxed); }
+  WindowVerification(const WindowVerification&) = delete;
+  WindowVerification& operator=(const WindowVerification&) = delete;
 
   void submit(Job job) { thread_.submit(std::move(job)); }
   [[nodiscard]] bool has_finished() const noexcept { return thread_.has_finished(); }
   [[nodiscard]] std::vector<Verified> take_finished() { return thread_.take_finished(); }
 
  private:
-  JobThread<Job, Verified> thread_;
+  std::atomic<bool> stopping_{false};
+  JobThread<Job, Verified> thread_;  // last: stopped before what it reads
 };
 
 }  // namespace threechains

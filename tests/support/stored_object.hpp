@@ -19,12 +19,12 @@
 
 namespace threechains::test {
 
-// In the one window-tier entry of `directory`: the first %gs-prefixed
+// x86-64 only. In the one window-tier entry of `directory`: the first %gs-prefixed
 // instruction with a 64-bit operand (65 48..4f) in the object's .text gets
 // %ds instead, so its access goes to the address itself, in the target;
 // the entry's hash is made to match again. An entry is: magic, key size,
 // object size, the object's XXH3 (8 bytes each); the key; the object.
-inline void send_stored_window_access_outside(const std::filesystem::path& directory) {
+inline void tamper_stored_window_gs_access(const std::filesystem::path& directory) {
   std::vector<std::filesystem::path> entries;
   for (const auto& entry : std::filesystem::directory_iterator(directory))
     entries.push_back(entry.path());
@@ -53,13 +53,16 @@ inline void send_stored_window_access_outside(const std::filesystem::path& direc
     std::memcpy(&s, object + header.e_shoff + k * sizeof(Elf64_Shdr), sizeof(s));
     return s;
   };
+  REQUIRE(header.e_shstrndx < header.e_shnum);
   const Elf64_Shdr names = section(header.e_shstrndx);
+  REQUIRE(names.sh_offset + names.sh_size <= object_size);
   uint64_t text_begin = 0;
   uint64_t text_end = 0;
   for (unsigned k = 0; k < header.e_shnum; ++k) {
     const Elf64_Shdr s = section(k);
-    REQUIRE(names.sh_offset + s.sh_name < object_size);
-    if (std::string_view(object + names.sh_offset + s.sh_name) == ".text") {
+    REQUIRE(s.sh_name < names.sh_size);
+    const char* const name = object + names.sh_offset + s.sh_name;
+    if (std::string_view(name, strnlen(name, names.sh_size - s.sh_name)) == ".text") {
       text_begin = s.sh_offset;
       text_end = s.sh_offset + s.sh_size;
     }
