@@ -22,26 +22,34 @@
 
 namespace threechains::confined {
 
+// The key of AddressStates' hash: drawn once a process (the kernel's
+// random bytes), so a code's verdict does not change from one reading to
+// the next, and no sender knows it.
+inline uint64_t secret_hash_key() {
+  static const uint64_t key = [] {
+    std::random_device random;
+    return (uint64_t{random()} << 32) ^ uint64_t { random() };
+  }();
+  return key;
+}
+
 // What a verifier's path analysis knows at each instruction address of
 // one function: the states in a deque (no copies as it grows, no room
 // kept spare: aarch64's state is 528 bytes), and an index of them by
 // address in a table of open addressing (16-byte slots, linear probing, at
-// most half full). On a 146 KB object (2026-11-29) std::unordered_map's node per
-// instruction, and a set of every address read beside it, were a third of
-// the verifier's time. Every probe is paid from the verifier's work budget,
-// and the hash is keyed by a secret drawn per verifier: the addresses are
-// the sender's to choose, and a fixed hash would let it line them up in one
-// run of slots, each insert then walking all of them.
-// A key for AddressStates' hash, drawn afresh (the kernel's random bytes).
-inline uint64_t secret_hash_key() {
-  std::random_device random;
-  return (uint64_t{random()} << 32) ^ uint64_t { random() };
-}
-
+// most half full). On a 146 KB object (2026-11-29) std::unordered_map's
+// node per instruction, and a set of every address read beside it, were a
+// third of the verifier's time. The hash is keyed by a secret, and every
+// probe is paid from a budget of probes: the addresses are the sender's to
+// choose, and a known hash would let it line them up in one run of slots,
+// each insert then walking all of them. With the key secret, probes
+// average under two an access, and the budget (16 times the verifier's
+// budget of steps, which runs out first) is never what refuses honest code.
 template <class Value>
 class AddressStates {
  public:
-  // `key`: odd, secret; `budget`: the verifier's steps left, shared.
+  // `key`: secret; `budget`: the probes the verifier has left, shared by
+  // its tables.
   AddressStates(uint64_t key, uint64_t& budget) : key_(key | 1), budget_(budget) {}
 
   // The state at `address`: inserted as `value` if there was none

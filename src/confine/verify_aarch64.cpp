@@ -142,9 +142,8 @@ class Verifier {
  public:
   explicit Verifier(const VerifierInput& input) : input_(input) {
     for (const CodeRange& range : input.code) code_bytes_ += range.bytes.size();
-    // Steps: each instruction reached a few times, and each reach's probes
-    // of its table of states.
-    work_left_ = 8 * code_bytes_ + 4096;
+    work_left_ = 4 * code_bytes_ + 4096;  // steps: each instruction a few times
+    probes_left_ = 16 * work_left_;       // of the tables of states: never the first out
   }
 
   Verdict run() {
@@ -721,7 +720,7 @@ class Verifier {
   // Every path of the function entered at `entry`.
   AnalysedFunction analyse(uint64_t entry) {
     AnalysedFunction function;
-    AddressStates<State> seen(hash_key_, work_left_);
+    AddressStates<State> seen(secret_hash_key(), probes_left_);
     std::vector<uint64_t> pending;
     const auto reach = [&](uint64_t address, const State& state) {
       auto [known, fresh] = seen.try_emplace(address, state);
@@ -782,7 +781,7 @@ class Verifier {
   const VerifierInput& input_;
   uint64_t code_bytes_ = 0;
   uint64_t work_left_ = 0;
-  uint64_t hash_key_ = secret_hash_key();      // AddressStates': the sender's addresses are chosen
+  uint64_t probes_left_ = 0;
   std::vector<const CodeRange*> ranges_;       // by address, checked not to overlap
   std::size_t instructions_ = 0;               // reached, summed over the functions read
   uint64_t pc_ = 0;                            // the instruction being checked
