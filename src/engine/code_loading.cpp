@@ -18,7 +18,9 @@ namespace threechains::detail {
 void Engine::promote_tiers() {
   Target& t = *target_;
   if (!t.vetting_waits.empty() && t.vetting->has_finished()) finish_vetting();
-  if (!t.compiling.empty()) finish_compiles();
+  // Also with no frame waiting: the cache may hold the window of a load
+  // cancelled while it was verified, given back when its verdict is taken.
+  if (!t.compiling.empty() || t.cache.compiles_in_progress()) finish_compiles();
   Promotions done = t.cache.promote_ready();
   t.stats.promotions += done.promoted;
   t.stats.promotion_failures += done.failures.size();
