@@ -149,6 +149,8 @@ TEST_CASE("a compile worker the machine starves is given up at 16x its limit, wi
 // of it (linked, found in the object store, refused) comes from finish_loads.
 namespace {
 
+// The first batch finish_loads hands back (a test of "answered once" needs
+// the batch, not one load's answer: tests/support/finish_loads.hpp).
 std::vector<JitCache::FinishedLoad> finish_within(JitCache& cache, std::chrono::seconds limit) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   std::vector<JitCache::FinishedLoad> finished;

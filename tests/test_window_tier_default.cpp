@@ -6,6 +6,7 @@
 // window freed later is used again; through load() and through the
 // start_load()/finish_loads() a Receiver uses. The ifuncs are the suite's clang-built
 // counter and saxpy, compiled by the real compile worker.
+#include "support/finish_loads.hpp"
 #include "support/temp_dir.hpp"
 #include "support/window_checks.hpp"
 
@@ -137,13 +138,8 @@ TEST_CASE(
 namespace {
 // Waits for the load of `id` that start_load began; REQUIREs it loaded.
 const CachedIfunc& finished(JitCache& cache, CodeId id) {
-  for (int k = 0; k < 3000 && cache.loading(id); ++k) {
-    for (const JitCache::FinishedLoad& done : cache.finish_loads())
-      if (done.error) FAIL_CHECK(done.error->what());
-    if (cache.loading(id)) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  for (const JitCache::FinishedLoad& done : cache.finish_loads())
-    if (done.error) FAIL_CHECK(done.error->what());
+  const JitCache::FinishedLoad done = test::finished_load(cache, id);
+  if (done.error) FAIL_CHECK(done.error->what());
   const CachedIfunc* const loaded = cache.find_ifunc(id);
   REQUIRE(loaded != nullptr);
   return *loaded;

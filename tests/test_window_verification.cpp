@@ -3,6 +3,7 @@
 // thread of its own, so the serving thread goes on serving while a large
 // object is read (threechains-bench-compile-isolation --tier window), and
 // the code runs only once its verdict is in.
+#include "support/finish_loads.hpp"
 #include "support/stored_object.hpp"
 #include "support/temp_dir.hpp"
 #include "support/window_checks.hpp"
@@ -27,18 +28,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Polls `cache` until the load of `id` finished (a minute at most).
-JitCache::FinishedLoad finished(JitCache& cache, CodeId id) {
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    for (JitCache::FinishedLoad& done : cache.finish_loads())
-      if (done.id == id) return std::move(done);
-    std::this_thread::sleep_for(1ms);
-  }
-  FAIL("the load did not finish within a minute");
-  return {};
-}
-
 // Whether this process has a thread named `name` (/proc/self/task/*/comm).
 bool has_thread(const std::string& name) {
   for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
@@ -60,7 +49,7 @@ TEST_CASE("confined code a Receiver's load links is verified on a thread beside 
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   REQUIRE_FALSE(
       cache.start_load(counter.id(), counter.codec(), counter.code(), Confine::yes).has_value());
-  const JitCache::FinishedLoad done = finished(cache, counter.id());
+  const JitCache::FinishedLoad done = test::finished_load(cache, counter.id());
   INFO((done.error ? done.error->what() : std::string("loaded")));
   REQUIRE(done.result.has_value());
   // The verifier read it there, not on this thread.
@@ -116,7 +105,7 @@ TEST_CASE(
   // The tampered object is refused aside; the code compiles again, into
   // the window the cancelled loads gave back.
   REQUIRE_FALSE(cache.start_load(big.id(), big.codec(), big.code(), Confine::yes).has_value());
-  const JitCache::FinishedLoad done = finished(cache, big.id());
+  const JitCache::FinishedLoad done = test::finished_load(cache, big.id());
   INFO((done.error ? done.error->what() : std::string("loaded")));
   REQUIRE(done.result.has_value());
   CHECK_FALSE(done.result->from_code_cache);
