@@ -10,6 +10,7 @@
 // confined code only.
 #include "support/counter_target.hpp"
 #include "support/mesh.hpp"
+#include "support/sanitized.hpp"
 #include "support/two_process.hpp"
 #include "trust/envelope.hpp"
 
@@ -355,11 +356,12 @@ TEMPLATE_TEST_CASE("large machine code from a confined signer is refused as it i
 
 TEMPLATE_TEST_CASE("a confined compile that needs more memory than it may have costs its worker only",
                    "[confinement][limits][compile][ucx]", Shm, Tcp) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  WARN("SKIP: sanitizer builds set no address-space limit on the compile worker (their shadow "
-       "memory needs terabytes)");
-  return;
-#endif
+  if (test::kSanitized) {
+    WARN(
+        "SKIP: sanitizer builds set no address-space limit on the compile worker (their shadow "
+        "memory needs terabytes)");
+    return;
+  }
   auto target = limited_target(TestType::transport, 1, [](ReceiverOptions& options) {
     options.jit.confinement.compile_memory_limit = std::size_t{16} << 20;
   });

@@ -7,6 +7,7 @@
 // start_load()/finish_loads() a Receiver uses. The ifuncs are the suite's clang-built
 // counter and saxpy, compiled by the real compile worker.
 #include "support/finish_loads.hpp"
+#include "support/sanitized.hpp"
 #include "support/temp_dir.hpp"
 #include "support/window_checks.hpp"
 
@@ -190,17 +191,6 @@ TEST_CASE(
 }
 
 namespace {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
 
 // This process's address space in bytes (VmSize), or 0 if unknown.
 std::size_t address_space_in_use() {
@@ -220,7 +210,7 @@ TEST_CASE(
     "refusing nothing",
     "[confinement][window]") {
   if (test::skip_without_window_tier()) return;
-  if (kSanitized) {
+  if (test::kSanitized) {
     WARN("SKIP: a sanitizer's shadow memory cannot live under RLIMIT_AS");
     return;
   }

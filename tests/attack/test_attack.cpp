@@ -8,6 +8,7 @@
 #include "engine/testing.hpp"
 #include "support/counter_target.hpp"
 #include "support/process.hpp"
+#include "support/sanitized.hpp"
 #include "support/trust.hpp"
 #include "support/two_process.hpp"
 
@@ -27,20 +28,6 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr uint64_t kCanary = 0x600d600d600d600dULL;
-
-// The target is built like this test: under AddressSanitizer its RSS says
-// little (freed memory waits in quarantine).
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
 
 struct TargetReport {
   uint64_t canary[3] = {};
@@ -274,7 +261,7 @@ TEMPLATE_TEST_CASE("64 half-open handshakes do not lock out a trusted source",
     INFO("connected after "
          << std::chrono::duration_cast<std::chrono::milliseconds>(connected).count() << " ms");
     // Sanitized builds run several times slower: the bound there is looser.
-    CHECK(connected < (kSanitized ? 5s : 1s));
+    CHECK(connected < (kAddressSanitized ? 5s : 1s));
     for (int i = 0; i < 20; ++i) (void)send(channel, counter, uint64_t{1});
     channel.flush();
     channel.close();
@@ -300,7 +287,9 @@ TEMPLATE_TEST_CASE("junk Active Messages from peers without a key are not kept",
   INFO(output);
   const TargetReport after = target.report();
   INFO("peak RSS " << before.peak_rss_kb << " kB before, " << after.peak_rss_kb << " kB after");
-  if (kSanitized) {
+  // The target is built like this test: under AddressSanitizer its RSS says
+  // little (freed memory waits in quarantine).
+  if (kAddressSanitized) {
     WARN("peak RSS not checked: AddressSanitizer keeps freed memory in quarantine");
   } else {
     CHECK(after.peak_rss_kb - before.peak_rss_kb <= 32 * 1024);
