@@ -2,10 +2,14 @@
 // it keeps, and that a sender's choice of addresses costs the verifier's
 // budget, never unbounded time.
 #include "confine/verifier_calls.hpp"
+#if defined(__x86_64__)
+#include "confine/verify_x86.hpp"
+#endif
 
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 using threechains::confined::AddressStates;
@@ -55,4 +59,41 @@ TEST_CASE("the verifier's table of states pays each probe from the verifier's bu
         for (uint64_t k = 0; k < 1000; ++k) (void)states.try_emplace(0x400000 + 4 * k, 1);
       }(),
       Refusal);
+}
+
+TEST_CASE("code laid out to collide in a known hash of the verifier's table is read in no time",
+          "[verifier]") {
+#if defined(__x86_64__)
+  // An attacker's object: one function that is a chain of jumps, each at an
+  // address whose product with Fibonacci hashing's multiplier (a fixed,
+  // public hash, what the table first used) lies in the lowest 32nd of
+  // 2^64, so in the lowest 32nd of the table at every size: a quarter of a
+  // million instructions in one run of slots, each insert walking it (some
+  // 3e10 probes). With the keyed hash they spread like any others.
+  constexpr uint64_t kWindowBase = uint64_t{0x7f} << 32;
+  constexpr uint64_t kCode = kWindowBase + 0x10000;
+  constexpr uint64_t kFibonacci = 0x9E3779B97F4A7C15ULL;
+  std::vector<std::byte> code(std::size_t{8} << 20, std::byte{0xcc});  // int3, never reached
+  std::vector<uint64_t> at;
+  for (uint64_t offset = 0; offset + 5 <= code.size(); ++offset)
+    if ((kCode + offset) * kFibonacci < ~uint64_t{0} / 32 &&
+        (at.empty() || offset >= at.back() + 5))
+      at.push_back(offset);
+  REQUIRE(at.size() > 200000);
+  for (std::size_t k = 0; k + 1 < at.size(); ++k) {
+    const auto rel = static_cast<int32_t>(at[k + 1] - (at[k] + 5));
+    code[at[k]] = std::byte{0xe9};  // jmp rel32
+    std::memcpy(code.data() + at[k] + 1, &rel, 4);
+  }
+  code[at.back()] = std::byte{0xc3};  // ret
+  const threechains::confined::CodeRange range{kCode, code};
+  const uint64_t entry = kCode + at.front();
+  const threechains::confined::Verdict verdict =
+      threechains::confined::verify_window_code_x86_64({{&range, 1}, {&entry, 1}, kWindowBase});
+  INFO(verdict.refusal);
+  CHECK(verdict.accepted);
+  CHECK(verdict.instructions == at.size());
+#else
+  WARN("SKIP: the attacker's layout is x86-64 code");
+#endif
 }
