@@ -188,21 +188,23 @@ define void @poke(ptr %p, i64 %v) {
       reinterpret_cast<const uint8_t*>(range.bytes.data()),
       reinterpret_cast<const uint8_t*>(range.bytes.data()) + range.bytes.size());
   const std::size_t entry = linked.entries[0] - range.address;
-  // poke is `movl %edi, %eax; movq %rsi, %gs:(%rax); ret` (89 f8 65 48 89 30 c3).
+  // poke is `movq %rsi, %gs:(%edi); ret` (65 67 48 89 37 c3): the shape's
+  // mask folded into the access as 32-bit addressing (window_mask_folding.hpp).
   const auto gs = std::find(bytes.begin() + static_cast<std::ptrdiff_t>(entry), bytes.end(), 0x65);
   REQUIRE(gs != bytes.end());
   const auto at = static_cast<std::size_t>(gs - bytes.begin());
-  REQUIRE(at >= entry + 2);
-  REQUIRE(bytes[at - 2] == 0x89);  // movl: the zero extension the shape asked for
+  REQUIRE(at + 1 < bytes.size());
+  REQUIRE(bytes[at + 1] == 0x67);  // the address-size prefix: the mask
   const auto verdict_of = [&](const std::vector<uint8_t>& changed) {
     const CodeRange code{range.address,
                          {reinterpret_cast<const std::byte*>(changed.data()), changed.size()}};
     return tc::confined::verify_window_code_x86_64(VerifierInput{
         {&code, 1}, linked.entries, reinterpret_cast<uint64_t>(linked.window->base())});
   };
-  SECTION("the zero extension replaced by nops") {
+  SECTION("the 32-bit addressing taken out (a nop before a 64-bit access)") {
     std::vector<uint8_t> changed = bytes;
-    changed[at - 2] = changed[at - 1] = 0x90;
+    changed[at] = 0x90;
+    changed[at + 1] = 0x65;
     const Verdict verdict = verdict_of(changed);
     CHECK_FALSE(verdict.accepted);
     CHECK_THAT(verdict.refusal, Catch::Contains("upper half may be set"));

@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -114,6 +115,51 @@ std::optional<Instruction> parse_instruction(const std::string& line) {
   if (!operand.empty()) instruction.operands.push_back(operand);
   return instruction;
 }
+
+#if defined(__x86_64__)
+// The disassembly of `module` compiled by `machine` (llvm-objdump -d, AT&T).
+std::string listing_of(llvm::TargetMachine& machine, llvm::Module& module) {
+  llvm::orc::SimpleCompiler compiler(machine);
+  auto object = compiler(module);
+  REQUIRE(static_cast<bool>(object));
+  char path[] = "/tmp/threechains-window-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  std::ofstream(path, std::ios::binary)
+      .write((*object)->getBufferStart(), static_cast<std::streamsize>((*object)->getBufferSize()));
+  const std::string command = std::string(TC_LLVM_OBJDUMP) + " -d --no-show-raw-insn " + path;
+  std::FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string listing;
+  std::array<char, 4096> chunk{};
+  while (std::fgets(chunk.data(), chunk.size(), pipe) != nullptr) listing += chunk.data();
+  pclose(pipe);
+  std::remove(path);
+  return listing;
+}
+
+// Whether a memory operand ("%gs:8(%edi,%eax,8)") names registers and only
+// 32-bit ones (%eax, %r9d): the address-size prefix, the sum taken modulo 2^32.
+bool addresses_in_32_bits(const std::string& operand) {
+  const std::size_t open = operand.find('(');
+  if (open == std::string::npos) return false;
+  int registers = 0;
+  for (std::size_t at = operand.find('%', open); at != std::string::npos;
+       at = operand.find('%', at + 1)) {
+    std::size_t end = at + 1;
+    while (end < operand.size() && std::isalnum(static_cast<unsigned char>(operand[end])) != 0)
+      ++end;
+    const std::string name = operand.substr(at + 1, end - at - 1);
+    const bool low_eight = name.size() == 3 && name[0] == 'e';
+    const bool numbered = name.size() >= 3 && name[0] == 'r' && name.back() == 'd' &&
+                          std::isdigit(static_cast<unsigned char>(name[1])) != 0;
+    if (!low_eight && !numbered) return false;
+    ++registers;
+  }
+  return registers > 0;
+}
+#endif
 
 void touch_byte(const volatile std::byte* at) {
   (void)*at;
@@ -586,23 +632,7 @@ TEST_CASE("optimised window-shaped saxpy addresses memory only through %gs, and 
   // verifier's rules for those are to come).
   auto codegen = host->createTargetMachine();
   REQUIRE(static_cast<bool>(codegen));
-  llvm::orc::SimpleCompiler compiler(**codegen);
-  auto object = compiler(*shaped);
-  REQUIRE(static_cast<bool>(object));
-  char path[] = "/tmp/threechains-window-XXXXXX";
-  const int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  close(fd);
-  std::ofstream(path, std::ios::binary)
-      .write((*object)->getBufferStart(), static_cast<std::streamsize>((*object)->getBufferSize()));
-  const std::string command = std::string(TC_LLVM_OBJDUMP) + " -d --no-show-raw-insn " + path;
-  std::FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string listing;
-  std::array<char, 4096> chunk{};
-  while (std::fgets(chunk.data(), chunk.size(), pipe) != nullptr) listing += chunk.data();
-  pclose(pipe);
-  std::remove(path);
+  const std::string listing = listing_of(**codegen, *shaped);
   int accesses = 0;
   int vector_accesses = 0;
   std::istringstream lines(listing);
@@ -624,8 +654,11 @@ TEST_CASE("optimised window-shaped saxpy addresses memory only through %gs, and 
       if (mnemonic.starts_with("lea") || mnemonic.starts_with("nop")) continue;  // no access
       INFO(operand);
       // %gs plus one base register (32-bit offsets; what the shape emits),
-      // or the stack or the code, which the shape leaves alone for now.
-      const bool through_gs = operand.starts_with("%gs:") && operand.find(',') == std::string::npos;
+      // or with 32-bit addressing (the mask folded into the access), or the
+      // stack or the code, which the shape leaves alone for now.
+      const bool through_gs =
+          operand.starts_with("%gs:") &&
+          (operand.find(',') == std::string::npos || addresses_in_32_bits(operand));
       CHECK((through_gs || operand.find("(%rsp") != std::string::npos ||
              operand.find("(%rip)") != std::string::npos));
       accesses += through_gs ? 1 : 0;
@@ -655,6 +688,157 @@ TEST_CASE("optimised window-shaped saxpy addresses memory only through %gs, and 
   saxpy_window(3.0F, x, y_window, kN);
   CHECK(std::equal(y, y + kN, y_window));
   CHECK(y_window[kN - 1] == static_cast<float>(kN - 1));  // 3 * 0.25 i + 0.25 i
+}
+
+// The benchmark's chase (benchmarks/kernels/chase.c); a cell written before
+// a loop and summed into in it (a mask in each block, one kept out of the
+// loop); and a mask two accesses share (a load and a store of one element)
+// beside one whose base moves on before its last use.
+constexpr const char* kFoldedKernels = R"(
+define i64 @chase(ptr %next, i64 %at, i64 %steps) {
+entry:
+  %none = icmp eq i64 %steps, 0
+  br i1 %none, label %done, label %loop
+loop:
+  %s = phi i64 [ 0, %entry ], [ %s.next, %loop ]
+  %a = phi i64 [ %at, %entry ], [ %v, %loop ]
+  %p = getelementptr inbounds i64, ptr %next, i64 %a
+  %v = load i64, ptr %p
+  %s.next = add nuw i64 %s, 1
+  %end = icmp eq i64 %s.next, %steps
+  br i1 %end, label %done, label %loop
+done:
+  %r = phi i64 [ %at, %entry ], [ %v, %loop ]
+  ret i64 %r
+}
+define void @sum_into(ptr %cell, ptr %values, i64 %n) {
+entry:
+  store i64 0, ptr %cell
+  %none = icmp eq i64 %n, 0
+  br i1 %none, label %done, label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i.next, %loop ]
+  %vp = getelementptr inbounds i64, ptr %values, i64 %i
+  %v = load i64, ptr %vp
+  %c = load i64, ptr %cell
+  %s = add i64 %c, %v
+  store i64 %s, ptr %cell
+  %i.next = add nuw i64 %i, 1
+  %end = icmp eq i64 %i.next, %n
+  br i1 %end, label %done, label %loop
+done:
+  ret void
+}
+define void @accumulate(ptr %p, i64 %n) {
+entry:
+  %none = icmp eq i64 %n, 0
+  br i1 %none, label %done, label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i.next, %loop ]
+  %here = getelementptr inbounds i64, ptr %p, i64 %i
+  %i.next = add nuw i64 %i, 1
+  %there = getelementptr inbounds i64, ptr %p, i64 %i.next
+  %a = load i64, ptr %here
+  %b = load i64, ptr %there
+  %sum = add i64 %a, %b
+  %odd = xor i64 %sum, %i
+  store i64 %odd, ptr %here
+  %end = icmp eq i64 %i.next, %n
+  br i1 %end, label %done, label %loop
+done:
+  ret void
+}
+)";
+
+TEST_CASE("the window shape's pointer chase masks inside each load, and chases as native code does",
+          "[window]") {
+  auto context = std::make_unique<llvm::LLVMContext>();
+  std::unique_ptr<llvm::Module> native = parse(kFoldedKernels, *context);
+  auto host = tc::describe_host(2);
+  REQUIRE(static_cast<bool>(host));
+  auto machine = host->createTargetMachine();
+  REQUIRE(static_cast<bool>(machine));
+  tc::HostOptimiser(std::move(*machine), 2).run(*native);
+  std::unique_ptr<llvm::Module> shaped = llvm::CloneModule(*native);
+  for (const char* name : {"chase", "sum_into", "accumulate"})
+    shaped->getFunction(name)->setName(std::string(name) + "_window");
+  tc::shape_for_window(*shaped, "folded");
+
+  // Each load of the chase's chain addresses %gs in 32 bits: no `leal` or
+  // `movl` of the mask sits between one load and the next
+  // (window_mask_folding.hpp). The chase's function comes first.
+  auto codegen = host->createTargetMachine();
+  REQUIRE(static_cast<bool>(codegen));
+  const std::string listing = listing_of(**codegen, *shaped);
+  INFO(listing);
+  const std::size_t chase_ends = listing.find("<sum_into_window>:");
+  REQUIRE(chase_ends != std::string::npos);
+  int folded = 0;
+  std::istringstream lines(listing.substr(0, chase_ends));
+  for (std::string line; std::getline(lines, line);) {
+    const std::optional<Instruction> instruction = parse_instruction(line);
+    if (!instruction) continue;
+    for (const std::string& operand : instruction->operands) {
+      if (!operand.starts_with("%gs:")) continue;
+      INFO(line);
+      CHECK(addresses_in_32_bits(operand));
+      ++folded;
+    }
+  }
+  CHECK(folded >= 2);  // the unrolled body and the remainder
+
+  auto jit = host_jit();
+  llvm::orc::ThreadSafeContext shared(std::move(context));
+  REQUIRE(!jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(native), shared)));
+  REQUIRE(!jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(shaped), shared)));
+  using Chase = uint64_t (*)(const uint64_t*, uint64_t, uint64_t);
+  using Accumulate = void (*)(uint64_t*, uint64_t);
+  const auto chase = jit->lookup("chase")->toPtr<Chase>();
+  const auto chase_window = jit->lookup("chase_window")->toPtr<Chase>();
+  const auto accumulate = jit->lookup("accumulate")->toPtr<Accumulate>();
+  const auto accumulate_window = jit->lookup("accumulate_window")->toPtr<Accumulate>();
+
+  Window window;
+  constexpr uint64_t kEntries = 4096;
+  auto* table = reinterpret_cast<uint64_t*>(window.allocate(kEntries * 8, true).data());
+  // One cycle through every entry (a stride coprime with the size), and
+  // upper halves the mask must drop.
+  for (uint64_t i = 0; i < kEntries; ++i)
+    table[i] = ((i * 2654435761ULL) << 32) | ((i + 1237) % kEntries);
+  tc::confined::GsBase::use(window.base());
+  for (const uint64_t steps : {0, 1, 7, 8, 9, 1000, 12345}) {
+    INFO(steps);
+    // What the window's chase reads of each entry: its low half (the
+    // upper one shifts out of the 32-bit address).
+    std::vector<uint64_t> native_table(table, table + kEntries);
+    for (uint64_t& entry : native_table) entry &= 0xffffffff;
+    const uint64_t expected = chase(native_table.data(), 5, steps);
+    // The chain's indices are the same; the last entry comes back whole.
+    CHECK((chase_window(table, 5, steps) & 0xffffffff) == expected);
+    // The table's address with any upper half: the same table.
+    const auto forged = reinterpret_cast<const uint64_t*>(
+        (uint64_t{0xfeedface} << 32) | (reinterpret_cast<uintptr_t>(table) & 0xffffffff));
+    CHECK((chase_window(forged, 5, steps) & 0xffffffff) == expected);
+  }
+
+  using SumInto = void (*)(uint64_t*, const uint64_t*, uint64_t);
+  const auto sum_into_window = jit->lookup("sum_into_window")->toPtr<SumInto>();
+  auto* cell = reinterpret_cast<uint64_t*>(window.allocate(8, true).data());
+  *cell = 99;
+  const auto forged_cell = reinterpret_cast<uint64_t*>(
+      (uint64_t{0xfeedface} << 32) | (reinterpret_cast<uintptr_t>(cell) & 0xffffffff));
+  sum_into_window(forged_cell, table, 100);
+  uint64_t sum = 0;
+  for (uint64_t i = 0; i < 100; ++i) sum += table[i];
+  CHECK(*cell == sum);
+
+  constexpr uint64_t kN = 1001;
+  auto* values = reinterpret_cast<uint64_t*>(window.allocate((kN + 1) * 8, true).data());
+  std::vector<uint64_t> expected(kN + 1);
+  for (uint64_t i = 0; i <= kN; ++i) values[i] = expected[i] = i * 977 + (i << 40);
+  accumulate(expected.data(), kN);
+  accumulate_window(values, kN);
+  CHECK(std::equal(expected.begin(), expected.end(), values));
 }
 
 #endif

@@ -18,6 +18,7 @@
 // object (inline assembly, prologue data, constructors, personalities).
 #include "confine/confiner.hpp"
 #include "confine/pass.hpp"
+#include "confine/window_mask_folding.hpp"
 
 #include <threechains/error.hpp>
 
@@ -565,6 +566,9 @@ void shape_for_window(llvm::Module& module, const std::string& ifunc) {
     f.addFnAttr("no-jump-tables", "true");
     f.addFnAttr(llvm::Attribute::NoRedZone);
     f.addFnAttr("frame-pointer", "none");
+    // The code generator's half of the shape (window_mask_folding.hpp)
+    // works on these functions only.
+    f.addFnAttr(confined::kWindowShapedAttribute);
     for (llvm::BasicBlock& block : f)
       for (llvm::Instruction& i : block)
         if (auto* call = llvm::dyn_cast<llvm::CallBase>(&i))

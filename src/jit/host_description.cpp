@@ -1,6 +1,8 @@
 // What host_description.hpp says.
 #include "jit/host_description.hpp"
 
+#include "confine/window_mask_folding.hpp"
+
 #include <llvm/Support/TargetSelect.h>
 
 #include <mutex>
@@ -43,6 +45,7 @@ void initialise_this_target() {
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
   llvm::InitializeNativeTargetAsmParser();
+  confined::fold_window_masks_into_accesses();
 }
 #endif
 

@@ -20,7 +20,8 @@
 namespace threechains::test {
 
 // x86-64 only. In the one window-tier entry of `directory`: the first %gs-prefixed
-// instruction with a 64-bit operand (65 48..4f) in the object's .text gets
+// instruction with a 64-bit operand (65 48..4f) or 32-bit addressing (65 67:
+// the mask folded into the access) in the object's .text gets
 // %ds instead, so its access goes to the address itself, in the target;
 // the entry's hash is made to match again. An entry is: magic, key size,
 // object size, the object's XXH3 (8 bytes each); the key; the object.
@@ -70,9 +71,11 @@ inline void tamper_stored_window_gs_access(const std::filesystem::path& director
   REQUIRE(text_end > text_begin);
   REQUIRE(text_end <= object_size);
   uint64_t at = text_begin;
-  while (at + 1 < text_end && !(static_cast<unsigned char>(object[at]) == 0x65 &&
-                                (static_cast<unsigned char>(object[at + 1]) & 0xf8) == 0x48))
-    ++at;
+  const auto gs_access = [&](uint64_t k) {
+    const auto next = static_cast<unsigned char>(object[k + 1]);
+    return static_cast<unsigned char>(object[k]) == 0x65 && ((next & 0xf8) == 0x48 || next == 0x67);
+  };
+  while (at + 1 < text_end && !gs_access(at)) ++at;
   REQUIRE(at + 1 < text_end);
   object[at] = 0x3e;  // %ds
   const uint64_t hash = XXH3_64bits(object, object_size);
