@@ -370,6 +370,41 @@ TEST_CASE("the target runs no window code the verifier refuses, whoever compiled
   CHECK(*count == 1);
 }
 
+TEST_CASE("window code that reaches past its window by a 64-bit absolute offset is refused",
+          "[confinement][window]") {
+  if (test::skip_without_x86_window_checks()) return;
+  // A compromised worker (or whoever can write the code cache) hands the
+  // target a counter whose first instruction is `movabs %gs:0x200000000,
+  // %rax` (the moffs form: a 64-bit offset, 8 GiB past the window's base,
+  // beyond its upper guard, where another window or nothing lies), then
+  // `ret`. helper-27 found the verifier took it: the offset form has no
+  // base register, and the rule for that read only the width.
+  const test::TempDir directory("threechains-window-moffs");
+  JitOptions options = window_options();
+  options.code_cache_directory = directory.path();
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  {
+    JitCache cache(options);
+    (void)cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
+  }
+  test::rewrite_stored_window_text(directory.path(), [](std::span<char> text) {
+    constexpr std::array<unsigned char, 12> kFarRead = {0x65, 0x48, 0xa1, 0x00, 0x00, 0x00,
+                                                        0x00, 0x02, 0x00, 0x00, 0x00, 0xc3};
+    REQUIRE(text.size() >= kFarRead.size());
+    std::memcpy(text.data(), kFarRead.data(), kFarRead.size());
+  });
+  JitCache cache(options);
+  const LoadResult again = cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
+  CHECK_FALSE(again.from_code_cache);  // refused, compiled again
+  const CachedIfunc* const loaded = cache.find_ifunc(counter.id());
+  REQUIRE(loaded != nullptr);
+  REQUIRE(cache.in_window(*loaded));
+  auto* const count =
+      reinterpret_cast<uint64_t*>(cache.allocate_exposed("counter", 8, true).data());
+  CHECK_FALSE(cache.invoke(*loaded, nullptr, 0, count).has_value());
+  CHECK(*count == 1);
+}
+
 TEST_CASE("window code leaves the host's unwinder alone and nothing of one caller for the next",
           "[confinement][window]") {
   if (test::skip_without_x86_window_checks()) return;

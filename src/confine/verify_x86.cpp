@@ -14,6 +14,7 @@
 #include <array>
 #include <charconv>
 #include <concepts>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <utility>
@@ -312,16 +313,26 @@ class Verifier {
     if (mem.segment == ZYDIS_REGISTER_GS) {
       if (mem.base == ZYDIS_REGISTER_EIP || mem.base == ZYDIS_REGISTER_RIP)
         refuse_at(decoded, "%gs with an instruction-relative address");
-      if (!wide_addressing) return;  // the 32-bit sum wraps inside the window
+      // The 32-bit sum wraps inside the window; the widest access ends
+      // in the upper guard.
+      if (!wide_addressing) {
+        if (bytes <= 0 || bytes > static_cast<int64_t>(Window::kGuard))
+          refuse_at(decoded, "%gs with an access of unknown width");
+        return;
+      }
       if (mem.index != ZYDIS_REGISTER_NONE)
         refuse_at(decoded, "%gs with an index register and 64-bit addressing");
-      // No base: an absolute displacement, sign-extended, so the access
-      // starts within 2 GiB of the base either way (in the window or its
-      // lower guard) and ends at most its width past 2 GiB, in the window
-      // (what the shape leaves of a constant pointer).
+      // No base: an absolute displacement, sign-extended from 32 bits, so
+      // the access starts within 2 GiB of the base either way (in the
+      // window or its lower guard) and ends at most its width past 2 GiB,
+      // in the window (what the shape leaves of a constant pointer). The
+      // moffs forms of mov (a0-a3) carry 64 bits instead: anywhere
+      // (helper-27's attack), so the value itself is bounded.
       if (mem.base == ZYDIS_REGISTER_NONE) {
         if (bytes <= 0 || bytes > static_cast<int64_t>(Window::kGuard))
           refuse_at(decoded, "%gs with an access of unknown width");
+        if (mem.disp.value < INT32_MIN || mem.disp.value > INT32_MAX)
+          refuse_at(decoded, "%gs with an absolute displacement past the window's guards");
         return;
       }
       const std::optional<int> base = gpr64_id(mem.base);
@@ -334,6 +345,8 @@ class Verifier {
       // no lane it skips, writes past the upper guard (helper-14's attack).
       if (bytes <= 0 || mem.disp.value > static_cast<int64_t>(Window::kGuard) - bytes)
         refuse_at(decoded, "%gs with a displacement that reaches past the upper guard");
+      if (mem.disp.value < -static_cast<int64_t>(Window::kGuard))
+        refuse_at(decoded, "%gs with a displacement that reaches below the lower guard");
       return;
     }
     if (mem.segment == ZYDIS_REGISTER_FS) refuse_at(decoded, "an access through %fs");

@@ -13,19 +13,20 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace threechains::test {
 
-// x86-64 only. In the one window-tier entry of `directory`: the first %gs-prefixed
-// instruction with a 64-bit operand (65 48..4f) or 32-bit addressing (65 67:
-// the mask folded into the access) in the object's .text gets
-// %ds instead, so its access goes to the address itself, in the target;
-// the entry's hash is made to match again. An entry is: magic, key size,
-// object size, the object's XXH3 (8 bytes each); the key; the object.
-inline void tamper_stored_window_gs_access(const std::filesystem::path& directory) {
+// The one window-tier entry of `directory` with `change` applied to its
+// object's .text (found by the section headers: data, a table of
+// constants, may hold the same bytes), and the entry's hash made to match
+// again. An entry is: magic, key size, object size, the object's XXH3 (8
+// bytes each); the key; the object.
+template <class Change>
+void rewrite_stored_window_text(const std::filesystem::path& directory, Change&& change) {
   std::vector<std::filesystem::path> entries;
   for (const auto& entry : std::filesystem::directory_iterator(directory))
     entries.push_back(entry.path());
@@ -43,8 +44,6 @@ inline void tamper_stored_window_gs_access(const std::filesystem::path& director
   REQUIRE(32 + key_size + object_size == bytes.size());
   CHECK(bytes.substr(32, key_size).find("window tier") != std::string::npos);
   char* const object = bytes.data() + 32 + key_size;
-  // .text, by the section headers: data (a table of constants) may hold
-  // the same two bytes.
   REQUIRE(object_size >= sizeof(Elf64_Ehdr));
   Elf64_Ehdr header;
   std::memcpy(&header, object, sizeof(header));
@@ -70,18 +69,28 @@ inline void tamper_stored_window_gs_access(const std::filesystem::path& director
   }
   REQUIRE(text_end > text_begin);
   REQUIRE(text_end <= object_size);
-  uint64_t at = text_begin;
-  const auto gs_access = [&](uint64_t k) {
-    const auto next = static_cast<unsigned char>(object[k + 1]);
-    return static_cast<unsigned char>(object[k]) == 0x65 && ((next & 0xf8) == 0x48 || next == 0x67);
-  };
-  while (at + 1 < text_end && !gs_access(at)) ++at;
-  REQUIRE(at + 1 < text_end);
-  object[at] = 0x3e;  // %ds
+  change(std::span<char>(object + text_begin, text_end - text_begin));
   const uint64_t hash = XXH3_64bits(object, object_size);
   std::memcpy(bytes.data() + 24, &hash, 8);
   std::ofstream out(entries[0], std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// x86-64 only. In the one window-tier entry of `directory`: the first %gs-prefixed
+// instruction with a 64-bit operand (65 48..4f) or 32-bit addressing (65 67:
+// the mask folded into the access) in the object's .text gets %ds instead,
+// so its access goes to the address itself, in the target.
+inline void tamper_stored_window_gs_access(const std::filesystem::path& directory) {
+  rewrite_stored_window_text(directory, [](std::span<char> text) {
+    const auto gs_access = [&](std::size_t k) {
+      const auto next = static_cast<unsigned char>(text[k + 1]);
+      return static_cast<unsigned char>(text[k]) == 0x65 && ((next & 0xf8) == 0x48 || next == 0x67);
+    };
+    std::size_t at = 0;
+    while (at + 1 < text.size() && !gs_access(at)) ++at;
+    REQUIRE(at + 1 < text.size());
+    text[at] = 0x3e;  // %ds
+  });
 }
 
 }  // namespace threechains::test
