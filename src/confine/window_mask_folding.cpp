@@ -1,6 +1,6 @@
 // See window_mask_folding.hpp. LLVM installs no x86 back-end headers, so
 // instructions and registers are found by their names in the target's
-// tables, once per function.
+// tables, once per pass (one pass per code generator).
 #include "confine/window_mask_folding.hpp"
 
 #include <llvm/CodeGen/MachineFunctionPass.h>
@@ -122,6 +122,10 @@ class Folder {
       mask.displacement = displacement.getImm();
       if ((mask.base && !narrow(mask.base)) || (mask.index && !narrow(mask.index)))
         return std::nullopt;
+      // With no register the emitter would see nothing 32-bit in the
+      // address and write no prefix: the displacement sign-extended, not
+      // taken modulo 2^32.
+      if (!mask.base && !mask.index) return std::nullopt;
     } else {
       return std::nullopt;
     }
@@ -180,12 +184,16 @@ class Folder {
 
   bool fold(llvm::MachineInstr& mask_instruction, const Mask& mask) {
     std::vector<llvm::MachineInstr*> uses;
+    std::vector<llvm::MachineInstr*> debug_uses;  // may name the result
     bool moved = false;  // base or index written since the mask
     bool ends_in_block = false;
     llvm::MachineBasicBlock& block = *mask_instruction.getParent();
     for (auto it = std::next(mask_instruction.getIterator()); it != block.end(); ++it) {
       llvm::MachineInstr& next = *it;
-      if (next.isDebugInstr()) continue;
+      if (next.isDebugInstr()) {
+        debug_uses.push_back(&next);
+        continue;
+      }
       if (next.readsRegister(mask.destination, &registers_)) {
         if (moved || !only_gs_base(next, mask.destination)) return false;
         uses.push_back(&next);
@@ -216,6 +224,9 @@ class Folder {
       use->getOperand(memory + 2).setIsKill(false);
       use->getOperand(memory + 3).setImm(mask.displacement);
     }
+    // A debugger asking for the mask's result would find something else.
+    for (llvm::MachineInstr* debug : debug_uses)
+      if (debug->readsRegister(mask.destination, &registers_)) debug->setDebugValueUndef();
     mask_instruction.eraseFromParent();
     return true;
   }
@@ -267,7 +278,10 @@ void fold_window_masks_into_accesses() {
   // Kept for the process's life: LLVM's list holds a pointer to it.
   static llvm::RegisterTargetPassConfigCallback registration(
       [](llvm::TargetMachine& machine, llvm::PassManagerBase&, llvm::TargetPassConfig* config) {
-        if (config == nullptr || machine.getTargetTriple().getArch() != llvm::Triple::x86_64)
+        // Without optimisation there is no block placement to follow, and
+        // the pass would never be added (nor freed).
+        if (config == nullptr || machine.getTargetTriple().getArch() != llvm::Triple::x86_64 ||
+            config->getOptLevel() == llvm::CodeGenOptLevel::None)
           return;
         // After block placement, the last pass that moves instructions
         // between blocks, and before the pre-emission passes, which turn

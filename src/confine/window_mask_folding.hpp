@@ -9,12 +9,23 @@
 // only for targets whose pointers are 32 bits wide.
 //
 // This pass, late in the code generator (registers allocated, blocks
-// placed), rewrites each mask whose result only feeds `%gs:(%reg)`
-// accesses in its block into those accesses' 32-bit addressing, and drops
-// the mask. It is outside the trusted base: the verifier
-// (verify_x86.hpp) accepts a `%gs` access with 32-bit addressing whatever
-// its registers hold, and checks the masked form as before, so a pass that
-// folded wrongly could only compute the sender's own result wrongly.
+// placed; -O1 and above), rewrites a mask into the 32-bit addressing of
+// the accesses that use it, and drops the mask, where: its result only
+// feeds `%gs:(%reg)` accesses (no displacement, no index) in its block and
+// is written again or dead before the block ends, and its base and index
+// registers keep their values until its last use. It is outside the
+// trusted base: the verifier (verify_x86.hpp) accepts a `%gs` access with
+// 32-bit addressing whatever its registers hold, and checks the masked
+// form as before, so a pass that folded wrongly could only compute the
+// sender's own result wrongly.
+//
+// The accesses it writes name 32-bit registers where LLVM's machine
+// instructions expect 64-bit ones: the machine-code emitter takes them
+// (it writes the prefix because of them), but LLVM's machine verifier
+// would not (run with -verify-machineinstrs, it reports them). Hence the
+// pass runs this late: after it only the pre-emission passes, which read
+// these accesses without checking their register classes (a release LLVM,
+// as Debian ships; the window tests run that code).
 #pragma once
 
 namespace threechains::confined {
