@@ -248,6 +248,22 @@ TEST_CASE("the aarch64 verifier refuses machine code that breaks each rule, nami
         0xd4200020 /* brk #1 */},
        nullptr},
       // System, exceptions, state the host inherits.
+      // Unallocated encodings beside allowed ones: refused, not read as
+      // their neighbours (helper-28; each invalid to llvm-mc).
+      {"ccmp, umulh, smull, madd, ldapr: the allocated forms",
+       {0xfa420020 /* ccmp x1, x2, #0, eq */, 0x9bc27c20 /* umulh x0, x1, x2 */,
+        0x9b227c20 /* smull x0, w1, w2 */, 0x1b020c20 /* madd w0, w1, w2, w3 */, kWindowedX8,
+        0xb8bfc104 /* ldapr w4, [x8] */, kRet},
+       nullptr},
+      {"ccmp with o3 set", {0xfa400030, kRet}, "reserved conditional-compare"},
+      {"ccmp with o2 set", {0xfa400420, kRet}, "reserved conditional-compare"},
+      {"add (extended) with opt 01", {0x8b624020, kRet}, "reserved extended-register"},
+      {"a three-source multiply with op54 01", {0xbb020c20, kRet}, "reserved or unknown multiply"},
+      {"smulh with Ra not all ones", {0x9b420c20, kRet}, "reserved or unknown multiply"},
+      {"a 32-bit extr with imms of 32 or more", {0x1382beb6, kRet}, "reserved extract"},
+      {"ldapr with release set and acquire clear",
+       {kWindowedX8, 0xb87fc104, kRet},
+       "atomic operation confined code may not use"},
       {"svc", {0xd4000001}, "system instruction"},
       {"msr fpcr (the host's rounding and traps)", {0xd51b4400, kRet}, "system instruction"},
       {"msr nzcv", {0xd51b4200, kRet}, "system instruction"},

@@ -301,7 +301,7 @@ class Verifier {
       }
       case 0b111:  // extr
         if (field(w, 30, 29) != 0 || field(w, 21, 21) != 0 ||
-            field(w, 22, 22) != static_cast<unsigned>(wide))
+            field(w, 22, 22) != static_cast<unsigned>(wide) || (!wide && field(w, 15, 15) != 0))
           refuse_here("a reserved extract encoding");
         write(state, rd, result(wide));
         return;
@@ -324,7 +324,7 @@ class Verifier {
       const unsigned option = field(w, 15, 13);
       const unsigned shift = field(w, 12, 10);
       if (rd == kZeroOrSp && !flags) refuse_here("writes sp other than by adding a constant to it");
-      if (shift > 4) refuse_here("a reserved extended-register encoding");
+      if (shift > 4 || field(w, 23, 22) != 0) refuse_here("a reserved extended-register encoding");
       Value value = result(wide);
       // x21 + w, uxtw (or + x known clean): an address in the window.
       if (wide && add && shift == 0 && rn != kZeroOrSp && state.x[rn].kind == Kind::base &&
@@ -370,7 +370,13 @@ class Verifier {
       if (!rmif && !setf) refuse_here("not an instruction confined code may use (carry class)");
       return;
     }
-    if (op2 == 0b0010) return;  // ccmp, ccmn: flags only
+    if (op2 == 0b0010) {  // ccmp, ccmn: flags only
+      // Unallocated unless S is set and o2 and o3 are clear (helper-28):
+      // what a later architecture puts there is not these.
+      if (field(w, 29, 29) != 1 || field(w, 10, 10) != 0 || field(w, 4, 4) != 0)
+        refuse_here("a reserved conditional-compare encoding");
+      return;
+    }
     if (op2 == 0b0100) {        // csel, csinc, csinv, csneg
       if (field(w, 29, 29) != 0 || field(w, 11, 11) != 0)
         refuse_here("a reserved conditional-select encoding");
@@ -398,6 +404,17 @@ class Verifier {
       return;
     }
     if ((op2 & 0b1000) != 0) {  // madd, msub, smaddl, umulh, ...
+      // Allocated: madd and msub at either width; smaddl, smsubl, umaddl,
+      // umsubl, and smulh and umulh (o0 clear, Ra all ones) in 64 bits.
+      // The rest (FEAT_CPA's maddpt among them) is refused (helper-28).
+      const unsigned op31 = field(w, 23, 21);
+      const bool o0 = field(w, 15, 15) != 0;
+      const bool multiply_add = op31 == 0b000;
+      const bool long_multiply_add = wide && (op31 == 0b001 || op31 == 0b101);
+      const bool high_multiply =
+          wide && (op31 == 0b010 || op31 == 0b110) && !o0 && field(w, 14, 10) == 0b11111;
+      if (field(w, 30, 29) != 0 || !(multiply_add || long_multiply_add || high_multiply))
+        refuse_here("a reserved or unknown multiply encoding");
       write(state, rd, result(wide));
       return;
     }
@@ -657,8 +674,10 @@ class Verifier {
     if (is(w, 0x3b200c00, 0x38200000)) {  // atomic memory operations (LSE)
       const unsigned o3 = field(w, 15, 15);
       const unsigned opc = field(w, 14, 12);
+      // o3 with opc 100 is ldapr: acquire set, release clear (the other
+      // combinations are unallocated, helper-28).
       if (field(w, 26, 26) != 0 || (o3 == 1 && opc != 0b000 && opc != 0b100) ||
-          (o3 == 1 && opc == 0b100 && field(w, 20, 16) != kZeroOrSp))
+          (o3 == 1 && opc == 0b100 && (field(w, 20, 16) != kZeroOrSp || field(w, 23, 22) != 0b10)))
         refuse_here("an atomic operation confined code may not use");
       const int64_t bytes = int64_t{1} << field(w, 31, 30);
       check_reach(base, 0, bytes);
