@@ -114,8 +114,10 @@ JitCache::Impl::Impl(const JitOptions& options)
     unsigned llvm_patch = 0;
     LLVMGetVersion(&llvm_major, &llvm_minor, &llvm_patch);  // the libLLVM loaded, not the headers
     // kChecks: bump when the bitcode checks or the host pipeline change, so
-    // objects compiled under the old rules are not linked under the new.
-    constexpr int kChecks = 3;
+    // objects compiled under the old rules are not linked under the new
+    // (4: the window shape's masks folded into the accesses, so stored
+    // objects of the unfolded shape compile again, faster).
+    constexpr int kChecks = 4;
     host_key = "threechains " THREECHAINS_VERSION_STRING "\nchecks " + std::to_string(kChecks) +
                "\nllvm-runtime " + std::to_string(llvm_major) + "." + std::to_string(llvm_minor) +
                "." + std::to_string(llvm_patch) + "\nhost " + builder->getTargetTriple().str() +
