@@ -502,6 +502,28 @@ declare void @llvm.trap()
   CHECK(general->fault == WindowFault::general);
   CHECK(general->offset == code_offset(code_at) + 2);  // the movaps, after the movl
 
+  // Code the verifier did not read (it refuses this since 80ff303): a
+  // page fault past the window's guards is told apart from a #GP, so a
+  // differential fuzzer sees the verifier's flaw (fuzz_verifier).
+  const std::vector<uint8_t> far_read = {0x65, 0x48, 0xa1, 0x00, 0x00, 0x00,
+                                         0x00, 0x02, 0x00, 0x00, 0x00, 0xc3};  // %gs:8 GiB
+  const std::vector<uint8_t> non_canonical = {0x48, 0xb8, 0x00, 0x00, 0x00, 0x00, 0x00,
+                                              0x00, 0x00, 0x80, 0x48, 0x8b, 0x00, 0xc3};
+  std::span<std::byte> unread = window.allocate(4096, true);
+  std::memcpy(unread.data(), far_read.data(), far_read.size());
+  std::memcpy(unread.data() + 64, non_canonical.data(), non_canonical.size());
+  REQUIRE(mprotect(unread.data(), unread.size(), PROT_READ | PROT_EXEC) == 0);
+  const auto unread_at = reinterpret_cast<uint64_t>(unread.data());
+  Call outside_call{unread_at, 0, 0, 0};
+  const auto outside = tc::confined::run_in_window(window, call, &outside_call);
+  REQUIRE(outside.has_value());
+  CHECK(outside->fault == WindowFault::outside);
+  CHECK(outside->offset == code_offset(unread_at));
+  Call gp_call{unread_at + 64, 0, 0, 0};  // movabs $1<<63,%rax; movq (%rax),%rax: a #GP
+  const auto gp = tc::confined::run_in_window(window, call, &gp_call);
+  REQUIRE(gp.has_value());
+  CHECK(gp->fault == WindowFault::general);
+
   // The thread goes on, and the same code answers honest calls.
   Call honest{linked.entries[0], 42, 5, 0};
   CHECK_FALSE(tc::confined::run_in_window(window, call, &honest).has_value());

@@ -146,6 +146,7 @@ ConfinedTrap confined_trap_of(const WindowTrap& trap) noexcept {
   switch (trap.fault) {
     case WindowFault::access:
     case WindowFault::general:
+    case WindowFault::outside:
       reason = TrapReason::out_of_bounds;
       break;
     case WindowFault::illegal:

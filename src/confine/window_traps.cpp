@@ -617,8 +617,13 @@ std::optional<WindowTrap> trap_for(const ActiveRun& run, int signal, const sigin
                       WindowFault::access};
   const uintptr_t at = instruction_address(context);
   if (at == 0 || !run.window->reaches(at)) return std::nullopt;
+  // A page fault names its address (SEGV_MAPERR, SEGV_ACCERR); a #GP (a
+  // non-canonical address, a misaligned aligned access) names none.
+  const bool page_fault = signal == SIGSEGV && info != nullptr &&
+                          (info->si_code == SEGV_MAPERR || info->si_code == SEGV_ACCERR);
   const WindowFault fault = signal == SIGILL || signal == SIGTRAP ? WindowFault::illegal
                             : signal == SIGFPE                    ? WindowFault::arithmetic
+                            : page_fault                          ? WindowFault::outside
                                                                   : WindowFault::general;
   return WindowTrap{static_cast<int64_t>(at - base), false, fault};
 }

@@ -35,6 +35,11 @@ enum class WindowFault : uint8_t {
                // and a signal frame: call_window_code ran nothing
   time,        // it ran past its budget (run_window_code, window_watchdog.hpp);
                // the offset is the instruction it was stopped at
+  outside,     // a page fault past the window's guards by the window's code:
+               // an access the verifier should have refused (a flaw in the
+               // trusted base, as the moffs form was), trapped all the same;
+               // the offset is the instruction's. Where something is mapped
+               // there, the same access would not have faulted.
 };
 
 struct WindowTrap {

@@ -263,8 +263,11 @@ void check_mutants(const Window& window, const tc::confined::CodeRange& range,
         // A fault of window code at an address outside the window and its
         // guards (aarch64 has no fault that names no address: a
         // misaligned exclusive names its own) is an access the verifier
-        // let out, caught only because nothing was mapped there.
-        intact = intact && result != kCanary && !(trap && trap->fault == WindowFault::general);
+        // let out, caught only because nothing was mapped there: a page
+        // fault is WindowFault::outside, an alignment fault general.
+        intact =
+            intact && result != kCanary &&
+            !(trap && (trap->fault == WindowFault::general || trap->fault == WindowFault::outside));
       }
       for (std::size_t i = 0; i < kBlock / 8; ++i) intact = intact && block[i] == kCanary;
       _exit(intact ? 0 : 3);
