@@ -255,6 +255,8 @@ TEST_CASE("the aarch64 verifier refuses machine code that breaks each rule, nami
         0x9b227c20 /* smull x0, w1, w2 */, 0x1b020c20 /* madd w0, w1, w2, w3 */, kWindowedX8,
         0xb8bfc104 /* ldapr w4, [x8] */, kRet},
        nullptr},
+      {"prfm pldl1keep, [x21, w1, uxtw]", {0xf8a14aa0, kRet}, nullptr},
+      {"rprfm pldkeep, x1, [x21]: a range, not an offset", {0xf8a14ab8, kRet}, "rprfm"},
       {"ccmp with o3 set", {0xfa400030, kRet}, "reserved conditional-compare"},
       {"ccmp with o2 set", {0xfa400420, kRet}, "reserved conditional-compare"},
       {"add (extended) with opt 01", {0x8b624020, kRet}, "reserved extended-register"},

@@ -519,6 +519,11 @@ class Verifier {
     t.clean_result = width.clean;
     if (width.prefetch && mode != Transfer::Mode::offset && mode != Transfer::Mode::register_offset)
       refuse_here("a reserved prefetch encoding");
+    // Prefetch type 11 in the register-offset form is rprfm (FEAT_RPRFM):
+    // its register describes a range, not an offset (helper-28). Only
+    // pld, pli and pst prefetches are read as accesses.
+    if (width.prefetch && field(word_, 4, 3) == 0b11)
+      refuse_here("a range or unallocated prefetch (rprfm)");
     return t;
   }
 
