@@ -40,6 +40,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -158,6 +159,29 @@ bool addresses_in_32_bits(const std::string& operand) {
     ++registers;
   }
   return registers > 0;
+}
+
+// `ir` optimised for this host (as the compile worker does), and a copy of
+// it window-shaped with "_window" after each of `functions`' names.
+struct NativeAndShaped {
+  std::unique_ptr<llvm::LLVMContext> context = std::make_unique<llvm::LLVMContext>();
+  std::unique_ptr<llvm::Module> native;
+  std::unique_ptr<llvm::Module> shaped;
+};
+NativeAndShaped native_and_shaped(const char* ir, std::initializer_list<const char*> functions,
+                                  const char* ifunc) {
+  NativeAndShaped result;
+  result.native = parse(ir, *result.context);
+  auto host = tc::describe_host(2);
+  REQUIRE(static_cast<bool>(host));
+  auto machine = host->createTargetMachine();
+  REQUIRE(static_cast<bool>(machine));
+  tc::HostOptimiser(std::move(*machine), 2).run(*result.native);
+  result.shaped = llvm::CloneModule(*result.native);
+  for (const char* name : functions)
+    result.shaped->getFunction(name)->setName(std::string(name) + "_window");
+  tc::shape_for_window(*result.shaped, ifunc);
+  return result;
 }
 #endif
 
@@ -614,18 +638,9 @@ define i64 @COUNTER() {
 
 TEST_CASE("optimised window-shaped saxpy addresses memory only through %gs, and computes saxpy",
           "[window]") {
-  auto context = std::make_unique<llvm::LLVMContext>();
-  std::unique_ptr<llvm::Module> native = parse(kSaxpy, *context);
+  auto [context, native, shaped] = native_and_shaped(kSaxpy, {"saxpy"}, "saxpy");
   auto host = tc::describe_host(2);
   REQUIRE(static_cast<bool>(host));
-  llvm::InitializeNativeTarget();
-  llvm::InitializeNativeTargetAsmPrinter();
-  auto machine = host->createTargetMachine();
-  REQUIRE(static_cast<bool>(machine));
-  tc::HostOptimiser(std::move(*machine), 2).run(*native);
-  std::unique_ptr<llvm::Module> shaped = llvm::CloneModule(*native);
-  shaped->getFunction("saxpy")->setName("saxpy_window");
-  tc::shape_for_window(*shaped, "saxpy");
 
   // Every instruction of the object that addresses memory does so through
   // %gs (or the stack or the code itself, which the shape leaves alone: the
@@ -752,17 +767,10 @@ done:
 
 TEST_CASE("the window shape's pointer chase masks inside each load, and chases as native code does",
           "[window]") {
-  auto context = std::make_unique<llvm::LLVMContext>();
-  std::unique_ptr<llvm::Module> native = parse(kFoldedKernels, *context);
+  auto [context, native, shaped] =
+      native_and_shaped(kFoldedKernels, {"chase", "sum_into", "accumulate"}, "folded");
   auto host = tc::describe_host(2);
   REQUIRE(static_cast<bool>(host));
-  auto machine = host->createTargetMachine();
-  REQUIRE(static_cast<bool>(machine));
-  tc::HostOptimiser(std::move(*machine), 2).run(*native);
-  std::unique_ptr<llvm::Module> shaped = llvm::CloneModule(*native);
-  for (const char* name : {"chase", "sum_into", "accumulate"})
-    shaped->getFunction(name)->setName(std::string(name) + "_window");
-  tc::shape_for_window(*shaped, "folded");
 
   // Each load of the chase's chain addresses %gs in 32 bits: no `leal` or
   // `movl` of the mask sits between one load and the next

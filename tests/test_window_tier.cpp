@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <random>
 #include <span>
@@ -337,14 +338,16 @@ TEST_CASE("window code cannot reach the target, outlast its budget or keep it fr
   }
 }
 
-TEST_CASE("the target runs no window code the verifier refuses, whoever compiled it",
-          "[confinement][window]") {
-  if (test::skip_without_x86_window_checks()) return;
-  // The code cache on disk holds what the worker compiled; an attacker who
-  // can write there (or a compromised worker) hands the target an object
-  // that claims the window shape. Here: the counter's %gs prefix replaced
-  // by %ds, so its store would go to the address itself, in the target.
-  const test::TempDir directory("threechains-window-store");
+namespace {
+
+// The counter compiled into a code cache on disk, its stored object's
+// .text changed by `change` (as an attacker who can write there, or a
+// compromised worker, would), and loaded again: the verifier must refuse
+// the changed object, so the cache compiles the code again, in a window,
+// and that counts.
+template <class Change>
+void counter_refused_after_store_changed(const char* directory_name, Change&& change) {
+  const test::TempDir directory(directory_name);
   JitOptions options = window_options();
   options.code_cache_directory = directory.path();
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
@@ -354,45 +357,7 @@ TEST_CASE("the target runs no window code the verifier refuses, whoever compiled
         cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
     CHECK_FALSE(first.from_code_cache);
   }
-  test::tamper_stored_window_gs_access(directory.path());
-
-  // The tampered entry reads well, links, and is refused by the verifier:
-  // the cache compiles the code again, and that runs.
-  JitCache cache(options);
-  const LoadResult again = cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
-  CHECK_FALSE(again.from_code_cache);
-  const CachedIfunc* const loaded = cache.find_ifunc(counter.id());
-  REQUIRE(loaded != nullptr);
-  REQUIRE(cache.in_window(*loaded));
-  auto* const count =
-      reinterpret_cast<uint64_t*>(cache.allocate_exposed("counter", 8, true).data());
-  CHECK_FALSE(cache.invoke(*loaded, nullptr, 0, count).has_value());
-  CHECK(*count == 1);
-}
-
-TEST_CASE("window code that reaches past its window by a 64-bit absolute offset is refused",
-          "[confinement][window]") {
-  if (test::skip_without_x86_window_checks()) return;
-  // A compromised worker (or whoever can write the code cache) hands the
-  // target a counter whose first instruction is `movabs %gs:0x200000000,
-  // %rax` (the moffs form: a 64-bit offset, 8 GiB past the window's base,
-  // beyond its upper guard, where another window or nothing lies), then
-  // `ret`. helper-27 found the verifier took it: the offset form has no
-  // base register, and the rule for that read only the width.
-  const test::TempDir directory("threechains-window-moffs");
-  JitOptions options = window_options();
-  options.code_cache_directory = directory.path();
-  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
-  {
-    JitCache cache(options);
-    (void)cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
-  }
-  test::rewrite_stored_window_text(directory.path(), [](std::span<char> text) {
-    constexpr std::array<unsigned char, 12> kFarRead = {0x65, 0x48, 0xa1, 0x00, 0x00, 0x00,
-                                                        0x00, 0x02, 0x00, 0x00, 0x00, 0xc3};
-    REQUIRE(text.size() >= kFarRead.size());
-    std::memcpy(text.data(), kFarRead.data(), kFarRead.size());
-  });
+  change(directory.path());
   JitCache cache(options);
   const LoadResult again = cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
   CHECK_FALSE(again.from_code_cache);  // refused, compiled again
@@ -403,6 +368,39 @@ TEST_CASE("window code that reaches past its window by a 64-bit absolute offset 
       reinterpret_cast<uint64_t*>(cache.allocate_exposed("counter", 8, true).data());
   CHECK_FALSE(cache.invoke(*loaded, nullptr, 0, count).has_value());
   CHECK(*count == 1);
+}
+
+}  // namespace
+
+TEST_CASE("the target runs no window code the verifier refuses, whoever compiled it",
+          "[confinement][window]") {
+  if (test::skip_without_x86_window_checks()) return;
+  // The counter's %gs prefix replaced by %ds, so its store would go to the
+  // address itself, in the target.
+  counter_refused_after_store_changed("threechains-window-store",
+                                      [](const std::filesystem::path& directory) {
+                                        test::tamper_stored_window_gs_access(directory);
+                                      });
+}
+
+TEST_CASE("window code that reaches past its window by a 64-bit absolute offset is refused",
+          "[confinement][window]") {
+  if (test::skip_without_x86_window_checks()) return;
+  // A counter whose first instruction is `movabs %gs:0x200000000,%rax`
+  // (the moffs form: a 64-bit offset, 8 GiB past the window's base, beyond
+  // its upper guard, where another window or nothing lies), then `ret`.
+  // helper-27 found the verifier took it: the offset form has no base
+  // register, and the rule for that read only the width. Before 80ff303 the
+  // target ran it (a trap, the count untouched).
+  counter_refused_after_store_changed(
+      "threechains-window-moffs", [](const std::filesystem::path& directory) {
+        test::rewrite_stored_window_text(directory, [](std::span<char> text) {
+          constexpr std::array<unsigned char, 12> kFarRead = {0x65, 0x48, 0xa1, 0x00, 0x00, 0x00,
+                                                              0x00, 0x02, 0x00, 0x00, 0x00, 0xc3};
+          REQUIRE(text.size() >= kFarRead.size());
+          std::memcpy(text.data(), kFarRead.data(), kFarRead.size());
+        });
+      });
 }
 
 TEST_CASE("window code leaves the host's unwinder alone and nothing of one caller for the next",
