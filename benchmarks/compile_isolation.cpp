@@ -21,7 +21,10 @@
 //            until the target answers it.
 // Prints the p50, p99 and longest round trip of each phase, and the longest
 // during the compile against the quiet p99 (the goal: within 2x);
-// --json appends one line per transport.
+// --json appends one line per transport, with each phase's bounds and the
+// start of its longest round trip on CLOCK_MONOTONIC and the two pids, so
+// that benchmarks/sched_attribution.py can say, from a `perf sched record
+// -k CLOCK_MONOTONIC` trace, who had the CPUs during that round trip.
 #include "bench_util.hpp"
 #include "support/process.hpp"
 
@@ -48,8 +51,18 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// Seconds on CLOCK_MONOTONIC (steady_clock here), the clock `perf record
+// -k CLOCK_MONOTONIC` stamps its events with: benchmarks/sched_attribution.py
+// lines the phases and their longest round trips up with the scheduler's trace.
+double monotonic_seconds(Clock::time_point at) {
+  return std::chrono::duration<double>(at.time_since_epoch()).count();
+}
+
 struct Trips {
   std::vector<double> us;  // each round trip, microseconds
+  double began = 0;        // the phase's first send, monotonic seconds
+  double ended = 0;        // its last flush's return
+  double longest_began = 0;  // when its longest round trip started
   [[nodiscard]] double at(double quantile) const {
     if (us.empty()) return 0;
     std::vector<double> sorted = us;
@@ -58,18 +71,40 @@ struct Trips {
   }
 };
 
+// A phase's bounds and its longest round trip, on the monotonic clock, for
+// benchmarks/sched_attribution.py.
+std::string phase_json(const char* name, const Trips& trips) {
+  return fmt::format(
+      "\"{}\":{{\"began\":{:.6f},\"ended\":{:.6f},\"longest_began\":{:.6f},"
+      "\"longest_us\":{:.2f}}}",
+      name, trips.began, trips.ended, trips.longest_began, trips.at(1.0));
+}
+
 // One frame of the counter (an 8-byte 1), sent and flushed, until `done()`.
 template <class Done>
 Trips round_trips(tc::Channel& channel, const tc::Ifunc& counter, uint64_t& sent, Done&& done) {
   Trips trips;
   const uint64_t one = 1;
+  double longest = -1;
+  Clock::time_point longest_began;
+  const Clock::time_point began = Clock::now();
+  Clock::time_point ended;
   do {
     const auto started = Clock::now();
     (void)channel.send_bytes(counter, std::as_bytes(std::span(&one, 1)));
     channel.flush();
-    trips.us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - started).count());
+    ended = Clock::now();
+    const double us = std::chrono::duration<double, std::micro>(ended - started).count();
+    trips.us.push_back(us);
+    if (us > longest) {
+      longest = us;
+      longest_began = started;
+    }
     ++sent;
   } while (!done());
+  trips.began = monotonic_seconds(began);
+  trips.ended = monotonic_seconds(ended);
+  trips.longest_began = monotonic_seconds(longest_began);
   return trips;
 }
 
@@ -180,6 +215,10 @@ int main(int argc, char** argv) try {
     for (int peer = 0; peer < churn_peers; ++peer) {
       tc::test::Process visitor({argv[0], "--send", transport, "--port", port, "--what", "counter"});
       Trips trips = round_trips(channel, counter, sent, [&] { return !visitor.running(); });
+      if (churn.us.empty()) churn.began = trips.began;
+      if (churn.us.empty() || trips.at(1.0) > churn.at(1.0))
+        churn.longest_began = trips.longest_began;
+      churn.ended = trips.ended;
       churn.us.insert(churn.us.end(), trips.us.begin(), trips.us.end());
       const std::string said = visitor.read_rest(10000ms);
       if (said.find(": ran") == std::string::npos)
@@ -227,11 +266,13 @@ int main(int argc, char** argv) try {
           "\"compile_trips\":{},\"compile_p50_us\":{:.2f},\"compile_p99_us\":{:.2f},"
           "\"compile_max_us\":{:.2f},\"max_vs_quiet_p99\":{:.3f},\"hog_p99_us\":{:.2f},"
           "\"hog_max_us\":{:.2f},\"connect_peers\":{},\"connect_p99_us\":{:.2f},"
-          "\"connect_max_us\":{:.2f}}}\n",
+          "\"connect_max_us\":{:.2f},\"target_pid\":{},\"source_pid\":{},\"phases\":{{{},{},{},{}}}"
+          "}}\n",
           transport, tier, compile_seconds, quiet.us.size(), quiet.at(0.5), quiet.at(0.99),
           quiet.at(1.0), during.us.size(), during.at(0.5), during.at(0.99), during.at(1.0),
-          worst_vs_p99, hogged.at(0.99), hogged.at(1.0), churn_peers, churn.at(0.99),
-          churn.at(1.0));
+          worst_vs_p99, hogged.at(0.99), hogged.at(1.0), churn_peers, churn.at(0.99), churn.at(1.0),
+          target.pid(), getpid(), phase_json("quiet", quiet), phase_json("hog", hogged),
+          phase_json("connect", churn), phase_json("compile", during));
     }
   }
   return 0;
