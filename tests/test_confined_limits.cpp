@@ -16,6 +16,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -23,9 +25,10 @@
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
-#include <thread>
+#include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace threechains;
@@ -269,6 +272,109 @@ TEMPLATE_TEST_CASE("a confined compile past its time is stopped, and other peers
   INFO(result.first_error);
   CHECK(result.counter == 1 + trips.taken.size());
   CHECK(result.refused == (by_cpu ? 1 : 0));  // a starved compile bans nothing
+}
+
+// Every task of the library's a process runs now, by /proc's comm: its
+// compile workers (children of `target`) and the threads of `target` named
+// tc-* (the helpers beside its serving thread), each with its CPUs.
+struct Helper {
+  pid_t task;
+  std::string name;
+  cpu_set_t cpus;
+};
+std::vector<Helper> helpers_of(pid_t target) {
+  std::vector<Helper> helpers;
+  const auto add = [&helpers](pid_t task, std::string name) {
+    Helper helper{task, std::move(name), {}};
+    if (sched_getaffinity(task, sizeof(helper.cpus), &helper.cpus) == 0)
+      helpers.push_back(std::move(helper));
+  };
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
+    std::ifstream comm(entry.path() / "comm");
+    std::string name;
+    if (!std::getline(comm, name) || name != "threechains-com") continue;
+    std::ifstream status(entry.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line == "PPid:\t" + std::to_string(target))
+        add(static_cast<pid_t>(std::stol(entry.path().filename().string())), name);
+    }
+  }
+  const std::filesystem::path tasks = "/proc/" + std::to_string(target) + "/task";
+  for (const auto& entry : std::filesystem::directory_iterator(tasks, error)) {
+    std::ifstream comm(entry.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name) && name.rfind("tc-", 0) == 0)
+      add(static_cast<pid_t>(std::stol(entry.path().filename().string())), name);
+  }
+  return helpers;
+}
+
+// A launcher binds a rank to a core and so every thread and process it
+// starts: a compile worker (or a thread beside the serving one) that kept
+// that binding would take all its CPU time out of the serving thread's
+// (src/helper_cpus.hpp). Here the target is bound to one CPU as it forks,
+// and a peer's large code (prepared and checked aside, then compiled for a
+// second of CPU) starts every kind of helper a confined load has.
+TEST_CASE("a target bound to one CPU runs its compile workers and helper threads on the others",
+          "[confinement][limits][compile][ucx]") {
+  cpu_set_t mine;
+  REQUIRE(sched_getaffinity(0, sizeof(mine), &mine) == 0);
+  if (CPU_COUNT(&mine) < 2) {
+    WARN("SKIPPED: needs 2 CPUs to bind the target to one of them; this process may use "
+         << CPU_COUNT(&mine));
+    return;
+  }
+  int bound_cpu = 0;
+  while (!CPU_ISSET(bound_cpu, &mine)) ++bound_cpu;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(bound_cpu, &one);
+  REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);
+  auto target = limited_target(Shm::transport, 1, [](ReceiverOptions& options) {
+    options.jit.confinement.compile_time_limit = std::chrono::milliseconds(1000);
+  });
+  REQUIRE(sched_setaffinity(0, sizeof(mine), &mine) == 0);  // the child keeps its binding
+  const Ifunc heavy = Ifunc::load(TC_HEAVY);
+  TestSource source(Shm::transport, target.port(), options_for<Shm>());
+  std::atomic<bool> done{false};
+  std::optional<Error> stopped;
+  std::thread sender([&] {
+    stopped = carry_out(source.channel, heavy, {3, 0});
+    done.store(true);
+  });
+  std::map<pid_t, Helper> seen;  // each task as last seen
+  cpu_set_t serving;
+  CPU_ZERO(&serving);
+  const bool serving_read = sched_getaffinity(target.pid(), sizeof(serving), &serving) == 0;
+  while (!done.load()) {
+    for (Helper& helper : helpers_of(target.pid())) seen.insert_or_assign(helper.task, helper);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  sender.join();
+  REQUIRE(stopped.has_value());  // heavy does not compile in a second
+  // The binding held for the serving thread itself.
+  REQUIRE(serving_read);
+  CHECK(CPU_COUNT(&serving) == 1);
+  CHECK(CPU_ISSET(bound_cpu, &serving));
+  const auto named = [&seen](const std::string& name) {
+    return std::any_of(seen.begin(), seen.end(),
+                       [&](const auto& entry) { return entry.second.name == name; });
+  };
+  CHECK(named("threechains-com"));
+  CHECK(named("tc-prepare"));
+  CHECK(named("tc-vet"));
+  for (const auto& [task, helper] : seen) {
+    INFO(helper.name << " (" << task << ") may run on " << CPU_COUNT(&helper.cpus)
+                     << " CPUs, among them the "
+                     << "serving thread's (" << bound_cpu
+                     << "): " << (CPU_ISSET(bound_cpu, &helper.cpus) ? "yes" : "no"));
+    CHECK_FALSE(CPU_ISSET(bound_cpu, &helper.cpus));
+    CHECK(CPU_COUNT(&helper.cpus) >= 1);
+  }
+  const LimitsResult result = closed(target, {&source});
+  INFO(result.first_error);
+  CHECK(result.refused == (stopped->is(errc::code_refused) ? 1 : 0));
 }
 
 // big_table's word `i`, as tests/ifuncs/big_table.c makes it.

@@ -1,6 +1,7 @@
 // What compile_worker.hpp says; the worker itself is compile_worker_main.cpp.
 #include "jit/compile_worker.hpp"
 
+#include "helper_cpus.hpp"
 #include "helper_program.hpp"
 #include "jit/compile_worker_protocol.hpp"
 
@@ -315,8 +316,11 @@ CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const Job& job) c
     throw Error(errc::jit_failed,
                 "starting the compile worker " + program_ + ": " + std::strerror(spawned));
   }
-  // Below the thread that serves frames, as the tier-1 compiler is.
+  // Below the thread that serves frames, as the tier-1 compiler is; and
+  // off its CPUs where it is bound to some (helper_cpus.hpp): it started
+  // with them, and would otherwise take its whole compile out of them.
   (void)setpriority(PRIO_PROCESS, static_cast<id_t>(worker.pid), 10);
+  (void)detail::place_beside_calling_thread(worker.pid);
   // Its exit, as something poll() can wait for (glibc 2.36's <sys/pidfd.h>
   // declares pidfd_open without C linkage; the system call it is).
   worker.pidfd = static_cast<int>(syscall(SYS_pidfd_open, worker.pid, 0));

@@ -3,8 +3,11 @@
 // tier-1 compiler (background_compiler.hpp), the preparation of large
 // confined containers (confined_preparation.hpp), the checks of large code
 // (engine/code_vetting.hpp) and the window verifier (window_verification.hpp)
-// are each one.
+// are each one. Each runs beside the thread that started it where that
+// thread is bound to some CPUs (helper_cpus.hpp).
 #pragma once
+
+#include "helper_cpus.hpp"
 
 #include <pthread.h>
 #include <sys/resource.h>
@@ -73,6 +76,8 @@ class JobThread {
     // that serves frames (or a spinning peer on a shared core). Where cores
     // are idle it runs at full speed; where they spin, it still gets a share.
     (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
+    // Nor share its core where the serving thread is bound to one.
+    (void)detail::place_beside_calling_thread(0);
     for (;;) {
       Job job;
       {

@@ -164,6 +164,8 @@ class ChildTarget {
   }
 
   [[nodiscard]] uint16_t port() const noexcept { return port_; }
+  // The child's process id (its serving thread's too): -1 once it is reaped.
+  [[nodiscard]] pid_t pid() const noexcept { return pid_; }
 
   void command(char c) const { write_all(to_child_, &c, 1); }
 
