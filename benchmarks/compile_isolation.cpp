@@ -19,6 +19,10 @@
 //            which takes the worker (at nice 10, beside two busy processes) about a
 //            minute; the round trips are taken
 //            until the target answers it.
+// --bind puts the target (every thread it starts) on CPU 1 and this source,
+// the second peers and the hog on CPU 0, as a launcher binds each rank to a
+// core: the target's helpers (its compile workers, the threads beside its
+// serving thread) then run beside its core, not on it (src/helper_cpus.hpp).
 // Prints the p50, p99 and longest round trip of each phase, and the longest
 // during the compile against the quiet p99 (the goal: within 2x);
 // --json appends one line per transport, with each phase's bounds and the
@@ -33,13 +37,16 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -78,6 +85,15 @@ std::string phase_json(const char* name, const Trips& trips) {
       "\"{}\":{{\"began\":{:.6f},\"ended\":{:.6f},\"longest_began\":{:.6f},"
       "\"longest_us\":{:.2f}}}",
       name, trips.began, trips.ended, trips.longest_began, trips.at(1.0));
+}
+
+// This thread (and what it starts from now on) on one CPU only.
+void bind_to_cpu(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0)
+    throw std::runtime_error(fmt::format("binding to CPU {}: {}", cpu, std::strerror(errno)));
 }
 
 // One frame of the counter (an 8-byte 1), sent and flushed, until `done()`.
@@ -158,6 +174,7 @@ int main(int argc, char** argv) try {
   int send_port = 0;
   int churn_peers = 20;
   std::string tier = "checked";
+  bool bind = false;
   CLI::App app{"An honest peer's round trips while another peer's code compiles"};
   app.add_option("--transports", transports, "shm and/or tcp")->delimiter(',');
   app.add_option("--seconds", quiet_seconds, "length of the quiet phase");
@@ -173,6 +190,9 @@ int main(int argc, char** argv) try {
                  "address; this option's default) or window (its counter in allocate_exposed "
                  "memory, as the library's default tier wants it)")
       ->check(CLI::IsMember({"checked", "window"}));
+  app.add_flag("--bind", bind,
+               "the target on CPU 1 and this source (with the second peers and the hog) on "
+               "CPU 0, as a launcher binds each process to a core");
   CLI11_PARSE(app, argc, argv);
   if (!send_transport.empty())
     return send_once(send_transport, static_cast<uint16_t>(send_port), send_what);
@@ -180,10 +200,15 @@ int main(int argc, char** argv) try {
   const tc::KeyPair key = tc::KeyPair::load(THREECHAINS_DEV_KEY);
   const tc::Ifunc counter = tc::Ifunc::load(THREECHAINS_BENCH_BITCODE);
   for (const std::string& transport : transports) {
+    // --bind: the target, every thread of it, on CPU 1 and this process on
+    // CPU 0, as a launcher binds each process to a core (a spawned process
+    // starts with its parent's mask).
+    if (bind) bind_to_cpu(1);
     tc::test::Process target({THREECHAINS_ATTACK_TARGET, "--transport", transport, "--trust",
                               THREECHAINS_DEV_PUBLIC_KEY, "--confined",
                               tier == "window" ? "window" : "yes", "--compile-time-limit-ms",
                               std::to_string(limit_ms), "--progress", "spin"});
+    if (bind) bind_to_cpu(0);
     const std::optional<std::string> port_line = target.read_line_starting("port ", 30s);
     if (!port_line) throw std::runtime_error("the target did not start: " + target.output());
     const std::string port = port_line->substr(5);
@@ -259,7 +284,7 @@ int main(int argc, char** argv) try {
     if (!json.empty()) {
       std::ofstream out(json, std::ios::app);
       out << fmt::format(
-          "{{\"bench\":\"compile_isolation\",\"transport\":\"{}\",\"tier\":\"{}\","
+          "{{\"bench\":\"compile_isolation\",\"transport\":\"{}\",\"tier\":\"{}\",\"bound\":{},"
           "\"compile_seconds\":{:.2f},"
           "\"quiet_trips\":{},\"quiet_p50_us\":{:.2f},\"quiet_p99_us\":{:.2f},\"quiet_max_us\":{:."
           "2f},"
@@ -268,7 +293,7 @@ int main(int argc, char** argv) try {
           "\"hog_max_us\":{:.2f},\"connect_peers\":{},\"connect_p99_us\":{:.2f},"
           "\"connect_max_us\":{:.2f},\"target_pid\":{},\"source_pid\":{},\"phases\":{{{},{},{},{}}}"
           "}}\n",
-          transport, tier, compile_seconds, quiet.us.size(), quiet.at(0.5), quiet.at(0.99),
+          transport, tier, bind, compile_seconds, quiet.us.size(), quiet.at(0.5), quiet.at(0.99),
           quiet.at(1.0), during.us.size(), during.at(0.5), during.at(0.99), during.at(1.0),
           worst_vs_p99, hogged.at(0.99), hogged.at(1.0), churn_peers, churn.at(0.99), churn.at(1.0),
           target.pid(), getpid(), phase_json("quiet", quiet), phase_json("hog", hogged),

@@ -41,8 +41,14 @@ class Slice:
 
 def read_slices(trace):
     if trace.endswith(".data"):
-        text = subprocess.run(["perf", "sched", "timehist", "-i", trace], check=True,
-                              capture_output=True, text=True).stdout
+        try:
+            text = subprocess.run(["perf", "sched", "timehist", "-i", trace], check=True,
+                                  capture_output=True, text=True).stdout
+        except FileNotFoundError:
+            sys.exit("sched_attribution: no perf here (Debian: linux-perf); or pass "
+                     "`perf sched timehist -i DATA` saved as text")
+        except subprocess.CalledProcessError as error:
+            sys.exit(f"sched_attribution: perf sched timehist -i {trace}: {error.stderr.strip()}")
     else:
         with open(trace, encoding="utf-8") as f:
             text = f.read()
@@ -83,17 +89,42 @@ def ran_ms(slices, tid, begin, end):
     return sum(overlap(s, begin, end) for s in slices if s.tid == tid) * 1000.0
 
 
-def longest_gap(slices, tid, begin, end):
-    """The thread's longest time off every CPU within [begin, end]."""
+def gaps(slices, tid, begin, end):
+    """The thread's times off every CPU within [begin, end]: (start, end,
+    the CPU it came back on)."""
     mine = [s for s in slices if s.tid == tid and s.end > begin and s.start < end]
-    best = (0.0, begin, begin)
+    out = []
     previous_end = begin
     for s in mine:
-        gap = s.start - previous_end
-        if gap > best[0]:
-            best = (gap, previous_end, s.start)
+        if s.start > previous_end:
+            out.append((previous_end, s.start, s.cpu))
         previous_end = max(previous_end, s.end)
+    return out
+
+
+def longest_gap(slices, tid, begin, end):
+    """The thread's longest time off every CPU within [begin, end]."""
+    best = (0.0, begin, begin)
+    for start, stop, _ in gaps(slices, tid, begin, end):
+        if stop - start > best[0]:
+            best = (stop - start, start, stop)
     return best
+
+
+def displaced_by(slices, tid, begin, end):
+    """Who ran on the thread's CPU while it was off it, in [begin, end]:
+    ([(ms, task)] largest first, the thread's total ms off)."""
+    tasks = collections.Counter()
+    total = 0.0
+    by_cpu = collections.defaultdict(list)
+    for s in slices:
+        by_cpu[s.cpu].append(s)
+    for start, stop, cpu in gaps(slices, tid, begin, end):
+        total += (stop - start) * 1000.0
+        for s in by_cpu[cpu]:
+            if s.end > start and s.start < stop and s.tid != tid:
+                tasks[f"{s.comm}[{s.tid}]"] += overlap(s, start, stop) * 1000.0
+    return sorted(((ms, task) for task, ms in tasks.items()), reverse=True), total
 
 
 def describe(tasks_by_cpu, indent):
@@ -122,6 +153,11 @@ def report(runs, slices):
             out.append(f"    the serving thread's longest time off the CPUs in the phase: "
                        f"{gap * 1000:.2f} ms; meanwhile:")
             out.append(describe(who_ran(slices, gap_begin, gap_end), "      "))
+            tasks, total = displaced_by(slices, serving, phase["began"], phase["ended"])
+            named = ", ".join(f"{task} {ms:.1f} ms" for ms, task in tasks[:4])
+            out.append(f"    in all the serving thread was off the CPUs {total:.1f} ms of the "
+                       f"phase's {(phase['ended'] - phase['began']):.1f} s; on its CPU "
+                       f"meanwhile: {named}")
     return "\n".join(out)
 
 
@@ -147,7 +183,8 @@ def self_test(directory):
     text = report([run], read_slices(trace))
     expected = ["the serving thread ran 2.00 ms, the source 8.00 ms",
                 "CPU 1: worker[30] 6.00 ms, target[10] 2.00 ms",
-                "longest time off the CPUs in the phase: 6.00 ms"]
+                "longest time off the CPUs in the phase: 6.00 ms",
+                "off the CPUs 6.0 ms of the phase's 0.0 s; on its CPU meanwhile: worker[30] 6.0 ms"]
     missing = [e for e in expected if e not in text]
     if missing:
         sys.exit("sched_attribution self-test: expected " + repr(missing) + " in:\n" + text)
@@ -169,8 +206,11 @@ def main():
         parser.error("--json and --trace are both needed")
     slices = read_slices(args.trace)
     first, last = slices[0].start, slices[-1].end
-    with open(args.json, encoding="utf-8") as f:
-        runs = [json.loads(line) for line in f if '"phases"' in line]
+    try:
+        with open(args.json, encoding="utf-8") as f:
+            runs = [json.loads(line) for line in f if '"phases"' in line]
+    except OSError as error:
+        sys.exit(f"sched_attribution: {args.json}: {error.strerror}")
     runs = [r for r in runs if r["phases"]["quiet"]["began"] >= first - 1 and
             r["phases"]["compile"]["ended"] <= last + 1]
     if not runs:
