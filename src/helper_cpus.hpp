@@ -1,29 +1,55 @@
 // Where the library's helpers run: the compile worker processes and the
 // threads beside the one that serves frames (the tier-1 compiler, the
-// preparation and checks of large code, the window verifier, the window
-// watchdog).
+// preparation and checks of large code, the window verifier):
+// JitOptions::helper_cpus.
 //
-// A launcher that binds a rank to a core (mpirun --bind-to core, srun
-// --cpu-bind, taskset) binds every thread and process that rank starts
-// afterwards: a helper started by a bound serving thread would share its one
-// core, and every cycle the helper spends (a confined compile: seconds) would
-// come out of the serving thread's, in slices of a scheduler tick or more
-// (docs/performance.md, "Who had the CPU"). So a helper is moved beside the
-// thread that started it: onto the machine's CPUs that thread is not bound
-// to, less those the kernel keeps isolated (isolcpus). An unbound thread's
-// helpers stay where they are (nothing to move off), and so do they where
-// the process's cpuset leaves no other CPU (the kernel refuses the move).
+// By default a helper runs wherever it starts, and it starts with the CPUs
+// and scheduling class of the thread that starts it (the serving thread). A
+// launcher that binds a rank to one core binds its helpers to that core
+// too, and every cycle they spend (a confined compile: seconds) comes out of
+// the serving thread's (docs/performance.md, "A target bound to a core").
+// The library does not guess where else they may go: a plain affinity mask
+// (taskset, mpirun --bind-to, numactl) is the operator's placement, and the
+// CPUs outside it may be another job's or isolated (nohz_full); there, too,
+// nice 10 weighs only within the helper's own autogroup or cgroup. So the
+// operator names them.
+//
+// Whatever the CPUs, a helper never runs in a real-time class: it processes
+// bytes that peers sent, and a compile worker runs untrusted code's compile
+// for seconds. A helper of a SCHED_FIFO/RR serving thread is put back in
+// SCHED_OTHER (at nice 10, set where it starts).
 #pragma once
 
+#include <sched.h>
 #include <sys/types.h>
+
+#include <optional>
+#include <vector>
 
 namespace threechains::detail {
 
-// Moves `task` (a thread or process id; 0: the calling thread) onto the CPUs
-// beside the calling thread's (above). For a new thread, call it from that
-// thread: it was started with its creator's CPUs. False where nothing moved
-// (the calling thread is bound to no CPU in particular, or no other CPU may
-// be used): the helper then runs where it was started.
-bool place_beside_calling_thread(pid_t task) noexcept;
+class HelperCpus {
+ public:
+  // Where they start.
+  HelperCpus() = default;
+  // On `cpus` (JitOptions::helper_cpus): empty, where they start. Throws
+  // Error(errc::invalid_argument) for an id outside 0..CPU_SETSIZE-1.
+  explicit HelperCpus(const std::vector<int>& cpus);
+
+  // Puts `task` (a thread or process id; 0: the calling thread) on these
+  // CPUs, as far as the kernel allows (it keeps them within the process's
+  // cpuset and refuses a set with none left in it). False where none were
+  // named, or the kernel refused: the helper then runs where it started.
+  [[nodiscard]] bool place(pid_t task) const noexcept;
+
+  [[nodiscard]] bool named() const noexcept { return cpus_.has_value(); }
+
+ private:
+  std::optional<cpu_set_t> cpus_;
+};
+
+// Leaves a real-time scheduling class (SCHED_FIFO, SCHED_RR) for SCHED_OTHER:
+// the calling thread (0) or another task. Nothing for any other class.
+void leave_real_time(pid_t task) noexcept;
 
 }  // namespace threechains::detail

@@ -21,12 +21,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -274,9 +276,9 @@ TEMPLATE_TEST_CASE("a confined compile past its time is stopped, and other peers
   CHECK(result.refused == (by_cpu ? 1 : 0));  // a starved compile bans nothing
 }
 
-// Every task of the library's a process runs now, by /proc's comm: its
-// compile workers (children of `target`) and the threads of `target` named
-// tc-* (the helpers beside its serving thread), each with its CPUs.
+// The library's helpers that `target` runs now, found by /proc's comm: its
+// compile workers (its children) and its threads named tc-*, each with its
+// CPUs.
 struct Helper {
   pid_t task;
   std::string name;
@@ -310,14 +312,34 @@ std::vector<Helper> helpers_of(pid_t target) {
   return helpers;
 }
 
+// This thread's CPUs for a while: put back when it ends, whatever threw.
+class BoundForAWhile {
+ public:
+  explicit BoundForAWhile(int cpu) {
+    if (sched_getaffinity(0, sizeof(before_), &before_) != 0) throw std::runtime_error("affinity");
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) != 0) throw std::runtime_error("bind");
+  }
+  ~BoundForAWhile() { (void)sched_setaffinity(0, sizeof(before_), &before_); }
+  BoundForAWhile(const BoundForAWhile&) = delete;
+  BoundForAWhile& operator=(const BoundForAWhile&) = delete;
+
+ private:
+  cpu_set_t before_;
+};
+
 // A launcher binds a rank to a core and so every thread and process it
 // starts: a compile worker (or a thread beside the serving one) that kept
 // that binding would take all its CPU time out of the serving thread's
 // (src/helper_cpus.hpp). Here the target is bound to one CPU as it forks,
-// and a peer's large code (prepared and checked aside, then compiled for a
-// second of CPU) starts every kind of helper a confined load has.
-TEST_CASE("a target bound to one CPU runs its compile workers and helper threads on the others",
-          "[confinement][limits][compile][ucx]") {
+// with JitOptions::helper_cpus naming another, and a peer's large code
+// (prepared and checked aside, then compiled for a second of CPU) starts a
+// compile worker, tc-prepare and tc-vet.
+TEST_CASE(
+    "a target bound to one CPU runs its compile workers and helper threads on the helper_cpus",
+    "[confinement][limits][compile][ucx]") {
   cpu_set_t mine;
   REQUIRE(sched_getaffinity(0, sizeof(mine), &mine) == 0);
   if (CPU_COUNT(&mine) < 2) {
@@ -327,14 +349,15 @@ TEST_CASE("a target bound to one CPU runs its compile workers and helper threads
   }
   int bound_cpu = 0;
   while (!CPU_ISSET(bound_cpu, &mine)) ++bound_cpu;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(bound_cpu, &one);
-  REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);
-  auto target = limited_target(Shm::transport, 1, [](ReceiverOptions& options) {
+  int helper_cpu = bound_cpu + 1;
+  while (!CPU_ISSET(helper_cpu, &mine)) ++helper_cpu;
+  std::optional<BoundForAWhile> bound;
+  bound.emplace(bound_cpu);
+  auto target = limited_target(Shm::transport, 1, [helper_cpu](ReceiverOptions& options) {
     options.jit.confinement.compile_time_limit = std::chrono::milliseconds(1000);
+    options.jit.helper_cpus = {helper_cpu};
   });
-  REQUIRE(sched_setaffinity(0, sizeof(mine), &mine) == 0);  // the child keeps its binding
+  bound.reset();  // the child keeps it
   const Ifunc heavy = Ifunc::load(TC_HEAVY);
   TestSource source(Shm::transport, target.port(), options_for<Shm>());
   std::atomic<bool> done{false};
@@ -349,7 +372,7 @@ TEST_CASE("a target bound to one CPU runs its compile workers and helper threads
   const bool serving_read = sched_getaffinity(target.pid(), sizeof(serving), &serving) == 0;
   while (!done.load()) {
     for (Helper& helper : helpers_of(target.pid())) seen.insert_or_assign(helper.task, helper);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   sender.join();
   REQUIRE(stopped.has_value());  // heavy does not compile in a second
@@ -361,20 +384,82 @@ TEST_CASE("a target bound to one CPU runs its compile workers and helper threads
     return std::any_of(seen.begin(), seen.end(),
                        [&](const auto& entry) { return entry.second.name == name; });
   };
-  CHECK(named("threechains-com"));
+  CHECK(named("threechains-com"));  // the compile worker: its comm, cut at 15 characters
   CHECK(named("tc-prepare"));
   CHECK(named("tc-vet"));
   for (const auto& [task, helper] : seen) {
     INFO(helper.name << " (" << task << ") may run on " << CPU_COUNT(&helper.cpus)
-                     << " CPUs, among them the "
-                     << "serving thread's (" << bound_cpu
-                     << "): " << (CPU_ISSET(bound_cpu, &helper.cpus) ? "yes" : "no"));
-    CHECK_FALSE(CPU_ISSET(bound_cpu, &helper.cpus));
-    CHECK(CPU_COUNT(&helper.cpus) >= 1);
+                     << " CPUs; the helper CPU (" << helper_cpu
+                     << ") among them: " << (CPU_ISSET(helper_cpu, &helper.cpus) ? "yes" : "no"));
+    CHECK(CPU_COUNT(&helper.cpus) == 1);
+    CHECK(CPU_ISSET(helper_cpu, &helper.cpus));
   }
   const LimitsResult result = closed(target, {&source});
   INFO(result.first_error);
   CHECK(result.refused == (stopped->is(errc::code_refused) ? 1 : 0));
+}
+
+// A real-time serving thread (chrt -f) starts its helpers in its class:
+// a peer's compile at SCHED_FIFO would pre-empt every normal task on its
+// CPU for seconds. They are put back in SCHED_OTHER (src/helper_cpus.hpp).
+TEST_CASE("the helpers of a real-time serving thread run in SCHED_OTHER",
+          "[confinement][limits][compile][ucx]") {
+  const int before = sched_getscheduler(0);
+  const sched_param real_time{1};
+  if (sched_setscheduler(0, SCHED_FIFO, &real_time) != 0) {
+    WARN("SKIPPED: this process may not enter SCHED_FIFO (" << std::strerror(errno) << ")");
+    return;
+  }
+  const sched_param normal{0};
+  auto target = limited_target(Shm::transport, 1, [](ReceiverOptions& options) {
+    options.jit.confinement.compile_time_limit = std::chrono::milliseconds(1000);
+  });
+  REQUIRE(sched_setscheduler(0, before, &normal) == 0);  // the child keeps SCHED_FIFO
+  CHECK(sched_getscheduler(target.pid()) == SCHED_FIFO);
+  const Ifunc heavy = Ifunc::load(TC_HEAVY);
+  TestSource source(Shm::transport, target.port(), options_for<Shm>());
+  std::atomic<bool> done{false};
+  std::optional<Error> stopped;
+  std::thread sender([&] {
+    stopped = carry_out(source.channel, heavy, {3, 0});
+    done.store(true);
+  });
+  std::map<pid_t, std::pair<std::string, int>> seen;  // task: name, class as last seen
+  while (!done.load()) {
+    for (const Helper& helper : helpers_of(target.pid()))
+      seen.insert_or_assign(helper.task, std::pair(helper.name, sched_getscheduler(helper.task)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  sender.join();
+  REQUIRE(stopped.has_value());
+  std::set<std::string> names;
+  for (const auto& [task, named_class] : seen) {
+    const auto& [name, policy] = named_class;
+    names.insert(name);
+    INFO(name << " (" << task << ") in scheduling class " << policy);
+    CHECK((policy == SCHED_OTHER || policy == -1));  // -1: gone between the scan and the look
+  }
+  CHECK(names.contains("threechains-com"));
+  CHECK(names.contains("tc-prepare"));
+  CHECK(names.contains("tc-vet"));
+  const LimitsResult result = closed(target, {&source});
+  INFO(result.first_error);
+  CHECK(result.refused == (stopped->is(errc::code_refused) ? 1 : 0));
+}
+
+TEST_CASE("helper_cpus naming no CPU id is refused when the cache is made",
+          "[confinement][limits]") {
+  for (const int cpu : {-1, CPU_SETSIZE}) {
+    JitOptions options;
+    options.helper_cpus = {0, cpu};
+    try {
+      JitCache cache(options);
+      FAIL("JitOptions::helper_cpus {0, " << cpu << "} was taken");
+    } catch (const Error& error) {
+      CHECK(error.is(errc::invalid_argument));
+      CHECK_THAT(error.what(), Catch::Contains("helper_cpus: CPU " + std::to_string(cpu)));
+    }
+  }
 }
 
 // big_table's word `i`, as tests/ifuncs/big_table.c makes it.

@@ -87,6 +87,18 @@ struct JitOptions {
   // ($JITDUMPDIR/.debug/jit/..., else ~/.debug/jit/...), so `perf record -k 1`
   // + `perf inject --jit` + `perf report` name them.
   bool perf_support = false;
+  // The CPUs the library's helpers run on: the compile workers of confined
+  // code and the threads beside the one that serves frames (the tier-1
+  // compiler, the preparation and checks of large code, the window
+  // verifier). Empty (the default): where they start, on the CPUs of the
+  // thread that starts them, the serving thread. A serving thread bound to
+  // one core (mpirun --bind-to core, srun --cpu-bind, taskset) binds them
+  // to it too, and a confined compile then takes all its CPU time out of
+  // that core: name a spare core here. The kernel keeps them within the
+  // process's cpuset; nice 10 weighs only within their autogroup or cgroup
+  // (docs/design.md, "Where the helpers run"). An id outside
+  // 0..CPU_SETSIZE-1 makes constructing the cache throw.
+  std::vector<int> helper_cpus;
 };
 
 struct LoadResult {

@@ -3,7 +3,6 @@
 #include "confine/window_watchdog.hpp"
 
 #include "asymmetric_fence.hpp"
-#include "helper_cpus.hpp"
 
 #include <pthread.h>
 #include <signal.h>
@@ -41,9 +40,6 @@ class Watchdog {
     if (!started_) {
       std::thread([this] {
         pthread_setname_np(pthread_self(), "tc-watchdog");  // for ps, perf and a test
-        // Its wakes (every quarter budget while window code runs) off the
-        // core of a serving thread bound to one (helper_cpus.hpp).
-        (void)detail::place_beside_calling_thread(0);
         look_forever();
       }).detach();
       started_ = true;

@@ -144,7 +144,8 @@ void Engine::vet_aside(Link& link, CodeId id, CodecId codec, std::vector<std::by
   Target& t = *target_;
   if (!t.vetting) {
     try {
-      t.vetting = std::make_unique<CodeVetting>(t.options.trust);
+      t.vetting = std::make_unique<CodeVetting>(t.options.trust,
+                                                detail::HelperCpus(t.options.jit.helper_cpus));
     } catch (const std::system_error& error) {  // no thread to be had
       throw Error(errc::jit_failed,
                   std::string("starting the thread that checks code: ") + error.what());

@@ -9,8 +9,10 @@
 
 namespace threechains::detail {
 
-CodeVetting::CodeVetting(const Trust& trust)
-    : trust_(trust), thread_("tc-vet", [this](Job& job) { return vet(job); }) {}
+CodeVetting::CodeVetting(const Trust& trust, HelperCpus cpus)
+    : trust_(trust),
+      thread_(
+          "tc-vet", [this](Job& job) { return vet(job); }, cpus) {}
 
 CodeVetting::Vetted CodeVetting::vet(Job& job) const {
   Vetted vetted;

@@ -49,7 +49,7 @@ class CodeVetting {
 
   // `trust` must outlive this object and not change while it lives (a
   // Receiver's is fixed when it starts).
-  explicit CodeVetting(const Trust& trust);
+  CodeVetting(const Trust& trust, HelperCpus cpus);
   CodeVetting(const CodeVetting&) = delete;
   CodeVetting& operator=(const CodeVetting&) = delete;
   // Stops the thread (~JobThread): a check under way finishes first (about

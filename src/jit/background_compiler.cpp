@@ -18,13 +18,15 @@ namespace threechains {
 
 BackgroundCompiler::BackgroundCompiler(llvm::orc::JITTargetMachineBuilder host,
                                        int optimisation_level, ImportPolicy policy,
-                                       LibraryCalls calls, const ObjectStore* store)
+                                       LibraryCalls calls, const ObjectStore* store,
+                                       detail::HelperCpus cpus)
     : host_(std::move(host)),
       optimisation_level_(optimisation_level),
       policy_(std::move(policy)),
       calls_(std::move(calls)),
       store_(store),
-      thread_("tc-tier1", [this](Job& job) { return compile_and_store(job); }) {}
+      thread_(
+          "tc-tier1", [this](Job& job) { return compile_and_store(job); }, cpus) {}
 
 BackgroundCompiler::Result BackgroundCompiler::compile_and_store(Job& job) {
   Result result = compile(job);

@@ -43,7 +43,8 @@ class BackgroundCompiler {
   // the library functions `policy` lets optimised code call (the JIT's own);
   // `store` (may be null, outlives this) keeps what is compiled for a restart.
   BackgroundCompiler(llvm::orc::JITTargetMachineBuilder host, int optimisation_level,
-                     ImportPolicy policy, LibraryCalls calls, const ObjectStore* store);
+                     ImportPolicy policy, LibraryCalls calls, const ObjectStore* store,
+                     detail::HelperCpus cpus);
   // Stops the thread (~JobThread): a compile under way finishes first
   // (milliseconds).
   BackgroundCompiler(const BackgroundCompiler&) = delete;

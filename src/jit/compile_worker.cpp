@@ -283,7 +283,13 @@ CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const Job& job) c
   posix_spawnattr_setsigmask(&attributes, &signals);
   sigfillset(&signals);
   posix_spawnattr_setsigdefault(&attributes, &signals);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  // Never in a real-time class, whatever the serving thread's: it compiles
+  // a peer's code for seconds (helper_cpus.hpp).
+  const sched_param normal{};
+  posix_spawnattr_setschedpolicy(&attributes, SCHED_OTHER);
+  posix_spawnattr_setschedparam(&attributes, &normal);
+  posix_spawnattr_setflags(
+      &attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSCHEDULER);
   // Its environment: where its libraries are, and a sanitizer's settings;
   // nothing else of this process's.
   std::vector<std::string> kept;
@@ -317,10 +323,11 @@ CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const Job& job) c
                 "starting the compile worker " + program_ + ": " + std::strerror(spawned));
   }
   // Below the thread that serves frames, as the tier-1 compiler is; and
-  // off its CPUs where it is bound to some (helper_cpus.hpp): it started
-  // with them, and would otherwise take its whole compile out of them.
+  // on JitOptions::helper_cpus where they are named (it started with the
+  // serving thread's CPUs: until this call it may run there, in the dynamic
+  // loader; posix_spawn has no attribute for CPUs).
+  (void)settings_.cpus.place(worker.pid);
   (void)setpriority(PRIO_PROCESS, static_cast<id_t>(worker.pid), 10);
-  (void)detail::place_beside_calling_thread(worker.pid);
   // Its exit, as something poll() can wait for (glibc 2.36's <sys/pidfd.h>
   // declares pidfd_open without C linkage; the system call it is).
   worker.pidfd = static_cast<int>(syscall(SYS_pidfd_open, worker.pid, 0));

@@ -5,6 +5,8 @@
 // gets errc::code_refused naming the cause.
 #pragma once
 
+#include "helper_cpus.hpp"
+
 #include <threechains/error.hpp>
 
 #include <chrono>
@@ -32,6 +34,7 @@ class CompileWorkers {
     std::size_t memory_limit = 0;                      // ConfinementOptions::compile_memory_limit
     std::size_t output_limit = std::size_t{64} << 20;  // the object and messages, at most
     bool window_shape = false;                         // ConfinementOptions::window_tier
+    detail::HelperCpus cpus;                           // JitOptions::helper_cpus
   };
   struct Outcome {
     std::vector<std::byte> object;  // the compiled object, if it compiled

@@ -7,9 +7,10 @@
 
 namespace threechains {
 
-ConfinedPreparation::ConfinedPreparation(Prepare prepare)
+ConfinedPreparation::ConfinedPreparation(Prepare prepare, detail::HelperCpus cpus)
     : prepare_(std::move(prepare)),
-      thread_("tc-prepare", [this](Job& job) { return this->prepare(job); }) {}
+      thread_(
+          "tc-prepare", [this](Job& job) { return this->prepare(job); }, cpus) {}
 
 ConfinedPreparation::Prepared ConfinedPreparation::prepare(Job& job) const {
   Prepared prepared;

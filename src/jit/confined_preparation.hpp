@@ -50,7 +50,8 @@ class ConfinedPreparation {
   // content's; one it stores in `error` with `target_failed` is not.
   using Prepare = std::function<void(Job&, Prepared&)>;
 
-  explicit ConfinedPreparation(Prepare prepare);
+  // `cpus`: where its thread runs (JitOptions::helper_cpus).
+  ConfinedPreparation(Prepare prepare, detail::HelperCpus cpus);
   // Stops the thread (~JobThread): a preparation under way finishes first
   // (milliseconds); queued jobs are dropped.
   ConfinedPreparation(const ConfinedPreparation&) = delete;

@@ -90,10 +90,12 @@ JitCache::Impl::Impl(const JitOptions& options)
             options.optimisation_level, options.codegen_level, options.confinement.max_global_bytes,
             options.confinement.compile_time_limit, options.confinement.compile_memory_limit};
         settings.window_shape = window_tier_here(options.confinement);
+        settings.cpus = detail::HelperCpus(options.helper_cpus);
         return settings;
       }()),
       window_tier(window_tier_here(options.confinement)),
       max_windows(options.confinement.max_windows) {
+  helper_cpus = detail::HelperCpus(options.helper_cpus);
   auto builder = describe_host(options.codegen_level);
   if (!builder)
     throw Error(errc::jit_failed,
@@ -401,7 +403,8 @@ std::optional<LoadResult> JitCache::start_load_from(CodeId id, CodecId codec,
             [impl = impl_.get()](ConfinedPreparation::Job& job,
                                  ConfinedPreparation::Prepared& out) {
               impl->prepare_confined(job, out);
-            });
+            },
+            impl_->helper_cpus);
       } catch (const std::system_error& error) {  // no thread to be had
         throw Error(errc::jit_failed,
                     std::string("starting the thread that prepares compiles: ") + error.what());

@@ -358,6 +358,7 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   ImportPolicy policy;
   confined::Runner runner;  // before the JIT: its state is bound into every JITDylib
   CompileWorkers workers;   // where confined bitcode compiles
+  detail::HelperCpus helper_cpus;  // JitOptions::helper_cpus: where the JobThreads run
   // The window tier: on where this build has a verifier (x86-64 with
   // Zydis, aarch64) and the options ask for it (the default); each load
   // asks windows_for_new_loads() whether it may take it. Its windows (before the JIT, whose memory

@@ -42,7 +42,7 @@ IfuncMain JitCache::Impl::load_tiered(CodeId id, const ParsedImage* object, cons
 void JitCache::Impl::submit(CodeId id, Promotion& promotion) {
   if (!compiler) {
     compiler = std::make_unique<BackgroundCompiler>(*host_builder, optimisation_level, policy,
-                                                    calls, store ? &*store : nullptr);
+                                                    calls, store ? &*store : nullptr, helper_cpus);
   }
   // The bytes go to the compiler; name, triple and deps stay for the link.
   ParsedImage image{promotion.ir.name, promotion.ir.triple, promotion.ir.kind, promotion.ir.deps,

@@ -180,7 +180,7 @@ void JitCache::Impl::require_windows_reach_exposed(const std::string& name) {
 bool JitCache::Impl::submit_for_verification(CodeId id, PendingLoad& pending) {
   if (!verification) {
     try {
-      verification = std::make_unique<WindowVerification>();
+      verification = std::make_unique<WindowVerification>(helper_cpus);
     } catch (const std::system_error&) {  // no thread to be had
       return false;
     }

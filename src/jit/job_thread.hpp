@@ -3,8 +3,8 @@
 // tier-1 compiler (background_compiler.hpp), the preparation of large
 // confined containers (confined_preparation.hpp), the checks of large code
 // (engine/code_vetting.hpp) and the window verifier (window_verification.hpp)
-// are each one. Each runs beside the thread that started it where that
-// thread is bound to some CPUs (helper_cpus.hpp).
+// are each one. Each runs on JitOptions::helper_cpus where they are named,
+// and never in a real-time class (helper_cpus.hpp).
 #pragma once
 
 #include "helper_cpus.hpp"
@@ -31,8 +31,10 @@ class JobThread {
   // `work` runs on the thread, one job at a time, and must not throw; it may
   // read only what outlives this object and does not change meanwhile.
   // `name`: the thread's, for top, perf and gdb (15 characters at most).
-  JobThread(const char* name, std::function<Result(Job&)> work)
+  // `cpus`: where it runs (JitOptions::helper_cpus).
+  JobThread(const char* name, std::function<Result(Job&)> work, detail::HelperCpus cpus)
       : name_(name),
+        cpus_(cpus),
         work_(std::move(work)),
         thread_([this](const std::stop_token& stop) { run(stop); }) {}
   // Stops the thread: a job under way finishes first; queued jobs are dropped
@@ -71,13 +73,16 @@ class JobThread {
 
  private:
   void run(const std::stop_token& stop) {
+    // It started with the serving thread's CPUs and class: where the
+    // operator named others, there (before it is named, so that whoever
+    // finds it by name finds it placed); out of a real-time class in any case.
+    (void)cpus_.place(0);
+    detail::leave_real_time(0);
     pthread_setname_np(pthread_self(), name_);
     // Below the dispatch loop: a job waking up must not preempt the thread
     // that serves frames (or a spinning peer on a shared core). Where cores
     // are idle it runs at full speed; where they spin, it still gets a share.
     (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
-    // Nor share its core where the serving thread is bound to one.
-    (void)detail::place_beside_calling_thread(0);
     for (;;) {
       Job job;
       {
@@ -95,6 +100,7 @@ class JobThread {
   }
 
   const char* name_;
+  const detail::HelperCpus cpus_;
   std::function<Result(Job&)> work_;
   std::mutex mutex_;
   std::condition_variable_any wake_;

@@ -23,19 +23,24 @@ confined::Verdict verify_window_code(const confined::VerifierInput& input) {
 #endif
 }
 
-WindowVerification::WindowVerification()
-    : thread_("tc-verify", [this](Job& job) {
-        Verified verified{job.id, job.serial, {}, false};
-        try {
-          confined::VerifierInput input{job.code, {&job.main, 1}, job.window_base};
-          input.stop = &stopping_;
-          verified.verdict = verify_window_code(input);
-        } catch (const std::exception& error) {  // no memory for its tables: this process's failure
-          verified.verdict = {};
-          verified.verdict.refusal = std::string("the verifier could not finish: ") + error.what();
-          verified.target_failed = true;
-        }
-        return verified;
-      }) {}
+WindowVerification::WindowVerification(detail::HelperCpus cpus)
+    : thread_(
+          "tc-verify",
+          [this](Job& job) {
+            Verified verified{job.id, job.serial, {}, false};
+            try {
+              confined::VerifierInput input{job.code, {&job.main, 1}, job.window_base};
+              input.stop = &stopping_;
+              verified.verdict = verify_window_code(input);
+            } catch (
+                const std::exception& error) {  // no memory for its tables: this process's failure
+              verified.verdict = {};
+              verified.verdict.refusal =
+                  std::string("the verifier could not finish: ") + error.what();
+              verified.target_failed = true;
+            }
+            return verified;
+          },
+          cpus) {}
 
 }  // namespace threechains

@@ -52,7 +52,7 @@ class WindowVerification {
   };
 
   // Throws std::system_error when no thread is to be had.
-  WindowVerification();
+  explicit WindowVerification(detail::HelperCpus cpus);
   // Stops a verification under way (it ends refused) and the thread; queued
   // jobs are dropped (~JobThread).
   ~WindowVerification() { stopping_.store(true, std::memory_order_relaxed); }
