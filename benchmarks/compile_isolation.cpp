@@ -22,7 +22,8 @@
 // --bind puts the target (every thread it starts) on CPU 1 and this source,
 // the second peers and the hog on CPU 0, as a launcher binds each rank to a
 // core: the target's helpers (its compile workers, the threads beside its
-// serving thread) then run beside its core, not on it (src/helper_cpus.hpp).
+// serving thread) start on its core too, unless --helper-cpus names others
+// (JitOptions::helper_cpus, src/helper_cpus.hpp).
 // Prints the p50, p99 and longest round trip of each phase, and the longest
 // during the compile against the quiet p99 (the goal: within 2x);
 // --json appends one line per transport, with each phase's bounds and the
@@ -175,6 +176,7 @@ int main(int argc, char** argv) try {
   int churn_peers = 20;
   std::string tier = "checked";
   bool bind = false;
+  std::string helper_cpus;
   CLI::App app{"An honest peer's round trips while another peer's code compiles"};
   app.add_option("--transports", transports, "shm and/or tcp")->delimiter(',');
   app.add_option("--seconds", quiet_seconds, "length of the quiet phase");
@@ -193,6 +195,9 @@ int main(int argc, char** argv) try {
   app.add_flag("--bind", bind,
                "the target on CPU 1 and this source (with the second peers and the hog) on "
                "CPU 0, as a launcher binds each process to a core");
+  app.add_option("--helper-cpus", helper_cpus,
+                 "the target's JitOptions::helper_cpus, a comma list (with --bind: 0 puts its "
+                 "helpers beside its core)");
   CLI11_PARSE(app, argc, argv);
   if (!send_transport.empty())
     return send_once(send_transport, static_cast<uint16_t>(send_port), send_what);
@@ -204,10 +209,19 @@ int main(int argc, char** argv) try {
     // CPU 0, as a launcher binds each process to a core (a spawned process
     // starts with its parent's mask).
     if (bind) bind_to_cpu(1);
-    tc::test::Process target({THREECHAINS_ATTACK_TARGET, "--transport", transport, "--trust",
-                              THREECHAINS_DEV_PUBLIC_KEY, "--confined",
-                              tier == "window" ? "window" : "yes", "--compile-time-limit-ms",
-                              std::to_string(limit_ms), "--progress", "spin"});
+    std::vector<std::string> target_args{THREECHAINS_ATTACK_TARGET,
+                                         "--transport",
+                                         transport,
+                                         "--trust",
+                                         THREECHAINS_DEV_PUBLIC_KEY,
+                                         "--confined",
+                                         tier == "window" ? "window" : "yes",
+                                         "--compile-time-limit-ms",
+                                         std::to_string(limit_ms),
+                                         "--progress",
+                                         "spin"};
+    if (!helper_cpus.empty()) target_args.insert(target_args.end(), {"--helper-cpus", helper_cpus});
+    tc::test::Process target(target_args);
     if (bind) bind_to_cpu(0);
     const std::optional<std::string> port_line = target.read_line_starting("port ", 30s);
     if (!port_line) throw std::runtime_error("the target did not start: " + target.output());

@@ -95,10 +95,15 @@ def gaps(slices, tid, begin, end):
     mine = [s for s in slices if s.tid == tid and s.end > begin and s.start < end]
     out = []
     previous_end = begin
+    last_cpu = None
     for s in mine:
         if s.start > previous_end:
             out.append((previous_end, s.start, s.cpu))
         previous_end = max(previous_end, s.end)
+        last_cpu = s.cpu
+    # Off from its last stretch to the end (or all along: no CPU to name).
+    if previous_end < end and last_cpu is not None:
+        out.append((previous_end, end, last_cpu))
     return out
 
 
@@ -163,7 +168,8 @@ def report(runs, slices):
 
 def self_test(directory):
     """A made-up trace: the serving thread (pid 10) spins on CPU 1 but for
-    6 ms in which `worker` runs there; the source (pid 20) spins on CPU 0."""
+    6 ms in which `worker` runs there, and the phase's last 4 ms, `worker`
+    again; the source (pid 20) spins on CPU 0."""
     import os
     header = ("           time    cpu  task name                       wait time  sch delay   run time\n"
               "                        [tid/pid]                          (msec)     (msec)     (msec)\n"
@@ -173,18 +179,19 @@ def self_test(directory):
         "     100.016000 [0001]  worker[30]                          0.000      0.000      6.000",
         "     100.030000 [0001]  target[10]                          6.000      0.000     14.000",
         "     100.030000 [0000]  bench[20]                           0.000      0.000     30.000",
+        "     100.034000 [0001]  worker[30]                         14.000      0.000      4.000",
     ]
     trace = os.path.join(directory, "timehist.txt")
     with open(trace, "w", encoding="utf-8") as f:
         f.write(header + "\n".join(lines) + "\n")
-    phase = {"began": 100.0, "ended": 100.03, "longest_began": 100.009, "longest_us": 8000.0}
+    phase = {"began": 100.0, "ended": 100.034, "longest_began": 100.009, "longest_us": 8000.0}
     run = {"transport": "shm", "tier": "window", "target_pid": 10, "source_pid": 20,
            "phases": {"quiet": dict(phase), "compile": dict(phase)}}
     text = report([run], read_slices(trace))
     expected = ["the serving thread ran 2.00 ms, the source 8.00 ms",
                 "CPU 1: worker[30] 6.00 ms, target[10] 2.00 ms",
                 "longest time off the CPUs in the phase: 6.00 ms",
-                "off the CPUs 6.0 ms of the phase's 0.0 s; on its CPU meanwhile: worker[30] 6.0 ms"]
+                "off the CPUs 10.0 ms of the phase's 0.0 s; on its CPU meanwhile: worker[30] 10.0 ms"]
     missing = [e for e in expected if e not in text]
     if missing:
         sys.exit("sched_attribution self-test: expected " + repr(missing) + " in:\n" + text)
@@ -205,7 +212,7 @@ def main():
     if not args.json or not args.trace:
         parser.error("--json and --trace are both needed")
     slices = read_slices(args.trace)
-    first, last = slices[0].start, slices[-1].end
+    first, last = slices[0].start, max(s.end for s in slices)
     try:
         with open(args.json, encoding="utf-8") as f:
             runs = [json.loads(line) for line in f if '"phases"' in line]

@@ -6,6 +6,7 @@
 //   threechains-attack-target --transport shm|tcp --trust KEY.pub [--anyone yes]
 //                             [--handshake-timeout-ms N] [--rma yes]
 //                             [--confined yes|window] [--compile-time-limit-ms N]
+//                             [--helper-cpus 0,2,...]
 //   (--anyone: Trust::anyone(), a development Receiver that grants at once;
 //    --rma: its context does RMA, so it puts credits where a source asks;
 //    --confined: the key's code runs confined, compiled in a worker process;
@@ -22,12 +23,14 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace tc = threechains;
 
@@ -94,6 +97,7 @@ int main(int argc, char** argv) {
   bool confined = false;          // the key's code runs confined (allow_code_signer)
   bool window = false;            // ... with its counter in allocate_exposed memory
   long compile_time_limit_ms = 0;  // 0: the default (ConfinementOptions::compile_time_limit)
+  std::vector<int> helper_cpus;    // JitOptions::helper_cpus
   bool spin_only = false;  // --progress spin: never sleep (ProgressOptions::sleep_when_idle)
   long spin_us = -1;       // --progress sleep-N: spin N us before sleeping (-1: the default)
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -108,7 +112,14 @@ int main(int argc, char** argv) {
       confined = window || std::string(argv[i + 1]) == "yes";
     } else if (flag == "--compile-time-limit-ms")
       compile_time_limit_ms = std::stol(argv[i + 1]);
-    else if (flag == "--progress") {
+    else if (flag == "--helper-cpus") {
+      const std::string list = argv[i + 1];
+      for (std::size_t at = 0; at < list.size();) {
+        const std::size_t comma = std::min(list.find(',', at), list.size());
+        helper_cpus.push_back(std::stoi(list.substr(at, comma - at)));
+        at = comma + 1;
+      }
+    } else if (flag == "--progress") {
       const std::string policy = argv[i + 1];
       spin_only = policy == "spin";
       if (policy.rfind("sleep-", 0) == 0) {
@@ -134,6 +145,7 @@ int main(int argc, char** argv) {
     if (confined) options.target_args_bytes = sizeof(*g_counter);
     if (compile_time_limit_ms > 0)
       options.jit.confinement.compile_time_limit = std::chrono::milliseconds(compile_time_limit_ms);
+    options.jit.helper_cpus = helper_cpus;
     options.target_args = g_counter;
     options.progress.sleep_when_idle = !spin_only;
     if (spin_us >= 0) options.progress.spin = std::chrono::microseconds(spin_us);
