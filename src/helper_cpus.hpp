@@ -42,8 +42,6 @@ class HelperCpus {
   // named, or the kernel refused: the helper then runs where it started.
   [[nodiscard]] bool place(pid_t task) const noexcept;
 
-  [[nodiscard]] bool named() const noexcept { return cpus_.has_value(); }
-
  private:
   std::optional<cpu_set_t> cpus_;
 };

@@ -312,6 +312,27 @@ std::vector<Helper> helpers_of(pid_t target) {
   return helpers;
 }
 
+// `channel` sends tests/ifuncs/heavy.c (seconds to compile: its worker and
+// the threads that prepare and check it live a while) from a thread of its
+// own; `look()` runs every 20 ms until the target answers. Returns the
+// answer (the compile refused or given up, with the limits used here).
+template <class Look>
+std::optional<Error> sending_heavy(Channel& channel, Look&& look) {
+  const Ifunc heavy = Ifunc::load(TC_HEAVY);
+  std::atomic<bool> done{false};
+  std::optional<Error> answer;
+  std::thread sender([&] {
+    answer = carry_out(channel, heavy, {3, 0});
+    done.store(true);
+  });
+  while (!done.load()) {
+    look();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  sender.join();
+  return answer;
+}
+
 // This thread's CPUs for a while: put back when it ends, whatever threw.
 class BoundForAWhile {
  public:
@@ -358,23 +379,14 @@ TEST_CASE(
     options.jit.helper_cpus = {helper_cpu};
   });
   bound.reset();  // the child keeps it
-  const Ifunc heavy = Ifunc::load(TC_HEAVY);
   TestSource source(Shm::transport, target.port(), options_for<Shm>());
-  std::atomic<bool> done{false};
-  std::optional<Error> stopped;
-  std::thread sender([&] {
-    stopped = carry_out(source.channel, heavy, {3, 0});
-    done.store(true);
-  });
   std::map<pid_t, Helper> seen;  // each task as last seen
   cpu_set_t serving;
   CPU_ZERO(&serving);
   const bool serving_read = sched_getaffinity(target.pid(), sizeof(serving), &serving) == 0;
-  while (!done.load()) {
+  const std::optional<Error> stopped = sending_heavy(source.channel, [&] {
     for (Helper& helper : helpers_of(target.pid())) seen.insert_or_assign(helper.task, helper);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  sender.join();
+  });
   REQUIRE(stopped.has_value());  // heavy does not compile in a second
   // The binding held for the serving thread itself.
   REQUIRE(serving_read);
@@ -416,21 +428,12 @@ TEST_CASE("the helpers of a real-time serving thread run in SCHED_OTHER",
   });
   REQUIRE(sched_setscheduler(0, before, &normal) == 0);  // the child keeps SCHED_FIFO
   CHECK(sched_getscheduler(target.pid()) == SCHED_FIFO);
-  const Ifunc heavy = Ifunc::load(TC_HEAVY);
   TestSource source(Shm::transport, target.port(), options_for<Shm>());
-  std::atomic<bool> done{false};
-  std::optional<Error> stopped;
-  std::thread sender([&] {
-    stopped = carry_out(source.channel, heavy, {3, 0});
-    done.store(true);
-  });
   std::map<pid_t, std::pair<std::string, int>> seen;  // task: name, class as last seen
-  while (!done.load()) {
+  const std::optional<Error> stopped = sending_heavy(source.channel, [&] {
     for (const Helper& helper : helpers_of(target.pid()))
       seen.insert_or_assign(helper.task, std::pair(helper.name, sched_getscheduler(helper.task)));
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  sender.join();
+  });
   REQUIRE(stopped.has_value());
   std::set<std::string> names;
   for (const auto& [task, named_class] : seen) {

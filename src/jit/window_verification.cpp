@@ -32,8 +32,8 @@ WindowVerification::WindowVerification(detail::HelperCpus cpus)
               confined::VerifierInput input{job.code, {&job.main, 1}, job.window_base};
               input.stop = &stopping_;
               verified.verdict = verify_window_code(input);
-            } catch (
-                const std::exception& error) {  // no memory for its tables: this process's failure
+            } catch (const std::exception& error) {
+              // No memory for its tables: this process's failure.
               verified.verdict = {};
               verified.verdict.refusal =
                   std::string("the verifier could not finish: ") + error.what();
