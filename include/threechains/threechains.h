@@ -179,6 +179,15 @@ typedef struct threechains_receiver_options {
   uint64_t compile_time_limit_ms;   /* per compile, in its worker process (2000) */
   size_t compile_memory_limit;      /* address space a compile may add (2 GiB) */
   size_t max_code_bytes_per_key;    /* code and globals one key may hold loaded (128 MiB) */
+  /* appended later: the CPUs the library's helpers run on (the compile
+   * workers of confined code, the threads beside the one that serves):
+   * helper_cpu_count ids, copied at create. 0 (the default) leaves them
+   * where they start, on the CPUs of the thread that creates the receiver;
+   * a rank bound to one core should name a spare one (docs/bindings.md).
+   * An id outside 0..1023: THREECHAINS_INVALID_ARGUMENT; where none of the
+   * ids is a CPU this process may use, the helpers stay where they start. */
+  const int* helper_cpus;
+  size_t helper_cpu_count;
 } threechains_receiver_options;
 
 typedef struct threechains_receiver_stats {

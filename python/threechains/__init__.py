@@ -276,6 +276,16 @@ def _receiver_options(struct, port, trust, identity, target_args, on_error, unre
     keep.extend([trust, identity, struct.on_error])
 
 
+def _helper_cpus(struct, helper_cpus, keep):
+    if helper_cpus is None:
+        return
+    ids = [int(cpu) for cpu in helper_cpus]
+    cpus = (ctypes.c_int * len(ids))(*ids)
+    keep.append(cpus)
+    struct.helper_cpus = ctypes.cast(cpus, ctypes.POINTER(ctypes.c_int))
+    struct.helper_cpu_count = len(ids)
+
+
 class Receiver(_Handle):
     """The target side: listens on `port` (0: the OS picks one; see .port) and
     runs each frame's ifunc with `target_args` as its third argument.
@@ -284,13 +294,16 @@ class Receiver(_Handle):
     rejected frames and failed loads (default: printed to stderr).
     confined_time_budget_us, compile_time_limit_ms, compile_memory_limit,
     max_code_bytes_per_key: what confined code may cost (None: the default;
-    docs/security.md, "What one frame can cost")."""
+    docs/security.md, "What one frame can cost"). helper_cpus: the CPU ids
+    the library's helpers run on (confined code's compile workers, the
+    threads beside the one that serves); None leaves them where they start.
+    A process bound to one core should name a spare one (docs/bindings.md)."""
     _destroy = lib.threechains_receiver_destroy
 
     def __init__(self, worker, trust=None, port=0, target_args=None, identity=None,
                  on_error=None, unrestricted_imports=False, gpu=None,
                  confined_time_budget_us=None, compile_time_limit_ms=None,
-                 compile_memory_limit=None, max_code_bytes_per_key=None):
+                 compile_memory_limit=None, max_code_bytes_per_key=None, helper_cpus=None):
         options = _capi.ReceiverOptions()
         lib.threechains_receiver_options_init(ctypes.byref(options))
         self._keep = []  # what C holds pointers to, alive as long as the receiver
@@ -304,6 +317,7 @@ class Receiver(_Handle):
                              ("max_code_bytes_per_key", max_code_bytes_per_key)):
             if value is not None:
                 setattr(options, field, int(value))
+        _helper_cpus(options, helper_cpus, self._keep)
         super().__init__(_make(lib.threechains_receiver_create, worker.handle,
                                ctypes.byref(options)))
 
@@ -494,9 +508,11 @@ class Node(_Handle):
 
     @classmethod
     def bootstrap(cls, worker, launcher="auto", trust=None, identity=None, target_args=None,
-                  on_error=None, exposed=None):
+                  on_error=None, exposed=None, helper_cpus=None):
         """exposed: {name: object} that injected code finds with
-        threechains_lookup(name), exposed before the node connects."""
+        threechains_lookup(name), exposed before the node connects.
+        helper_cpus: as Receiver's (a rank bound to one core names a spare
+        one for the helpers)."""
         options = _capi.NodeOptions()
         lib.threechains_node_options_init(ctypes.byref(options))
         keep = []
@@ -510,6 +526,7 @@ class Node(_Handle):
         receiver = _capi.ReceiverOptions()
         lib.threechains_receiver_options_init(ctypes.byref(receiver))
         _receiver_options(receiver, 0, trust, identity, target_args, on_error, False, keep)
+        _helper_cpus(receiver, helper_cpus, keep)
         channel = _capi.ChannelOptions()
         lib.threechains_channel_options_init(ctypes.byref(channel))
         _channel_options(channel, None, None, None, identity, None)

@@ -47,7 +47,8 @@ class ReceiverOptions(ctypes.Structure):
                 ("gpu", ctypes.c_int), ("gpu_device", ctypes.c_int),
                 ("confined_time_budget_us", ctypes.c_uint64),
                 ("compile_time_limit_ms", ctypes.c_uint64),
-                ("compile_memory_limit", c_size_t), ("max_code_bytes_per_key", c_size_t)]
+                ("compile_memory_limit", c_size_t), ("max_code_bytes_per_key", c_size_t),
+                ("helper_cpus", ctypes.POINTER(ctypes.c_int)), ("helper_cpu_count", c_size_t)]
 
 
 class ReceiverStats(ctypes.Structure):

@@ -46,6 +46,12 @@ ReceiverOptions receiver_options(const threechains_receiver_options& given) {
     if (given.max_code_bytes_per_key != 0)
       options.limits.max_code_bytes_per_key = given.max_code_bytes_per_key;
   }
+  if (given.size >= offsetof(threechains_receiver_options, helper_cpu_count) + sizeof(size_t) &&
+      given.helper_cpu_count != 0) {
+    if (given.helper_cpus == nullptr)
+      throw Error(errc::invalid_argument, "helper_cpus is NULL and helper_cpu_count is not 0");
+    options.jit.helper_cpus.assign(given.helper_cpus, given.helper_cpus + given.helper_cpu_count);
+  }
   options.max_slots = given.max_slots;
   options.max_slot_size = given.max_slot_size;
   if (given.unrestricted_imports != 0) options.jit.imports = ImportPolicy::unrestricted();

@@ -9,6 +9,7 @@
  * target checks the counter is 1 + 2 + ... + FRAMES, each frame run once. */
 #include "c_support.h"
 
+#include <dirent.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -29,6 +30,59 @@ static void on_error(void* user, threechains_status status, const char* message)
   (void)user;
   ++errors_seen;
   fprintf(stderr, "target error (%s): %s\n", threechains_status_string(status), message);
+}
+
+/* The last CPU this process may run on, from /proc/self/status
+ * ("Cpus_allowed_list:\t0-3,8"), and how many it may: -1 if unreadable. */
+static int last_allowed_cpu(int* count) {
+  FILE* status = fopen("/proc/self/status", "r");
+  char line[4096];
+  int last = -1;
+  *count = 0;
+  while (status != NULL && fgets(line, sizeof(line), status) != NULL) {
+    if (strncmp(line, "Cpus_allowed_list:", 18) != 0) continue;
+    for (char* range = strtok(line + 18, ",\n"); range != NULL; range = strtok(NULL, ",\n")) {
+      char* dash = strchr(range, '-');
+      const int first = atoi(range);
+      last = dash != NULL ? atoi(dash + 1) : first;
+      *count += last - first + 1;
+    }
+  }
+  if (status != NULL) fclose(status);
+  return last;
+}
+
+/* The thread of this process named `name` (prctl/pthread_setname_np), its
+ * allowed CPUs as /proc writes them into `cpus`; 0 if there is none. */
+static int thread_cpus(const char* name, char* cpus, size_t size) {
+  DIR* tasks = opendir("/proc/self/task");
+  char path[512];
+  char line[4096];
+  int found = 0;
+  for (struct dirent* task = tasks != NULL ? readdir(tasks) : NULL; task != NULL && !found;
+       task = readdir(tasks)) {
+    if (task->d_name[0] == '.') continue;
+    snprintf(path, sizeof(path), "/proc/self/task/%s/comm", task->d_name);
+    FILE* comm = fopen(path, "r");
+    if (comm == NULL) continue;
+    const int named =
+        fgets(line, sizeof(line), comm) != NULL && strncmp(line, name, strlen(name)) == 0;
+    fclose(comm);
+    if (!named) continue;
+    snprintf(path, sizeof(path), "/proc/self/task/%s/status", task->d_name);
+    FILE* status = fopen(path, "r");
+    while (status != NULL && !found && fgets(line, sizeof(line), status) != NULL) {
+      if (strncmp(line, "Cpus_allowed_list:\t", 19) != 0) continue;
+      size_t length = strcspn(line + 19, "\n");
+      if (length >= size) length = size - 1;
+      memcpy(cpus, line + 19, length);
+      cpus[length] = '\0';
+      found = 1;
+    }
+    if (status != NULL) fclose(status);
+  }
+  if (tasks != NULL) closedir(tasks);
+  return found;
 }
 
 /* Serves until `frames` frames ran and the source left; writes the port to
@@ -62,6 +116,28 @@ static int run_target(const char* transport, const char* public_key, uint64_t fr
   options.trust = trust;
   if (!confined) options.target_args = (void*)counter;
   options.on_error = on_error;
+  /* Confined, the helpers (the compile worker, the window verifier) run on
+   * the one CPU named: the last this process may use. First what is
+   * refused: an id that names no CPU, and a count with no ids. */
+  int allowed_cpus = 0;
+  const int helper_cpu = last_allowed_cpu(&allowed_cpus);
+  if (confined) {
+    const int not_a_cpu = -1;
+    const int* refused_ids[] = {&not_a_cpu, NULL};
+    for (size_t i = 0; i < 2; ++i) {
+      threechains_receiver* refused = NULL;
+      options.helper_cpus = refused_ids[i];
+      options.helper_cpu_count = 1;
+      if (threechains_receiver_create(worker, &options, &refused) != THREECHAINS_INVALID_ARGUMENT ||
+          strstr(threechains_last_error(), "helper_cpus") == NULL) {
+        fprintf(stderr, "c target: helper_cpus %s was not refused: %s\n",
+                i == 0 ? "{-1}" : "NULL with a count", threechains_last_error());
+        return 1;
+      }
+    }
+    options.helper_cpus = &helper_cpu;
+    options.helper_cpu_count = helper_cpu >= 0 ? 1 : 0;
+  }
   CHECK(threechains_receiver_create(worker, &options, &receiver));
   if (confined) {
     void* exposed = NULL;
@@ -153,11 +229,28 @@ static int run_target(const char* transport, const char* public_key, uint64_t fr
            windowed ? "OK" : "MISMATCH");
   }
 
+  /* The window verifier, which checked the counter's code, runs where
+   * helper_cpus said. */
+  int placed = 1;
+  if (confined && allowed_cpus >= 2) {
+    char cpus[256] = "";
+    char wanted[32];
+    snprintf(wanted, sizeof(wanted), "%d", helper_cpu);
+    placed = thread_cpus("tc-verify", cpus, sizeof(cpus)) && strcmp(cpus, wanted) == 0;
+    printf("c target: the window verifier runs on CPUs '%s' (helper_cpus {%d}) %s\n", cpus,
+           helper_cpu, placed ? "OK" : "MISMATCH");
+  } else if (confined) {
+    printf(
+        "c target: this process may use %d CPU(s): where helper_cpus put the helpers is "
+        "not checked\n",
+        allowed_cpus);
+  }
+
   threechains_receiver_destroy(receiver);
   threechains_trust_destroy(trust);
   threechains_worker_destroy(worker);
   threechains_context_destroy(context);
-  return ok && counted && sized && guarded && windowed ? 0 : 1;
+  return ok && counted && sized && guarded && windowed && placed ? 0 : 1;
 }
 
 static int run_source(const char* transport, const char* container, const char* secret_key,

@@ -21,14 +21,35 @@ except ImportError:
     numpy = None
 
 
+def thread_cpus(name):
+    """The CPUs the thread of this process named `name` may run on (None: no such thread)."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm:
+                if comm.read().strip() == name:
+                    return os.sched_getaffinity(int(tid))
+        except OSError:  # ended meanwhile
+            pass
+    return None
+
+
 def target(transport, public_key, frames, port_file, confined=False):
     worker = tc.Worker(transport)
     errors = []
+    helper_cpu = max(os.sched_getaffinity(0))
     if confined:
         # The key signs code that runs confined only; the counter lives in
         # memory the receiver allocated for confined code (the window tier).
-        receiver = tc.Receiver(worker, trust=tc.Trust(peers=[public_key], code_signers=[public_key]),
-                               on_error=errors.append)
+        trust = tc.Trust(peers=[public_key], code_signers=[public_key])
+        try:
+            tc.Receiver(worker, trust=trust, helper_cpus=[-1])
+            print("python target: helper_cpus [-1] was not refused", file=sys.stderr)
+            return 1
+        except tc.Error as error:
+            assert error.status == tc.Status.INVALID_ARGUMENT and "helper_cpus" in str(error), error
+        # Its helpers (the compile worker, the window verifier) on one CPU.
+        receiver = tc.Receiver(worker, trust=trust, on_error=errors.append,
+                               helper_cpus=[helper_cpu])
         counter = ctypes.c_uint64.from_buffer(receiver.allocate_exposed("counter", 8))
         receiver.set_target_args(counter)
     else:
@@ -60,11 +81,22 @@ def target(transport, public_key, frames, port_file, confined=False):
                and per_ifunc[0]["loaded"] and per_ifunc[0]["calls"] == frames
                and per_ifunc[0]["payload_bytes"] == 8 * frames and per_ifunc[0]["timed_calls"] >= 1
                and per_ifunc[0]["in_window"] == confined)
+    # The window verifier, which checked the counter's code, runs where
+    # helper_cpus said.
+    placed = True
+    if confined and len(os.sched_getaffinity(0)) >= 2:
+        verifier = thread_cpus("tc-verify")
+        placed = verifier == {helper_cpu}
+        print(f"python target: the window verifier runs on CPUs {verifier} "
+              f"(helper_cpus [{helper_cpu}]): {'ok' if placed else 'MISMATCH'}")
+    elif confined:
+        print("python target: this process may use one CPU: where helper_cpus put the helpers "
+              "is not checked")
     del counter  # confined, a view of the receiver's memory: no use of it after close()
     receiver.close()
     # The source first tries a key this target does not trust: refused, and
     # the refusal reaches on_error as a tc.Error.
-    ok = (counted and windowed and value == expected and stats["frames_dispatched"] == frames
+    ok = (counted and windowed and placed and value == expected and stats["frames_dispatched"] == frames
           and stats["frames_rejected"] == 0 and stats["code_loads"] == 1
           and len(errors) == stats["peers_refused"] >= 1
           and all(e.status == tc.Status.PEER_REFUSED for e in errors))
