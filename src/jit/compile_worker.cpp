@@ -20,6 +20,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <system_error>
 #include <thread>
 
 extern char** environ;
@@ -162,8 +163,25 @@ void CompileWorkers::submit(uint64_t ticket, Job job) {
   start_next();
 }
 
+CompileWorkers::Started& CompileWorkers::Started::operator=(Started&& other) noexcept {
+  if (this != &other) {
+    release();
+    ticket = other.ticket;
+    worker = std::exchange(other.worker, std::nullopt);
+    error = std::move(other.error);
+  }
+  return *this;
+}
+
+void CompileWorkers::Started::release() noexcept {
+  if (worker) stop(*worker);
+  worker.reset();
+}
+
 void CompileWorkers::cancel(uint64_t ticket) noexcept {
   std::erase_if(queued_, [ticket](const Queued& job) { return job.ticket == ticket; });
+  // Its worker may be starting: stopped when the spawner hands it back.
+  if (starting_ && starting_->ticket == ticket) starting_->cancelled = true;
   std::erase_if(failed_to_start_, [ticket](const auto& done) { return done.first == ticket; });
   if (running_ && running_->ticket == ticket) {
     stop(*running_);
@@ -172,6 +190,7 @@ void CompileWorkers::cancel(uint64_t ticket) noexcept {
 }
 
 std::vector<std::pair<uint64_t, CompileWorkers::Outcome>> CompileWorkers::poll() {
+  if (starting_ && spawner_->has_finished()) take_started();
   std::vector<std::pair<uint64_t, Outcome>> done = std::move(failed_to_start_);
   failed_to_start_.clear();
   if (running_) {
@@ -207,13 +226,56 @@ std::vector<std::pair<uint64_t, CompileWorkers::Outcome>> CompileWorkers::poll()
 }
 
 void CompileWorkers::start_next() {
-  while (!running_ && !queued_.empty()) {
+  while (!running_ && !starting_ && !queued_.empty()) {
     Queued job = std::move(queued_.front());
     queued_.pop_front();
+    if (!spawner_) {
+      try {
+        spawner_ = std::make_unique<JobThread<Queued, Started>>(
+            "tc-spawn", [this](Queued& next) { return start_aside(next); }, settings_.cpus);
+      } catch (const std::system_error&) {  // no thread to be had: started here
+      }
+    }
+    if (spawner_) {
+      starting_ = Starting{job.ticket};
+      spawner_->submit(std::move(job));
+      return;
+    }
     try {
       running_ = start(job.ticket, job.job);
     } catch (const Error& error) {
       failed_to_start_.emplace_back(job.ticket, Outcome{{}, error, {}, true});
+    }
+  }
+}
+
+CompileWorkers::Started CompileWorkers::start_aside(Queued& job) const noexcept {
+  Started started;
+  started.ticket = job.ticket;
+  try {
+    started.worker = start(job.ticket, job.job);
+  } catch (const Error& error) {
+    started.error = error;
+  } catch (const std::exception& error) {  // out of memory: the target's failure too
+    started.error =
+        Error(errc::jit_failed, std::string("starting a compile worker: ") + error.what());
+  }
+  return started;
+}
+
+void CompileWorkers::take_started() {
+  for (Started& started : spawner_->take_finished()) {
+    // One start at a time, so any other is one already given up.
+    if (!starting_ || started.ticket != starting_->ticket) continue;
+    const bool cancelled = starting_->cancelled;
+    starting_.reset();
+    if (cancelled) continue;  // stopped as `started` goes
+    if (started.error) {
+      failed_to_start_.emplace_back(started.ticket,
+                                    Outcome{{}, std::move(*started.error), {}, true});
+    } else {
+      running_ = std::exchange(started.worker, std::nullopt);
+      next_look_ = {};
     }
   }
 }

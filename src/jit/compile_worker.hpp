@@ -6,6 +6,7 @@
 #pragma once
 
 #include "helper_cpus.hpp"
+#include "jit/job_thread.hpp"
 
 #include <threechains/error.hpp>
 
@@ -13,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -63,7 +65,8 @@ class CompileWorkers {
   };
 
   explicit CompileWorkers(const Settings& settings);
-  // Kills and reaps the workers still running: their compiles are dropped.
+  // Kills and reaps the workers still running, and those being started:
+  // their compiles are dropped.
   ~CompileWorkers();
   CompileWorkers(const CompileWorkers&) = delete;
   CompileWorkers& operator=(const CompileWorkers&) = delete;
@@ -81,7 +84,9 @@ class CompileWorkers {
   // in order.
   void submit(uint64_t ticket, Job job);
   // Never blocks: kills a worker past its time, reaps the ones that ended,
-  // starts the next, and returns what finished. Called on every poll of a
+  // has the next started (on the spawner thread: a posix_spawn holds its
+  // caller until the worker has exec'd, 1.1 ms here), and returns what
+  // finished. Called on every poll of a
   // target while a compile runs, it looks at the running worker (two
   // system calls) once per kLookEvery: every poll, they took a poll's p99
   // from 0.8 to 3.4 us (threechains-bench-compile-isolation, 2-core VM).
@@ -117,7 +122,34 @@ class CompileWorkers {
     enum class Stopped { no, cpu, blocked, starved } stopped = Stopped::no;
   };
 
+  // A worker the spawner started, or why it could not: one left untaken
+  // (its compile cancelled meanwhile, or the CompileWorkers going) is
+  // stopped as it goes.
+  struct Started {
+    uint64_t ticket = 0;
+    std::optional<Running> worker;
+    std::optional<Error> error;
+    Started() = default;
+    Started(Started&& other) noexcept
+        : ticket(other.ticket),
+          worker(std::exchange(other.worker, std::nullopt)),
+          error(std::move(other.error)) {}
+    Started& operator=(Started&& other) noexcept;
+    Started(const Started&) = delete;
+    Started& operator=(const Started&) = delete;
+    ~Started() { release(); }
+    void release() noexcept;
+  };
+  // The job handed to the spawner, until its Started is taken.
+  struct Starting {
+    uint64_t ticket = 0;
+    bool cancelled = false;  // then stopped when taken
+  };
+
+  // Reads only what construction set: runs on the spawner thread too.
   [[nodiscard]] Running start(uint64_t ticket, const Job& job) const;
+  [[nodiscard]] Started start_aside(Queued& job) const noexcept;  // the spawner's work
+  void take_started();  // a started worker becomes running_
   // The outcome of `worker`, which exited with `status`; closes its descriptors.
   [[nodiscard]] Outcome finish(Running& worker, int status) const;
   static void stop(Running& worker) noexcept;  // kills, reaps, closes
@@ -139,8 +171,13 @@ class CompileWorkers {
   Settings settings_;
   std::string program_;
   std::deque<Queued> queued_;
+  std::optional<Starting> starting_;  // at most one: one worker at a time
   std::optional<Running> running_;
   std::vector<std::pair<uint64_t, Outcome>> failed_to_start_;
+  // Made at the first start; none (no thread to be had): started here.
+  // Last: stopped before what its work reads, and what it started and
+  // nobody took is stopped with it.
+  std::unique_ptr<JobThread<Queued, Started>> spawner_;
 };
 
 }  // namespace threechains
