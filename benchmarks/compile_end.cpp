@@ -138,6 +138,10 @@ int main(int argc, char** argv) {
   bool heavy = true;
   std::string json;
   std::size_t cold_mib = 0;
+  std::vector<int> helper_cpus;
+  app.add_option("--helper-cpus", helper_cpus,
+                 "JitOptions::helper_cpus of every cache (run the benchmark itself elsewhere, with "
+                 "taskset)");
   app.add_option("--cold-mib", cold_mib,
                  "write this many MiB before each load (untimed): cold caches");
   app.add_option("-r,--rounds", rounds, "loads per case (evicted between)")
@@ -152,9 +156,11 @@ int main(int argc, char** argv) {
                                       ("threechains-bench-compile-end-" + std::to_string(getpid()));
   std::vector<Case> cases;
   try {
-    JitCache native;
-    JitCache compiling;  // no store: every load is a worker's compile
-    JitOptions stored_options;
+    JitOptions options;
+    options.helper_cpus = helper_cpus;
+    JitCache native(options);
+    JitCache compiling(options);  // no store: every load is a worker's compile
+    JitOptions stored_options = options;
     stored_options.code_cache_directory = store.string();
     stored_options.confinement.compile_time_limit = std::chrono::seconds(60);
     JitCache stored(stored_options);
