@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -290,6 +291,25 @@ TEST_CASE("a compile worker starts beside the thread that loads, and none outliv
     REQUIRE(finished[0].result.has_value());
     std::this_thread::sleep_for(200ms);  // a stale answer, had one come, is ignored
     CHECK(cache.finish_loads().empty());
+    CHECK(compile_workers_alive() == 0);
+  }
+  SECTION("evicted while its worker starts, with no load after: stopped and reaped all the same") {
+    JitCache cache;
+    CHECK_FALSE(cache.start_load(counter.id(), counter.codec(), counter.code(), Confine::yes));
+    (void)cache.evict(counter.id());
+    // Before (helper-31): with no load pending, finish_loads never looked at
+    // the workers, and the started one compiled on unwatched, then stayed
+    // a zombie; nor did the cache say a compile was in progress.
+    CHECK(cache.compiles_in_progress());
+    // At least half a second, by which the worker has long been started;
+    // then until the cache says it is done.
+    const auto start = std::chrono::steady_clock::now();
+    while ((cache.compiles_in_progress() || std::chrono::steady_clock::now() < start + 500ms) &&
+           std::chrono::steady_clock::now() < start + 10s) {
+      CHECK(cache.finish_loads().empty());
+      std::this_thread::sleep_for(1ms);
+    }
+    CHECK_FALSE(cache.compiles_in_progress());
     CHECK(compile_workers_alive() == 0);
   }
   SECTION("a cache dropped while its worker starts stops it") {

@@ -115,7 +115,22 @@ errc refusal_code(int value) {
 
 CompileWorkers::CompileWorkers(const Settings& settings)
     : settings_(settings),
-      program_(find_helper_program("threechains-compile-worker", "THREECHAINS_COMPILE_WORKER")) {}
+      program_(find_helper_program("threechains-compile-worker", "THREECHAINS_COMPILE_WORKER")) {
+  // Its environment: where its libraries are, and a sanitizer's settings;
+  // nothing else of this process's. Read here, on the thread that makes the
+  // cache: tc-spawn must not call getenv beside a setenv elsewhere.
+  for (const char* variable :
+       {"LD_LIBRARY_PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS", "LSAN_OPTIONS"}) {
+    if (const char* value = std::getenv(variable))
+      environment_.push_back(std::string(variable) + "=" + value);
+  }
+  // The worker links this library, and so UCX, which it never uses: its
+  // memory hooks (code patched into libc at load) stay off there. Both
+  // settings are read, under these names, by UCX 1.13 to 1.22
+  // (src/ucs/config/ucm_opts.c: prefix "MEM_", MMAP_HOOK_MODE, MALLOC_HOOKS).
+  environment_.emplace_back("UCX_MEM_MMAP_HOOK_MODE=none");
+  environment_.emplace_back("UCX_MEM_MALLOC_HOOKS=no");
+}
 
 CompileWorkers::~CompileWorkers() {
   if (running_) stop(*running_);
@@ -233,13 +248,21 @@ void CompileWorkers::start_next() {
       try {
         spawner_ = std::make_unique<JobThread<Queued, Started>>(
             "tc-spawn", [this](Queued& next) { return start_aside(next); }, settings_.cpus);
-      } catch (const std::system_error&) {  // no thread to be had: started here
+      } catch (const std::exception&) {  // no thread (or memory) to be had: started here
       }
     }
     if (spawner_) {
-      starting_ = Starting{job.ticket};
-      spawner_->submit(std::move(job));
-      return;
+      const uint64_t ticket = job.ticket;
+      try {
+        spawner_->submit(std::move(job));  // first: a start is pending only once it was handed over
+        starting_ = Starting{ticket};
+        return;
+      } catch (const std::exception&) {  // out of memory: the job is lost, its load answered
+        failed_to_start_.emplace_back(
+            ticket,
+            Outcome{{}, Error(errc::jit_failed, "handing a compile to tc-spawn failed"), {}, true});
+        continue;
+      }
     }
     try {
       running_ = start(job.ticket, job.job);
@@ -354,18 +377,7 @@ CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const Job& job) c
       &attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSCHEDULER);
   // Its environment: where its libraries are, and a sanitizer's settings;
   // nothing else of this process's.
-  std::vector<std::string> kept;
-  for (const char* variable :
-       {"LD_LIBRARY_PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS", "LSAN_OPTIONS"}) {
-    if (const char* value = std::getenv(variable))
-      kept.push_back(std::string(variable) + "=" + value);
-  }
-  // The worker links this library, and so UCX, which it never uses: its
-  // memory hooks (code patched into libc at load) stay off there. Both
-  // settings are read, under these names, by UCX 1.13 to 1.22
-  // (src/ucs/config/ucm_opts.c: prefix "MEM_", MMAP_HOOK_MODE, MALLOC_HOOKS).
-  kept.emplace_back("UCX_MEM_MMAP_HOOK_MODE=none");
-  kept.emplace_back("UCX_MEM_MALLOC_HOOKS=no");
+  std::vector<std::string> kept = environment_;  // copied: execve takes char*
   std::vector<char*> environment;
   for (std::string& entry : kept) environment.push_back(entry.data());
   environment.push_back(nullptr);

@@ -91,8 +91,15 @@ class CompileWorkers {
   // system calls) once per kLookEvery: every poll, they took a poll's p99
   // from 0.8 to 3.4 us (threechains-bench-compile-isolation, 2-core VM).
   [[nodiscard]] std::vector<std::pair<uint64_t, Outcome>> poll();
-  // Drops a queued or running compile; poll() never returns it.
+  // Drops a queued or running compile; poll() never returns it. A worker
+  // being started for it is stopped in the next poll().
   void cancel(uint64_t ticket) noexcept;
+  // Whether poll() has anything to do: a compile queued, starting, running,
+  // or a failure to hand back. JitCache polls while this holds, loads
+  // pending or not, so that a cancelled start is stopped and reaped.
+  [[nodiscard]] bool busy() const noexcept {
+    return starting_ || running_ || !queued_.empty() || !failed_to_start_.empty();
+  }
 
   // Compiles now, on this thread, and waits (for as long as stop_if_late
   // lets the worker run).
@@ -170,6 +177,7 @@ class CompileWorkers {
 
   Settings settings_;
   std::string program_;
+  std::vector<std::string> environment_;  // the workers': VARIABLE=value
   std::deque<Queued> queued_;
   std::optional<Starting> starting_;  // at most one: one worker at a time
   std::optional<Running> running_;

@@ -469,7 +469,9 @@ std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
   // Taken even with nothing pending: a cancelled load's result holds its
   // bitcode (and the store's object) until then.
   if (impl_->preparation && impl_->preparation->has_finished()) take_prepared(finished);
-  if (!impl_->pending_loads.empty()) take_compiled(finished);
+  // With none pending, too: a worker started for a cancelled load is
+  // stopped and reaped here (CompileWorkers::busy).
+  if (!impl_->pending_loads.empty() || impl_->workers.busy()) take_compiled(finished);
   sync_promotion_counts();
   return finished;
 }
@@ -645,7 +647,8 @@ Promotions JitCache::promote_ready() {
 void JitCache::sync_promotion_counts() noexcept {
   awaiting_calls_ = impl_->awaiting;
   // Abandoned links too: their windows come back only in finish_loads.
-  compiling_ = impl_->in_progress + impl_->pending_loads.size() + impl_->abandoned_links.size();
+  compiling_ = impl_->in_progress + impl_->pending_loads.size() + impl_->abandoned_links.size() +
+               (impl_->workers.busy() ? 1 : 0);
 }
 
 void* JitCache::lookup(CodeId id, const std::string& symbol) {
