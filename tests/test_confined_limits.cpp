@@ -357,7 +357,7 @@ class BoundForAWhile {
 // (src/helper_cpus.hpp). Here the target is bound to one CPU as it forks,
 // with JitOptions::helper_cpus naming another, and a peer's large code
 // (prepared and checked aside, then compiled for a second of CPU) starts a
-// compile worker, tc-prepare, tc-vet and tc-spawn.
+// compile worker, tc-prepare, tc-vet and tc-compiles.
 TEST_CASE(
     "a target bound to one CPU runs its compile workers and helper threads on the helper_cpus",
     "[confinement][limits][compile][ucx]") {
@@ -399,7 +399,7 @@ TEST_CASE(
   CHECK(named("threechains-com"));  // the compile worker: its comm, cut at 15 characters
   CHECK(named("tc-prepare"));
   CHECK(named("tc-vet"));
-  CHECK(named("tc-spawn"));  // which started the worker
+  CHECK(named("tc-compiles"));  // which started and watches the worker
   for (const auto& [task, helper] : seen) {
     INFO(helper.name << " (" << task << ") may run on " << CPU_COUNT(&helper.cpus)
                      << " CPUs; the helper CPU (" << helper_cpu
@@ -446,7 +446,7 @@ TEST_CASE("the helpers of a real-time serving thread run in SCHED_OTHER",
   CHECK(names.contains("threechains-com"));
   CHECK(names.contains("tc-prepare"));
   CHECK(names.contains("tc-vet"));
-  CHECK(names.contains("tc-spawn"));
+  CHECK(names.contains("tc-compiles"));
   const LimitsResult result = closed(target, {&source});
   INFO(result.first_error);
   CHECK(result.refused == (stopped->is(errc::code_refused) ? 1 : 0));

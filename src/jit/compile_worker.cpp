@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -115,10 +116,12 @@ errc refusal_code(int value) {
 
 CompileWorkers::CompileWorkers(const Settings& settings)
     : settings_(settings),
-      program_(find_helper_program("threechains-compile-worker", "THREECHAINS_COMPILE_WORKER")) {
+      program_(find_helper_program("threechains-compile-worker", "THREECHAINS_COMPILE_WORKER")),
+      // Without it, a cancel or the end is seen within a look (20 ms).
+      wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   // Its environment: where its libraries are, and a sanitizer's settings;
   // nothing else of this process's. Read here, on the thread that makes the
-  // cache: tc-spawn must not call getenv beside a setenv elsewhere.
+  // cache: tc-compiles must not call getenv beside a setenv elsewhere.
   for (const char* variable :
        {"LD_LIBRARY_PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS", "LSAN_OPTIONS"}) {
     if (const char* value = std::getenv(variable))
@@ -133,7 +136,17 @@ CompileWorkers::CompileWorkers(const Settings& settings)
 }
 
 CompileWorkers::~CompileWorkers() {
-  if (running_) stop(*running_);
+  // The worker under way is killed and reaped on tc-compiles, which its
+  // wake-up makes see stopping_ at once; queued jobs are dropped.
+  stopping_.store(true, std::memory_order_relaxed);
+  wake_supervisor();
+  supervisor_.reset();
+  if (wake_ >= 0) close(wake_);
+}
+
+void CompileWorkers::wake_supervisor() const noexcept {
+  const uint64_t one = 1;
+  if (wake_ >= 0) (void)!write(wake_, &one, sizeof(one));
 }
 
 CompileWorkers::Job& CompileWorkers::Job::operator=(Job&& other) noexcept {
@@ -174,146 +187,120 @@ CompileWorkers::Job CompileWorkers::prepare(const std::string& name,
 }
 
 void CompileWorkers::submit(uint64_t ticket, Job job) {
-  queued_.push_back({ticket, std::move(job)});
-  start_next();
-}
-
-CompileWorkers::Started& CompileWorkers::Started::operator=(Started&& other) noexcept {
-  if (this != &other) {
-    release();
-    ticket = other.ticket;
-    worker = std::exchange(other.worker, std::nullopt);
-    error = std::move(other.error);
+  const uint64_t serial = next_serial_++;
+  if (!supervisor_) {
+    try {
+      supervisor_ = std::make_unique<JobThread<Queued, Finished>>(
+          "tc-compiles", [this](Queued& next) { return supervise(next); }, settings_.cpus);
+    } catch (const std::exception& error) {  // no thread (or memory) to be had
+      failed_to_start_.emplace_back(
+          ticket, Outcome{{},
+                          Error(errc::jit_failed,
+                                std::string("starting the thread that runs compile workers: ") +
+                                    error.what()),
+                          {},
+                          true});
+      return;
+    }
   }
-  return *this;
-}
-
-void CompileWorkers::Started::release() noexcept {
-  if (worker) stop(*worker);
-  worker.reset();
+  outstanding_.emplace(serial, ticket);  // first: a failed submit below leaves no trace
+  try {
+    supervisor_->submit({ticket, serial, std::move(job)});
+  } catch (...) {
+    outstanding_.erase(serial);
+    throw;
+  }
 }
 
 void CompileWorkers::cancel(uint64_t ticket) noexcept {
-  std::erase_if(queued_, [ticket](const Queued& job) { return job.ticket == ticket; });
-  // Its worker may be starting: stopped when the spawner hands it back.
-  if (starting_ && starting_->ticket == ticket) starting_->cancelled = true;
   std::erase_if(failed_to_start_, [ticket](const auto& done) { return done.first == ticket; });
-  if (running_ && running_->ticket == ticket) {
-    stop(*running_);
-    running_.reset();
+  for (auto it = outstanding_.begin(); it != outstanding_.end();) {
+    if (it->second != ticket) {
+      ++it;
+      continue;
+    }
+    const uint64_t serial = it->first;
+    it = outstanding_.erase(it);
+    bool dropped = false;
+    supervisor_->drop_queued([serial, &dropped](const Queued& job) {
+      if (job.serial != serial) return false;
+      dropped = true;
+      return true;
+    });
+    if (dropped) continue;
+    // Under way (or just done): tc-compiles kills and reaps it, at once.
+    try {
+      const std::lock_guard lock(cancel_mutex_);
+      cancelled_.insert(serial);
+    } catch (...) {  // no memory for the note: stopped at its limits instead
+    }
+    wake_supervisor();
   }
 }
 
 std::vector<std::pair<uint64_t, CompileWorkers::Outcome>> CompileWorkers::poll() {
-  if (starting_ && spawner_->has_finished()) take_started();
   std::vector<std::pair<uint64_t, Outcome>> done = std::move(failed_to_start_);
   failed_to_start_.clear();
-  if (running_) {
-    // A worker's end is seen within kLookEvery, which no compile notices.
-    const auto now = std::chrono::steady_clock::now();
-    if (now < next_look_) return done;
-    next_look_ = now + kLookEvery;
-    Running& worker = *running_;
-    (void)stop_if_late(worker);
-    int status = 0;
-    const pid_t reaped = waitpid(worker.pid, &status, WNOHANG);
-    if (reaped == worker.pid || (reaped < 0 && errno == ECHILD)) {
-      Outcome outcome;
-      if (reaped == worker.pid) {
-        outcome = finish(worker, status);
-      } else {
-        outcome.error = Error(errc::jit_failed,
-                              "the compile worker vanished before it was reaped (does this "
-                              "process ignore SIGCHLD or reap children it did not start?)");
-        outcome.target_failed = true;
-        worker.pid = -1;
-        stop(worker);
-      }
-      done.emplace_back(worker.ticket, std::move(outcome));
-      running_.reset();
+  if (!supervisor_ || !supervisor_->has_finished()) return done;  // no system call
+  for (Finished& finished : supervisor_->take_finished()) {
+    const auto it = outstanding_.find(finished.serial);
+    if (it == outstanding_.end()) {  // cancelled: its note is no longer needed
+      const std::lock_guard lock(cancel_mutex_);
+      cancelled_.erase(finished.serial);
+      continue;
     }
+    done.emplace_back(it->second, std::move(finished.outcome));
+    outstanding_.erase(it);
   }
-  start_next();
-  std::vector<std::pair<uint64_t, Outcome>> more = std::move(failed_to_start_);
-  failed_to_start_.clear();
-  for (auto& entry : more) done.push_back(std::move(entry));
   return done;
 }
 
-void CompileWorkers::start_next() {
-  while (!running_ && !starting_ && !queued_.empty()) {
-    Queued job = std::move(queued_.front());
-    queued_.pop_front();
-    if (!spawner_) {
-      try {
-        spawner_ = std::make_unique<JobThread<Queued, Started>>(
-            "tc-spawn", [this](Queued& next) { return start_aside(next); }, settings_.cpus);
-      } catch (const std::exception&) {  // no thread (or memory) to be had: started here
-      }
-    }
-    if (spawner_) {
-      const uint64_t ticket = job.ticket;
-      try {
-        spawner_->submit(std::move(job));  // first: a start is pending only once it was handed over
-        starting_ = Starting{ticket};
-        return;
-      } catch (const std::exception&) {  // out of memory: the job is lost, its load answered
-        failed_to_start_.emplace_back(
-            ticket,
-            Outcome{{}, Error(errc::jit_failed, "handing a compile to tc-spawn failed"), {}, true});
-        continue;
-      }
-    }
-    try {
-      running_ = start(job.ticket, job.job);
-    } catch (const Error& error) {
-      failed_to_start_.emplace_back(job.ticket, Outcome{{}, error, {}, true});
-    }
-  }
+bool CompileWorkers::given_up(uint64_t serial) const noexcept {
+  if (stopping_.load(std::memory_order_relaxed)) return true;
+  const std::lock_guard lock(cancel_mutex_);
+  return cancelled_.contains(serial);
 }
 
-CompileWorkers::Started CompileWorkers::start_aside(Queued& job) const noexcept {
-  Started started;
-  started.ticket = job.ticket;
+CompileWorkers::Finished CompileWorkers::supervise(Queued& job) const noexcept {
+  Finished finished;
+  finished.serial = job.serial;
   try {
-    started.worker = start(job.ticket, job.job);
-  } catch (const Error& error) {
-    started.error = error;
-  } catch (const std::exception& error) {  // out of memory: the target's failure too
-    started.error =
-        Error(errc::jit_failed, std::string("starting a compile worker: ") + error.what());
-  }
-  return started;
-}
-
-void CompileWorkers::take_started() {
-  for (Started& started : spawner_->take_finished()) {
-    // One start at a time, so any other is one already given up.
-    if (!starting_ || started.ticket != starting_->ticket) continue;
-    const bool cancelled = starting_->cancelled;
-    starting_.reset();
-    if (cancelled) continue;  // stopped as `started` goes
-    if (started.error) {
-      failed_to_start_.emplace_back(started.ticket,
-                                    Outcome{{}, std::move(*started.error), {}, true});
-    } else {
-      running_ = std::exchange(started.worker, std::nullopt);
-      next_look_ = {};
+    if (given_up(job.serial)) {
+      finished.outcome = {{}, Error(errc::jit_failed, "cancelled before it started"), {}, true};
+      return finished;
     }
+    Running worker = start(job.ticket, job.job);
+    finished.outcome = watch(
+        worker, [this, serial = job.serial] { return given_up(serial); }, wake_);
+  } catch (const Error& error) {
+    finished.outcome = {{}, error, {}, true};
+  } catch (const std::exception& error) {  // out of memory: the target's failure too
+    finished.outcome = {
+        {},
+        Error(errc::jit_failed, std::string("running a compile worker: ") + error.what()),
+        {},
+        true};
   }
+  return finished;
 }
 
-CompileWorkers::Outcome CompileWorkers::compile(const std::string& name,
-                                                std::span<const std::byte> bitcode,
-                                                bool checked_only) {
-  Running worker = start(0, prepare(name, bitcode, checked_only));
+CompileWorkers::Outcome CompileWorkers::watch(Running& worker, const std::function<bool()>& give_up,
+                                              int wake) const {
   int status = 0;
   for (;;) {
+    if (give_up()) {
+      stop(worker);  // kills and reaps
+      return {{}, Error(errc::jit_failed, "the compile was cancelled"), {}, true};
+    }
     const bool stopped = stop_if_late(worker);
     if (!stopped && worker.pidfd >= 0) {
-      // Its CPU time is looked at every 20 ms meanwhile.
-      pollfd ready{worker.pidfd, POLLIN, 0};
-      (void)::poll(&ready, 1, 20);
+      // Its CPU time is looked at every 20 ms meanwhile; its exit, a
+      // cancel or the end of the CompileWorkers ends the wait at once.
+      pollfd ready[2] = {{worker.pidfd, POLLIN, 0}, {wake, POLLIN, 0}};
+      if (::poll(ready, wake >= 0 ? 2 : 1, 20) > 0 && (ready[1].revents & POLLIN) != 0) {
+        uint64_t count = 0;
+        (void)!read(wake, &count, sizeof(count));
+      }
     }
     const pid_t reaped = waitpid(worker.pid, &status, stopped ? 0 : WNOHANG);
     if (reaped == worker.pid) break;
@@ -330,6 +317,14 @@ CompileWorkers::Outcome CompileWorkers::compile(const std::string& name,
     if (worker.pidfd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return finish(worker, status);
+}
+
+CompileWorkers::Outcome CompileWorkers::compile(const std::string& name,
+                                                std::span<const std::byte> bitcode,
+                                                bool checked_only) {
+  Running worker = start(0, prepare(name, bitcode, checked_only));
+  return watch(
+      worker, [] { return false; }, -1);
 }
 
 CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const Job& job) const {

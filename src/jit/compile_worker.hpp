@@ -10,12 +10,17 @@
 
 #include <threechains/error.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -81,24 +86,21 @@ class CompileWorkers {
   [[nodiscard]] Job prepare(const std::string& name, std::span<const std::byte> bitcode,
                             bool checked_only = false) const;
   // Queues `job` under `ticket`; one worker runs at a time, the rest wait
-  // in order.
+  // in order. Each is started, watched (its limits: stop_if_late) and
+  // reaped on tc-compiles, a thread of its own: posix_spawn holds its
+  // caller until the worker has exec'd (1.1 ms on the 2-core VM), and
+  // looking at the worker and reading its object are system calls and
+  // copies that on the serving thread delayed every other peer.
   void submit(uint64_t ticket, Job job);
-  // Never blocks: kills a worker past its time, reaps the ones that ended,
-  // has the next started (on the spawner thread: a posix_spawn holds its
-  // caller until the worker has exec'd, 1.1 ms here), and returns what
-  // finished. Called on every poll of a
-  // target while a compile runs, it looks at the running worker (two
-  // system calls) once per kLookEvery: every poll, they took a poll's p99
-  // from 0.8 to 3.4 us (threechains-bench-compile-isolation, 2-core VM).
+  // Never blocks, and makes no system call: what finished since the last
+  // call (a compile that could not start, too: target_failed).
   [[nodiscard]] std::vector<std::pair<uint64_t, Outcome>> poll();
-  // Drops a queued or running compile; poll() never returns it. A worker
-  // being started for it is stopped in the next poll().
+  // Drops a queued or running compile; poll() never returns it. A running
+  // worker is killed and reaped on tc-compiles at once.
   void cancel(uint64_t ticket) noexcept;
-  // Whether poll() has anything to do: a compile queued, starting, running,
-  // or a failure to hand back. JitCache polls while this holds, loads
-  // pending or not, so that a cancelled start is stopped and reaped.
+  // Whether a compile submitted has not been returned by poll() yet.
   [[nodiscard]] bool busy() const noexcept {
-    return starting_ || running_ || !queued_.empty() || !failed_to_start_.empty();
+    return !outstanding_.empty() || !failed_to_start_.empty();
   }
 
   // Compiles now, on this thread, and waits (for as long as stop_if_late
@@ -109,7 +111,12 @@ class CompileWorkers {
  private:
   struct Queued {
     uint64_t ticket = 0;
+    uint64_t serial = 0;  // this submission's, unlike the ticket never reused
     Job job;
+  };
+  struct Finished {
+    uint64_t serial = 0;
+    Outcome outcome;
   };
   struct Running {
     uint64_t ticket = 0;
@@ -129,34 +136,18 @@ class CompileWorkers {
     enum class Stopped { no, cpu, blocked, starved } stopped = Stopped::no;
   };
 
-  // A worker the spawner started, or why it could not: one left untaken
-  // (its compile cancelled meanwhile, or the CompileWorkers going) is
-  // stopped as it goes.
-  struct Started {
-    uint64_t ticket = 0;
-    std::optional<Running> worker;
-    std::optional<Error> error;
-    Started() = default;
-    Started(Started&& other) noexcept
-        : ticket(other.ticket),
-          worker(std::exchange(other.worker, std::nullopt)),
-          error(std::move(other.error)) {}
-    Started& operator=(Started&& other) noexcept;
-    Started(const Started&) = delete;
-    Started& operator=(const Started&) = delete;
-    ~Started() { release(); }
-    void release() noexcept;
-  };
-  // The job handed to the spawner, until its Started is taken.
-  struct Starting {
-    uint64_t ticket = 0;
-    bool cancelled = false;  // then stopped when taken
-  };
-
-  // Reads only what construction set: runs on the spawner thread too.
+  // Reads only what construction set: runs on tc-compiles too.
   [[nodiscard]] Running start(uint64_t ticket, const Job& job) const;
-  [[nodiscard]] Started start_aside(Queued& job) const noexcept;  // the spawner's work
-  void take_started();  // a started worker becomes running_
+  // tc-compiles' work: starts, watches and reaps one worker.
+  [[nodiscard]] Finished supervise(Queued& job) const noexcept;
+  // Waits for `worker` to end, stopping it when stop_if_late says, or
+  // when `give_up` does (cancelled: then reaped, and its outcome is not
+  // the code's). `wake`, if not -1, is polled beside its exit.
+  [[nodiscard]] Outcome watch(Running& worker, const std::function<bool()>& give_up,
+                              int wake) const;
+  // Whether tc-compiles should stop the compile `serial`.
+  [[nodiscard]] bool given_up(uint64_t serial) const noexcept;
+  void wake_supervisor() const noexcept;
   // The outcome of `worker`, which exited with `status`; closes its descriptors.
   [[nodiscard]] Outcome finish(Running& worker, int status) const;
   static void stop(Running& worker) noexcept;  // kills, reaps, closes
@@ -169,23 +160,24 @@ class CompileWorkers {
   //   growing: starved at nice 10 by a busy machine, the target's fault
   //   (and what it holds, memory and the one compile slot, has to end).
   bool stop_if_late(Running& worker) const noexcept;
-  static constexpr std::chrono::microseconds kLookEvery{500};
-  std::chrono::steady_clock::time_point next_look_{};
   static constexpr int kBlockedFactor = 4;
   static constexpr int kStarvedFactor = 16;
-  void start_next();
 
   Settings settings_;
   std::string program_;
   std::vector<std::string> environment_;  // the workers': VARIABLE=value
-  std::deque<Queued> queued_;
-  std::optional<Starting> starting_;  // at most one: one worker at a time
-  std::optional<Running> running_;
+  int wake_ = -1;                         // an eventfd: tc-compiles looks again at once
+  // What the serving thread submitted and poll() has not returned: serial,
+  // ticket. Read and written on the serving thread only.
+  std::map<uint64_t, uint64_t> outstanding_;
+  uint64_t next_serial_ = 0;
   std::vector<std::pair<uint64_t, Outcome>> failed_to_start_;
-  // Made at the first start; none (no thread to be had): started here.
-  // Last: stopped before what its work reads, and what it started and
-  // nobody took is stopped with it.
-  std::unique_ptr<JobThread<Queued, Started>> spawner_;
+  // Serials cancelled while tc-compiles may be running them.
+  mutable std::mutex cancel_mutex_;
+  std::set<uint64_t> cancelled_;
+  std::atomic<bool> stopping_{false};
+  // Made at the first submit. Last: stopped before what its work reads.
+  std::unique_ptr<JobThread<Queued, Finished>> supervisor_;
 };
 
 }  // namespace threechains
