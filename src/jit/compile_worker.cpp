@@ -116,9 +116,7 @@ errc refusal_code(int value) {
 
 CompileWorkers::CompileWorkers(const Settings& settings)
     : settings_(settings),
-      program_(find_helper_program("threechains-compile-worker", "THREECHAINS_COMPILE_WORKER")),
-      // Without it, a cancel or the end is seen within a look (20 ms).
-      wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+      program_(find_helper_program("threechains-compile-worker", "THREECHAINS_COMPILE_WORKER")) {
   // Its environment: where its libraries are, and a sanitizer's settings;
   // nothing else of this process's. Read here, on the thread that makes the
   // cache: tc-compiles must not call getenv beside a setenv elsewhere.
@@ -133,6 +131,9 @@ CompileWorkers::CompileWorkers(const Settings& settings)
   // (src/ucs/config/ucm_opts.c: prefix "MEM_", MMAP_HOOK_MODE, MALLOC_HOOKS).
   environment_.emplace_back("UCX_MEM_MMAP_HOOK_MODE=none");
   environment_.emplace_back("UCX_MEM_MALLOC_HOOKS=no");
+  // Last, so that nothing above can throw with it open. Without it, a
+  // cancel or the end is seen within a look (20 ms).
+  wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 }
 
 CompileWorkers::~CompileWorkers() {
@@ -203,7 +204,7 @@ void CompileWorkers::submit(uint64_t ticket, Job job) {
       return;
     }
   }
-  outstanding_.emplace(serial, ticket);  // first: a failed submit below leaves no trace
+  outstanding_.emplace(serial, Outstanding{ticket, false});  // a failed submit below erases it
   try {
     supervisor_->submit({ticket, serial, std::move(job)});
   } catch (...) {
@@ -215,20 +216,25 @@ void CompileWorkers::submit(uint64_t ticket, Job job) {
 void CompileWorkers::cancel(uint64_t ticket) noexcept {
   std::erase_if(failed_to_start_, [ticket](const auto& done) { return done.first == ticket; });
   for (auto it = outstanding_.begin(); it != outstanding_.end();) {
-    if (it->second != ticket) {
+    if (it->second.ticket != ticket || it->second.cancelled) {
       ++it;
       continue;
     }
     const uint64_t serial = it->first;
-    it = outstanding_.erase(it);
     bool dropped = false;
     supervisor_->drop_queued([serial, &dropped](const Queued& job) {
       if (job.serial != serial) return false;
       dropped = true;
       return true;
     });
-    if (dropped) continue;
-    // Under way (or just done): tc-compiles kills and reaps it, at once.
+    if (dropped) {
+      it = outstanding_.erase(it);
+      continue;
+    }
+    // Under way (or just done): tc-compiles kills and reaps it, at once,
+    // and poll() drops what it hands back (busy() holds until then).
+    it->second.cancelled = true;
+    ++it;
     try {
       const std::lock_guard lock(cancel_mutex_);
       cancelled_.insert(serial);
@@ -244,13 +250,15 @@ std::vector<std::pair<uint64_t, CompileWorkers::Outcome>> CompileWorkers::poll()
   if (!supervisor_ || !supervisor_->has_finished()) return done;  // no system call
   for (Finished& finished : supervisor_->take_finished()) {
     const auto it = outstanding_.find(finished.serial);
-    if (it == outstanding_.end()) {  // cancelled: its note is no longer needed
+    if (it == outstanding_.end()) continue;  // cannot be: each serial comes back once
+    const Outstanding outstanding = it->second;
+    outstanding_.erase(it);
+    if (outstanding.cancelled) {  // dropped, and its note is no longer needed
       const std::lock_guard lock(cancel_mutex_);
       cancelled_.erase(finished.serial);
       continue;
     }
-    done.emplace_back(it->second, std::move(finished.outcome));
-    outstanding_.erase(it);
+    done.emplace_back(outstanding.ticket, std::move(finished.outcome));
   }
   return done;
 }
@@ -264,14 +272,15 @@ bool CompileWorkers::given_up(uint64_t serial) const noexcept {
 CompileWorkers::Finished CompileWorkers::supervise(Queued& job) const noexcept {
   Finished finished;
   finished.serial = job.serial;
+  std::optional<Running> worker;
   try {
     if (given_up(job.serial)) {
       finished.outcome = {{}, Error(errc::jit_failed, "cancelled before it started"), {}, true};
       return finished;
     }
-    Running worker = start(job.ticket, job.job);
+    worker = start(job.ticket, job.job);
     finished.outcome = watch(
-        worker, [this, serial = job.serial] { return given_up(serial); }, wake_);
+        *worker, [this, serial = job.serial] { return given_up(serial); }, wake_);
   } catch (const Error& error) {
     finished.outcome = {{}, error, {}, true};
   } catch (const std::exception& error) {  // out of memory: the target's failure too
@@ -281,6 +290,10 @@ CompileWorkers::Finished CompileWorkers::supervise(Queued& job) const noexcept {
         {},
         true};
   }
+  // What finish() did not get to close (it threw: out of memory reading a
+  // 64 MiB object, say): killed if still there, reaped, closed. After
+  // finish() nothing is left open, and this does nothing.
+  if (worker) stop(*worker);
   return finished;
 }
 

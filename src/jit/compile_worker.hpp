@@ -98,7 +98,8 @@ class CompileWorkers {
   // Drops a queued or running compile; poll() never returns it. A running
   // worker is killed and reaped on tc-compiles at once.
   void cancel(uint64_t ticket) noexcept;
-  // Whether a compile submitted has not been returned by poll() yet.
+  // Whether a compile submitted has not come back through poll() yet (a
+  // cancelled one included, until tc-compiles hands back what it stopped).
   [[nodiscard]] bool busy() const noexcept {
     return !outstanding_.empty() || !failed_to_start_.empty();
   }
@@ -167,9 +168,13 @@ class CompileWorkers {
   std::string program_;
   std::vector<std::string> environment_;  // the workers': VARIABLE=value
   int wake_ = -1;                         // an eventfd: tc-compiles looks again at once
-  // What the serving thread submitted and poll() has not returned: serial,
-  // ticket. Read and written on the serving thread only.
-  std::map<uint64_t, uint64_t> outstanding_;
+  // What the serving thread submitted and tc-compiles has not handed back,
+  // by serial. Read and written on the serving thread only.
+  struct Outstanding {
+    uint64_t ticket = 0;
+    bool cancelled = false;  // dropped when it comes back
+  };
+  std::map<uint64_t, Outstanding> outstanding_;
   uint64_t next_serial_ = 0;
   std::vector<std::pair<uint64_t, Outcome>> failed_to_start_;
   // Serials cancelled while tc-compiles may be running them.

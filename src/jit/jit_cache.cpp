@@ -469,8 +469,8 @@ std::vector<JitCache::FinishedLoad> JitCache::finish_loads() {
   // Taken even with nothing pending: a cancelled load's result holds its
   // bitcode (and the store's object) until then.
   if (impl_->preparation && impl_->preparation->has_finished()) take_prepared(finished);
-  // With none pending, too: a worker started for a cancelled load is
-  // stopped and reaped here (CompileWorkers::busy).
+  // With none pending, too: what tc-compiles hands back for a cancelled
+  // load (the worker it stopped) is taken and dropped (CompileWorkers::busy).
   if (!impl_->pending_loads.empty() || impl_->workers.busy()) take_compiled(finished);
   sync_promotion_counts();
   return finished;

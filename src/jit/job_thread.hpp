@@ -3,8 +3,9 @@
 // tier-1 compiler (background_compiler.hpp), the preparation of large
 // confined containers (confined_preparation.hpp), the checks of large code
 // (engine/code_vetting.hpp), the window verifier (window_verification.hpp)
-// and the starter of compile workers (compile_worker.hpp) are each one. Each runs on
-// JitOptions::helper_cpus where they are named, and never in a real-time class (helper_cpus.hpp).
+// and the thread that runs the compile workers (compile_worker.hpp) are
+// each one. Each runs on JitOptions::helper_cpus where they are named, and
+// never in a real-time class (helper_cpus.hpp).
 #pragma once
 
 #include "helper_cpus.hpp"
