@@ -136,6 +136,7 @@ int main(int argc, char** argv) {
   CLI::App app{"threechains-bench-compile-end: the serving thread's share of a confined load"};
   int rounds = 20;
   bool heavy = true;
+  int heavy_compiles = 0;
   std::string json;
   std::size_t cold_mib = 0;
   std::vector<int> helper_cpus;
@@ -147,6 +148,9 @@ int main(int argc, char** argv) {
   app.add_option("-r,--rounds", rounds, "loads per case (evicted between)")
       ->check(CLI::PositiveNumber);
   app.add_flag("!--no-heavy", heavy, "leave out heavy (its first load compiles for seconds)");
+  app.add_option("--heavy-compiles", heavy_compiles,
+                 "also compile heavy this many times (seconds each): its 150 KB object read "
+                 "and linked after a worker's compile, as a Receiver's load does");
   app.add_option("--json", json, "append one JSON line per case");
   CLI11_PARSE(app, argc, argv);
 
@@ -172,7 +176,11 @@ int main(int argc, char** argv) {
     }
     cases = {{"counter, native link (machine code, unconfined)", {}},
              {"counter, compiled by a worker (window tier)", {}},
-             {"heavy, from the code store (window tier)", {}}};
+             {"heavy, from the code store (window tier)", {}},
+             {"heavy, compiled by a worker (window tier)", {}}};
+    JitOptions heavy_options = options;  // no store: a compile each time
+    heavy_options.confinement.compile_time_limit = std::chrono::seconds(60);
+    JitCache heavy_compiling(heavy_options);
     std::vector<unsigned char> sweep(cold_mib << 20);
     for (int round = 0; round < rounds; ++round) {  // the cases take turns
       (void)native.evict(counter_binary.id());
@@ -185,6 +193,11 @@ int main(int argc, char** argv) {
         (void)stored.evict(heavy_code->id());
         chill(sweep);
         cases[2].loads.push_back(confined_load(stored, *heavy_code));
+      }
+      if (heavy_code && round < heavy_compiles) {
+        (void)heavy_compiling.evict(heavy_code->id());
+        chill(sweep);
+        cases[3].loads.push_back(confined_load(heavy_compiling, *heavy_code));
       }
     }
   } catch (const Error& error) {

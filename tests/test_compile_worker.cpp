@@ -226,10 +226,10 @@ TEST_CASE("a large confined container is prepared beside the thread that loads i
 
 // The worker of a confined compile is started, watched and reaped on a
 // thread of its own (tc-compiles): posix_spawn holds its caller until the
-// worker has exec'd, 1.1 ms of the serving thread's wall clock per compile
-// on the 2-core VM (threechains-bench-compile-end: start_load 1238 us
-// before, 51 us after), and looking at the worker and reading its object
-// were system calls and copies on that thread. A compile cancelled, or a
+// worker has exec'd, 0.13-1.1 ms of the serving thread's wall clock per
+// compile on the 2-core VM (threechains-bench-compile-end: start_load
+// 316-325 us in an A/B, 1238 us in a first run, before; 84-90 us after), and looking at the worker
+// and reading its object were system calls and copies on that thread. A compile cancelled, or a
 // cache dropped, while its worker starts or runs leaves no worker behind,
 // running or unreaped, whether the cache is polled or not.
 namespace {

@@ -88,7 +88,7 @@ class CompileWorkers {
   // Queues `job` under `ticket`; one worker runs at a time, the rest wait
   // in order. Each is started, watched (its limits: stop_if_late) and
   // reaped on tc-compiles, a thread of its own: posix_spawn holds its
-  // caller until the worker has exec'd (1.1 ms on the 2-core VM), and
+  // caller until the worker has exec'd (0.13-1.1 ms on the 2-core VM), and
   // looking at the worker and reading its object are system calls and
   // copies that on the serving thread delayed every other peer.
   void submit(uint64_t ticket, Job job);
