@@ -505,8 +505,25 @@ declare void @llvm.trap()
   // Code the verifier did not read (it refuses this since 80ff303): a
   // page fault past the window's guards is told apart from a #GP, so a
   // differential fuzzer sees the verifier's flaw (fuzz_verifier).
-  const std::vector<uint8_t> far_read = {0x65, 0x48, 0xa1, 0x00, 0x00, 0x00,
-                                         0x00, 0x02, 0x00, 0x00, 0x00, 0xc3};  // %gs:8 GiB
+  // movabs %gs:far,%rax; ret. `far` lies past the window and its guards,
+  // on a page held inaccessible here: whatever else the process has mapped
+  // (8 GiB past the window once held something readable, on a fresh CI
+  // machine, and the read did not fault).
+  std::vector<uint8_t> far_read = {0x65, 0x48, 0xa1, 0, 0, 0, 0, 0, 0, 0, 0, 0xc3};
+  const long page_size = sysconf(_SC_PAGESIZE);
+  void* held = MAP_FAILED;
+  uint64_t far = 0;
+  for (uint64_t gib = 8; gib < 64 && held == MAP_FAILED; ++gib) {
+    far = gib << 30;
+    held = mmap(window.base() + far, static_cast<std::size_t>(page_size), PROT_NONE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (held != MAP_FAILED && held != window.base() + far) {  // an old kernel's hint
+      munmap(held, static_cast<std::size_t>(page_size));
+      held = MAP_FAILED;
+    }
+  }
+  REQUIRE(held != MAP_FAILED);
+  std::memcpy(far_read.data() + 3, &far, sizeof(far));
   const std::vector<uint8_t> non_canonical = {0x48, 0xb8, 0x00, 0x00, 0x00, 0x00, 0x00,
                                               0x00, 0x00, 0x80, 0x48, 0x8b, 0x00, 0xc3};
   std::span<std::byte> unread = window.allocate(4096, true);
@@ -516,6 +533,7 @@ declare void @llvm.trap()
   const auto unread_at = reinterpret_cast<uint64_t>(unread.data());
   Call outside_call{unread_at, 0, 0, 0};
   const auto outside = tc::confined::run_in_window(window, call, &outside_call);
+  munmap(held, static_cast<std::size_t>(page_size));
   REQUIRE(outside.has_value());
   CHECK(outside->fault == WindowFault::outside);
   CHECK(outside->offset == code_offset(unread_at));
