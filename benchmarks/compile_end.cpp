@@ -148,9 +148,10 @@ int main(int argc, char** argv) {
   app.add_option("-r,--rounds", rounds, "loads per case (evicted between)")
       ->check(CLI::PositiveNumber);
   app.add_flag("!--no-heavy", heavy, "leave out heavy (its first load compiles for seconds)");
-  app.add_option("--heavy-compiles", heavy_compiles,
-                 "also compile heavy this many times (seconds each): its 150 KB object read "
-                 "and linked after a worker's compile, as a Receiver's load does");
+  app.add_option(
+      "--heavy-compiles", heavy_compiles,
+      "also compile heavy this many times (seconds each): its object (about 260 KB) read "
+      "and linked after a worker's compile, as a Receiver's load does");
   app.add_option("--json", json, "append one JSON line per case");
   CLI11_PARSE(app, argc, argv);
 

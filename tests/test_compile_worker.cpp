@@ -8,6 +8,7 @@
 #include "jit/compile_worker.hpp"
 #include "jit/container_images.hpp"
 #include "support/temp_dir.hpp"
+#include "support/threads.hpp"
 
 #include <threechains/container.hpp>
 #include <threechains/error.hpp>
@@ -226,11 +227,12 @@ TEST_CASE("a large confined container is prepared beside the thread that loads i
 
 // The worker of a confined compile is started, watched and reaped on a
 // thread of its own (tc-compiles): posix_spawn holds its caller until the
-// worker has exec'd, 0.13-1.1 ms of the serving thread's wall clock per
-// compile on the 2-core VM (threechains-bench-compile-end: start_load
-// 316-325 us in an A/B, 1238 us in a first run, before; 84-90 us after), and looking at the worker
-// and reading its object were system calls and copies on that thread. A compile cancelled, or a
-// cache dropped, while its worker starts or runs leaves no worker behind,
+// worker has exec'd, 0.12-1.1 ms of the serving thread's wall clock per
+// compile beyond its CPU time on the 2-core VM (threechains-bench-compile-end:
+// start_load 316-325 us in an A/B, 1238 us in a first run, before; 84-90 us
+// after), and looking at the worker and reading its object were system
+// calls and copies on that thread. A compile cancelled, or a cache
+// dropped, while its worker starts or runs leaves no worker behind,
 // running or unreaped, whether the cache is polled or not.
 namespace {
 
@@ -254,15 +256,6 @@ int compile_workers_alive() {
   return alive;
 }
 
-bool has_thread_named(const std::string& name) {
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string line;
-    if (std::getline(comm, line) && line == name) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 TEST_CASE("a compile worker starts beside the thread that loads, and none outlives its compile",
@@ -277,7 +270,7 @@ TEST_CASE("a compile worker starts beside the thread that loads, and none outliv
     REQUIRE(finished[0].result.has_value());
     // It named itself before it took its first job. Before: posix_spawn on
     // this thread, and no such thread.
-    CHECK(has_thread_named("tc-compiles"));
+    CHECK(test::has_thread("tc-compiles"));
     CHECK(cache.find_ifunc(counter.id()) != nullptr);
     CHECK(compile_workers_alive() == 0);
   }
@@ -285,7 +278,7 @@ TEST_CASE("a compile worker starts beside the thread that loads, and none outliv
       "cancelled while its worker starts: stopped and reaped, and a new load is answered once") {
     JitCache cache;
     CHECK_FALSE(cache.start_load(counter.id(), counter.codec(), counter.code(), Confine::yes));
-    (void)cache.evict(counter.id());  // most likely before the spawner handed the worker back
+    (void)cache.evict(counter.id());  // most likely while tc-compiles starts its worker
     CHECK_FALSE(cache.loading(counter.id()));
     CHECK_FALSE(cache.start_load(counter.id(), counter.codec(), counter.code(), Confine::yes));
     const std::vector<JitCache::FinishedLoad> finished = finish_within(cache, 60s);
@@ -300,9 +293,10 @@ TEST_CASE("a compile worker starts beside the thread that loads, and none outliv
     CHECK_FALSE(cache.start_load(counter.id(), counter.codec(), counter.code(), Confine::yes));
     std::this_thread::sleep_for(20ms);  // started by now, most likely; compiling for ~100 ms
     (void)cache.evict(counter.id());
-    // Before (a worker started aside but watched from finish_loads): with
-    // no load pending nobody looked at it, and it compiled on unwatched,
-    // then stayed a zombie. Now tc-compiles kills and reaps it, polled or not.
+    // tc-compiles kills and reaps it, polled or not. (6180c4b, which
+    // started workers aside but watched them from finish_loads, left this
+    // one compiling unwatched and then a zombie: with no load pending,
+    // nobody looked. This failed there.)
     const auto start = std::chrono::steady_clock::now();
     while (compile_workers_alive() != 0 && std::chrono::steady_clock::now() < start + 10s)
       std::this_thread::sleep_for(5ms);

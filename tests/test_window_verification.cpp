@@ -6,6 +6,7 @@
 #include "support/finish_loads.hpp"
 #include "support/stored_object.hpp"
 #include "support/temp_dir.hpp"
+#include "support/threads.hpp"
 #include "support/window_checks.hpp"
 
 #include <threechains/ifunc.hpp>
@@ -16,8 +17,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -26,19 +25,7 @@
 using namespace threechains;
 using namespace std::chrono_literals;
 
-namespace {
-
-// Whether this process has a thread named `name` (/proc/self/task/*/comm).
-bool has_thread(const std::string& name) {
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string line;
-    if (std::getline(comm, line) && line == name) return true;
-  }
-  return false;
-}
-
-}  // namespace
+using test::has_thread;
 
 // Named without "window": ThreadSanitizer runs it (CMakePresets.json).
 TEST_CASE("confined code a Receiver's load links is verified on a thread beside it, then runs",

@@ -21,7 +21,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <system_error>
 #include <thread>
 
 extern char** environ;
@@ -206,7 +205,7 @@ void CompileWorkers::submit(uint64_t ticket, Job job) {
   }
   outstanding_.emplace(serial, Outstanding{ticket, false});  // a failed submit below erases it
   try {
-    supervisor_->submit({ticket, serial, std::move(job)});
+    supervisor_->submit({serial, std::move(job)});
   } catch (...) {
     outstanding_.erase(serial);
     throw;
@@ -278,7 +277,7 @@ CompileWorkers::Finished CompileWorkers::supervise(Queued& job) const noexcept {
       finished.outcome = {{}, Error(errc::jit_failed, "cancelled before it started"), {}, true};
       return finished;
     }
-    worker = start(job.ticket, job.job);
+    worker = start(job.job);
     finished.outcome = watch(
         *worker, [this, serial = job.serial] { return given_up(serial); }, wake_);
   } catch (const Error& error) {
@@ -335,12 +334,12 @@ CompileWorkers::Outcome CompileWorkers::watch(Running& worker, const std::functi
 CompileWorkers::Outcome CompileWorkers::compile(const std::string& name,
                                                 std::span<const std::byte> bitcode,
                                                 bool checked_only) {
-  Running worker = start(0, prepare(name, bitcode, checked_only));
+  Running worker = start(prepare(name, bitcode, checked_only));
   return watch(
       worker, [] { return false; }, -1);
 }
 
-CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const Job& job) const {
+CompileWorkers::Running CompileWorkers::start(const Job& job) const {
   if (program_.empty()) {
     throw Error(errc::jit_failed,
                 "confined code compiles in threechains-compile-worker, which is neither beside "
@@ -348,7 +347,6 @@ CompileWorkers::Running CompileWorkers::start(uint64_t ticket, const Job& job) c
                 "another)");
   }
   Running worker;
-  worker.ticket = ticket;
   try {
     worker.object = new_memfd("threechains-compile-object");
     worker.refusal = new_memfd("threechains-compile-refusal");

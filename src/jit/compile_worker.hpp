@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -88,7 +87,7 @@ class CompileWorkers {
   // Queues `job` under `ticket`; one worker runs at a time, the rest wait
   // in order. Each is started, watched (its limits: stop_if_late) and
   // reaped on tc-compiles, a thread of its own: posix_spawn holds its
-  // caller until the worker has exec'd (0.13-1.1 ms on the 2-core VM), and
+  // caller until the worker has exec'd (0.12-1.1 ms on the 2-core VM), and
   // looking at the worker and reading its object are system calls and
   // copies that on the serving thread delayed every other peer.
   void submit(uint64_t ticket, Job job);
@@ -111,8 +110,7 @@ class CompileWorkers {
 
  private:
   struct Queued {
-    uint64_t ticket = 0;
-    uint64_t serial = 0;  // this submission's, unlike the ticket never reused
+    uint64_t serial = 0;  // this submission's: unlike its ticket, never reused
     Job job;
   };
   struct Finished {
@@ -120,7 +118,6 @@ class CompileWorkers {
     Outcome outcome;
   };
   struct Running {
-    uint64_t ticket = 0;
     pid_t pid = -1;
     int pidfd = -1;
     int object = -1;  // memfds the worker writes
@@ -138,7 +135,7 @@ class CompileWorkers {
   };
 
   // Reads only what construction set: runs on tc-compiles too.
-  [[nodiscard]] Running start(uint64_t ticket, const Job& job) const;
+  [[nodiscard]] Running start(const Job& job) const;
   // tc-compiles' work: starts, watches and reaps one worker.
   [[nodiscard]] Finished supervise(Queued& job) const noexcept;
   // Waits for `worker` to end, stopping it when stop_if_late says, or

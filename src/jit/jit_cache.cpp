@@ -646,7 +646,8 @@ Promotions JitCache::promote_ready() {
 
 void JitCache::sync_promotion_counts() noexcept {
   awaiting_calls_ = impl_->awaiting;
-  // Abandoned links too: their windows come back only in finish_loads.
+  // Abandoned links too: their windows come back only in finish_loads; and
+  // compiles tc-compiles has not handed back (a cancelled one's included).
   compiling_ = impl_->in_progress + impl_->pending_loads.size() + impl_->abandoned_links.size() +
                (impl_->workers.busy() ? 1 : 0);
 }
