@@ -7,7 +7,7 @@
 #include "confine/window_traps.hpp"
 #include "jit/host_description.hpp"
 #include "jit/host_optimiser.hpp"
-#include "jit/routed_memory.hpp"
+#include "jit/window_link.hpp"
 #include "jit/window_memory.hpp"
 #include "window_test_ir.hpp"
 
@@ -561,79 +561,98 @@ define void @poke(ptr %p, i64 %v) {
   CHECK(segfaults([&] { touch_byte(table); }));
 }
 
-TEST_CASE("one JIT links a confined dylib's code into its window and the rest where it always went",
+TEST_CASE("a window link puts code and globals in its window, imports nothing, and unlinks",
           "[window]") {
   constexpr const char* kCounter = R"(
 @count = global i64 0
-define i64 @COUNTER() {
+define i64 @confined_bump() {
   %v = load i64, ptr @count
   %n = add i64 %v, 1
   store i64 %n, ptr @count
   ret i64 %n
 }
 )";
-  const auto module_named = [&](const char* name, llvm::LLVMContext& context) {
-    std::string text = kCounter;
-    text.replace(text.find("COUNTER"), 7, name);
-    return parse(text.c_str(), context);
-  };
-  Window window;
+  constexpr const char* kImporter = R"(
+declare i64 @outside()
+define i64 @confined_bump() {
+  %v = call i64 @outside()
+  ret i64 %v
+}
+)";
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
   auto host = tc::describe_host(2);
   REQUIRE(static_cast<bool>(host));
-  tc::jit::RoutedMemoryManager* routes = nullptr;
-  auto built =
-      llvm::orc::LLJITBuilder()
-          .setJITTargetMachineBuilder(std::move(*host))
-          .setObjectLinkingLayerCreator([&](llvm::orc::ExecutionSession& session) {
-            auto fallback = llvm::orc::MapperJITLinkMemoryManager::CreateWithMapper<
-                llvm::orc::InProcessMemoryMapper>(std::size_t{1} << 20);
-            if (!fallback) llvm::report_fatal_error(fallback.takeError());
-            auto memory = std::make_unique<tc::jit::RoutedMemoryManager>(std::move(*fallback));
-            routes = memory.get();
-            return std::make_unique<llvm::orc::ObjectLinkingLayer>(session, std::move(memory));
-          })
-          .create();
-  REQUIRE(static_cast<bool>(built));
-  std::unique_ptr<llvm::orc::LLJIT> jit = std::move(*built);
-  REQUIRE(routes != nullptr);
-  auto confined = jit->createJITDylib("confined");
-  REQUIRE(static_cast<bool>(confined));
-  routes->route(&*confined, window);
+  auto machine = host->createTargetMachine();
+  REQUIRE(static_cast<bool>(machine));
+  const auto object_of = [&](const char* text, bool shaped) {
+    llvm::LLVMContext context;
+    std::unique_ptr<llvm::Module> module = parse(text, context);
+    if (shaped) tc::shape_for_window(*module, "confined_bump");
+    llvm::orc::SimpleCompiler compiler(**machine);
+    auto compiled = compiler(*module);
+    REQUIRE(static_cast<bool>(compiled));
+    const auto* bytes = reinterpret_cast<const std::byte*>((*compiled)->getBufferStart());
+    return std::vector<std::byte>(bytes, bytes + (*compiled)->getBufferSize());
+  };
+  Window window;
+  auto mapper = std::make_unique<tc::jit::WindowMemoryMapper>(window);
+  tc::jit::WindowMemoryMapper& pages = *mapper;
+  llvm::orc::MapperJITLinkMemoryManager memory(std::size_t{1} << 20, std::move(mapper));
 
-  auto context = std::make_unique<llvm::LLVMContext>();
-  std::unique_ptr<llvm::Module> shaped = module_named("confined_bump", *context);
-  tc::shape_for_window(*shaped, "confined_bump");
-  REQUIRE(!jit->addIRModule(*confined,
-                            llvm::orc::ThreadSafeModule(std::move(shaped), std::move(context))));
-  auto plain_context = std::make_unique<llvm::LLVMContext>();
-  std::unique_ptr<llvm::Module> plain = module_named("plain_bump", *plain_context);
-  REQUIRE(
-      !jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(plain), std::move(plain_context))));
+  tc::jit::WindowLink linked =
+      tc::jit::WindowLink::link(object_of(kCounter, true), "counter", "confined_bump", memory);
+  REQUIRE(linked.linked());
+  CHECK(window.contains(reinterpret_cast<const void*>(linked.entry()), 1));
+  bool named = false;
+  for (const auto& [begin, function] : linked.functions()) {
+    CHECK(window.contains(reinterpret_cast<const void*>(begin), function.end - begin));
+    named = named || (function.name == "confined_bump" && begin == linked.entry());
+  }
+  CHECK(named);
+  const std::vector<std::span<std::byte>> data = pages.writable_data();
+  REQUIRE(data.size() == 1);  // @count's page, and nothing outside the window
+  CHECK(window.contains(data[0].data(), data[0].size()));
 
   using Bump = uint64_t (*)();
-  const auto confined_bump = jit->lookup(*confined, "confined_bump")->toPtr<Bump>();
-  const auto plain_bump = jit->lookup("plain_bump")->toPtr<Bump>();
-  CHECK(window.contains(reinterpret_cast<const void*>(confined_bump), 1));
-  CHECK_FALSE(window.contains(reinterpret_cast<const void*>(plain_bump), 1));
-  const auto* confined_count = jit->lookup(*confined, "count")->toPtr<const uint64_t*>();
-  CHECK(window.contains(confined_count, 8));
-  CHECK_FALSE(window.contains(jit->lookup("count")->toPtr<const void*>(), 8));
-
   tc::confined::GsBase::use(window.base());
-  CHECK(confined_bump() == 1);
-  CHECK(confined_bump() == 2);
-  CHECK(plain_bump() == 1);
-  CHECK(*confined_count == 2);
+  const auto bump = reinterpret_cast<Bump>(linked.entry());
+  CHECK(bump() == 1);
+  CHECK(bump() == 2);
+  uint64_t count = 0;
+  std::memcpy(&count, data[0].data(), sizeof count);
+  CHECK(count == 2);
 
-  // The confined dylib removed: its memory goes back through the window's
-  // manager (the page it held is inaccessible again, until another graph
-  // is linked there), and the rest runs on.
-  REQUIRE(!jit->getExecutionSession().removeJITDylib(*confined));
-  CHECK(
-      segfaults([&] { touch_byte(reinterpret_cast<const volatile std::byte*>(confined_count)); }));
-  CHECK(plain_bump() == 2);
+  // Moved: one owner, and the one it replaced unlinked (its code gone).
+  tc::jit::WindowLink moved = std::move(linked);
+  CHECK_FALSE(linked.linked());
+  CHECK(moved.entry() == reinterpret_cast<uint64_t>(bump));
+  // Unlinked: its pages inaccessible again, what they held dropped.
+  CHECK(moved.unlink());
+  CHECK_FALSE(moved.linked());
+  CHECK(segfaults([&] { touch_byte(data[0].data()); }));
+  CHECK(pages.executable_code().empty());
+
+  // Nothing outside the window is linked against: an import is named (the
+  // shape refuses one before any compile; an object from elsewhere, the
+  // code store, is linked all the same).
+  try {
+    (void)tc::jit::WindowLink::link(object_of(kImporter, false), "importer", "confined_bump",
+                                    memory);
+    FAIL("an object that imports linked into a window");
+  } catch (const tc::Error& error) {
+    CHECK(error.code() == tc::errc::jit_failed);
+    CHECK_THAT(error.what(), Catch::Contains("imports 'outside'"));
+  }
+  CHECK(pages.executable_code().empty());
+  // And an entry the object does not define is no link either.
+  try {
+    (void)tc::jit::WindowLink::link(object_of(kCounter, true), "counter", "absent_main", memory);
+    FAIL("a link without its entry was kept");
+  } catch (const tc::Error& error) {
+    CHECK_THAT(error.what(), Catch::Contains("defines no 'absent_main'"));
+  }
+  CHECK(pages.executable_code().empty());
 }
 
 TEST_CASE("optimised window-shaped saxpy addresses memory only through %gs, and computes saxpy",

@@ -1,8 +1,10 @@
 // The window verifier beside the thread that finishes loads: a Receiver's
 // loads (JitCache::start_load, finish_loads) hand each window object to a
-// thread of its own, so the serving thread goes on serving while a large
-// object is read (threechains-bench-compile-isolation --tier window), and
-// the code runs only once its verdict is in.
+// thread of its own, which links it into its window and reads it, so the
+// serving thread goes on serving while a large object is linked and read
+// (threechains-bench-compile-isolation --tier window,
+// threechains-bench-compile-end), and the code runs only once its verdict
+// is in.
 #include "support/finish_loads.hpp"
 #include "support/stored_object.hpp"
 #include "support/temp_dir.hpp"
@@ -39,15 +41,26 @@ TEST_CASE("confined code a Receiver's load links is verified on a thread beside 
   const JitCache::FinishedLoad done = test::finished_load(cache, counter.id());
   INFO((done.error ? done.error->what() : std::string("loaded")));
   REQUIRE(done.result.has_value());
-  // The verifier read it there, not on this thread.
+  // Linked and read there, not on this thread.
   CHECK(has_thread("tc-verify"));
   const CachedIfunc* const loaded = cache.find_ifunc(counter.id());
   REQUIRE(loaded != nullptr);
   CHECK(cache.in_window(*loaded));
+  // Its functions named for the target's own fault reports: the link
+  // found them there, and this thread entered them when it took it back.
+  const auto* const entry = reinterpret_cast<const void*>(loaded->main);
+  std::uintptr_t offset = 1;
+  const std::string* const name = cache.function_at(entry, offset);
+  REQUIRE(name != nullptr);
+  CHECK(*name == done.result->name + "_main");
+  CHECK(offset == 0);
   auto* const count = reinterpret_cast<uint64_t*>(cache.allocate_exposed("count", 8, true).data());
   alignas(16) uint64_t increment = 5;
   CHECK_FALSE(cache.invoke(*loaded, &increment, sizeof(increment), count).has_value());
   CHECK(*count == 5);
+  // Evicted: named no more (its window may hold another code next).
+  CHECK(cache.evict(counter.id()));
+  CHECK(cache.function_at(entry, offset) == nullptr);
 }
 
 TEST_CASE(

@@ -1,6 +1,6 @@
 // Internal: the window tier of confined code (issue 33). Confined bitcode
 // that takes the window shape (confine/pass.hpp) is compiled that way by
-// the compile worker, linked into a window of its own (jit/routed_memory.hpp),
+// the compile worker, linked into a window of its own (jit/window_link.hpp),
 // and run only after the verifier (confine/verify_x86.hpp) accepted the
 // machine code as linked: the compiler is outside what the target trusts.
 // This is what one such ifunc holds, and how one invocation runs:

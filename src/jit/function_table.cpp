@@ -52,6 +52,57 @@ struct LocalFunction {
   llvm::orc::SymbolStringPtr name;
 };
 
+}  // namespace
+
+void find_functions(llvm::jitlink::PassConfiguration& config, FoundFunctions found) {
+  // Calls to a static function usually relocate against its section, not
+  // its symbol, so JITLink prunes the symbol as dead while the code stays
+  // (reached through the section): its instructions would then be named
+  // after the function before it, here and in perf. The names of local
+  // functions are noted before pruning and put back, after it, on the
+  // blocks that survived; nothing is kept alive that was not already.
+  auto local_functions = std::make_shared<std::vector<LocalFunction>>();
+  config.PrePrunePasses.push_back([local_functions](llvm::jitlink::LinkGraph& graph) {
+    for (llvm::jitlink::Symbol* symbol : graph.defined_symbols()) {
+      if (symbol->hasName() && symbol->isCallable() &&
+          symbol->getScope() == llvm::jitlink::Scope::Local && !symbol->isLive()) {
+        local_functions->push_back(
+            {&symbol->getBlock(), symbol->getOffset(), symbol->getSize(), symbol->getName()});
+      }
+    }
+    return llvm::Error::success();
+  });
+  config.PostPrunePasses.push_back([local_functions](llvm::jitlink::LinkGraph& graph) {
+    if (local_functions->empty()) return llvm::Error::success();
+    llvm::DenseSet<const llvm::jitlink::Block*> blocks;
+    for (const llvm::jitlink::Block* block : graph.blocks()) blocks.insert(block);
+    llvm::DenseSet<llvm::orc::SymbolStringPtr> named;
+    for (const llvm::jitlink::Symbol* symbol : graph.defined_symbols())
+      if (symbol->hasName()) named.insert(symbol->getName());
+    for (LocalFunction& function : *local_functions) {
+      // Only blocks still in the graph are dereferenced (a pruned block's
+      // pointer is compared, never followed).
+      if (!blocks.contains(function.block) || named.contains(function.name)) continue;
+      graph.addDefinedSymbol(*function.block, function.offset, function.name, function.size,
+                             llvm::jitlink::Linkage::Strong, llvm::jitlink::Scope::Local,
+                             /*IsCallable=*/true, /*IsLive=*/true);
+    }
+    return llvm::Error::success();
+  });
+  config.PostFixupPasses.push_back([found = std::move(found)](llvm::jitlink::LinkGraph& graph) {
+    std::vector<std::pair<uint64_t, FunctionTable::Function>> functions;
+    for (llvm::jitlink::Symbol* symbol : graph.defined_symbols()) {
+      if (!symbol->hasName() || !symbol->isCallable() || symbol->getSize() == 0) continue;
+      const uint64_t begin = symbol->getAddress().getValue();
+      functions.push_back({begin, {begin + symbol->getSize(), (*symbol->getName()).str()}});
+    }
+    found(std::move(functions));
+    return llvm::Error::success();
+  });
+}
+
+namespace {
+
 class Recorder final : public llvm::orc::ObjectLinkingLayer::Plugin {
  public:
   explicit Recorder(FunctionTable& table) : table_(table) {}
@@ -59,50 +110,10 @@ class Recorder final : public llvm::orc::ObjectLinkingLayer::Plugin {
   void modifyPassConfig(llvm::orc::MaterializationResponsibility& responsibility,
                         llvm::jitlink::LinkGraph&,
                         llvm::jitlink::PassConfiguration& config) override {
-    // Calls to a static function usually relocate against its section, not
-    // its symbol, so JITLink prunes the symbol as dead while the code stays
-    // (reached through the section): its instructions would then be named
-    // after the function before it, here and in perf. The names of local
-    // functions are noted before pruning and put back, after it, on the
-    // blocks that survived; nothing is kept alive that was not already.
-    auto local_functions = std::make_shared<std::vector<LocalFunction>>();
-    config.PrePrunePasses.push_back([local_functions](llvm::jitlink::LinkGraph& graph) {
-      for (llvm::jitlink::Symbol* symbol : graph.defined_symbols()) {
-        if (symbol->hasName() && symbol->isCallable() &&
-            symbol->getScope() == llvm::jitlink::Scope::Local && !symbol->isLive()) {
-          local_functions->push_back(
-              {&symbol->getBlock(), symbol->getOffset(), symbol->getSize(), symbol->getName()});
-        }
-      }
-      return llvm::Error::success();
-    });
-    config.PostPrunePasses.push_back([local_functions](llvm::jitlink::LinkGraph& graph) {
-      if (local_functions->empty()) return llvm::Error::success();
-      llvm::DenseSet<const llvm::jitlink::Block*> blocks;
-      for (const llvm::jitlink::Block* block : graph.blocks()) blocks.insert(block);
-      llvm::DenseSet<llvm::orc::SymbolStringPtr> named;
-      for (const llvm::jitlink::Symbol* symbol : graph.defined_symbols())
-        if (symbol->hasName()) named.insert(symbol->getName());
-      for (LocalFunction& function : *local_functions) {
-        // Only blocks still in the graph are dereferenced (a pruned block's
-        // pointer is compared, never followed).
-        if (!blocks.contains(function.block) || named.contains(function.name)) continue;
-        graph.addDefinedSymbol(*function.block, function.offset, function.name, function.size,
-                               llvm::jitlink::Linkage::Strong, llvm::jitlink::Scope::Local,
-                               /*IsCallable=*/true, /*IsLive=*/true);
-      }
-      return llvm::Error::success();
-    });
-    config.PostFixupPasses.push_back([this, &responsibility](llvm::jitlink::LinkGraph& graph) {
-      std::vector<std::pair<uint64_t, FunctionTable::Function>> functions;
-      for (llvm::jitlink::Symbol* symbol : graph.defined_symbols()) {
-        if (!symbol->hasName() || !symbol->isCallable() || symbol->getSize() == 0) continue;
-        const uint64_t begin = symbol->getAddress().getValue();
-        functions.push_back({begin, {begin + symbol->getSize(), (*symbol->getName()).str()}});
-      }
+    find_functions(config, [this, &responsibility](
+                               std::vector<std::pair<uint64_t, FunctionTable::Function>> found) {
       const std::lock_guard lock(mutex_);
-      pending_[&responsibility] = std::move(functions);
-      return llvm::Error::success();
+      pending_[&responsibility] = std::move(found);
     });
   }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,6 +18,9 @@
 
 namespace llvm::orc {
 class ObjectLinkingLayer;
+}
+namespace llvm::jitlink {
+struct PassConfiguration;
 }
 
 namespace threechains::jit {
@@ -45,5 +49,14 @@ class FunctionTable {
   std::map<uint64_t, Function> by_address_;                    // begin -> function
   std::unordered_map<uint64_t, std::vector<uint64_t>> owned_;  // resource key -> begins
 };
+
+// Adds to a link's passes what finds its named functions (the table's
+// plugin, and window links, which have no session: jit/window_link.hpp).
+// Local functions whose names JITLink would prune with their symbols are
+// named again; after the fixups, `found` is handed every named callable
+// symbol with its final address and size.
+using FoundFunctions =
+    std::function<void(std::vector<std::pair<uint64_t, FunctionTable::Function>>)>;
+void find_functions(llvm::jitlink::PassConfiguration& config, FoundFunctions found);
 
 }  // namespace threechains::jit

@@ -46,26 +46,18 @@ namespace {
 // memory comes from reserved slabs that are reused after an eviction, not
 // from an mmap per load and an munmap per eviction (a fifth of a binary
 // ifunc's load, and most of its eviction, in threechains-bench-jit's profile).
-// With `routed` (the window tier), that memory manager is the fallback of
-// a RoutedMemoryManager, which links code confined to a window there.
+// Window code does not pass here: each window links its own (WindowSlot).
 llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> object_linking_layer(
-    llvm::orc::ExecutionSession& session, jit::RoutedMemoryManager** routed) {
+    llvm::orc::ExecutionSession& session) {
   constexpr std::size_t kReservation = std::size_t{1} << 20;
   auto memory =
       llvm::orc::MapperJITLinkMemoryManager::CreateWithMapper<llvm::orc::InProcessMemoryMapper>(
           kReservation);
   if (!memory) return memory.takeError();
-  std::unique_ptr<llvm::jitlink::JITLinkMemoryManager> manager = std::move(*memory);
-  if (routed != nullptr) {
-    auto in_windows = std::make_unique<jit::RoutedMemoryManager>(std::move(manager));
-    *routed = in_windows.get();
-    manager = std::move(in_windows);
-  }
-  auto layer = std::make_unique<llvm::orc::ObjectLinkingLayer>(session, std::move(manager));
+  auto layer = std::make_unique<llvm::orc::ObjectLinkingLayer>(session, std::move(*memory));
   auto eh_frames = llvm::orc::EHFrameRegistrationPlugin::Create(session);
   if (!eh_frames) return eh_frames.takeError();
   layer->addPlugin(std::move(*eh_frames));
-  if (routed != nullptr) layer->addPlugin(jit_cache_detail::window_graph_rules(**routed));
   return layer;
 }
 
@@ -146,9 +138,8 @@ JitCache::Impl::Impl(const JitOptions& options)
   auto created =
       llvm::orc::LLJITBuilder()
           .setJITTargetMachineBuilder(std::move(*builder))
-          .setObjectLinkingLayerCreator([this](llvm::orc::ExecutionSession& session) {
-            return object_linking_layer(session, window_tier ? &routed : nullptr);
-          })
+          .setObjectLinkingLayerCreator(
+              [](llvm::orc::ExecutionSession& session) { return object_linking_layer(session); })
           .setProcessSymbolsJITDylibSetup(
               [this](llvm::orc::LLJIT& j) -> llvm::Expected<llvm::orc::JITDylibSP> {
                 auto& jd = j.getExecutionSession().createBareJITDylib("<Process Symbols>");
@@ -200,7 +191,7 @@ JitCache::Impl::Impl(const JitOptions& options)
 JitCache::Impl::~Impl() {
   compiler.reset();      // its thread first: it reads the store
   preparation.reset();   // so does this one
-  verification.reset();  // and this one the code in windows, which jit.reset() unmaps
+  verification.reset();  // and this one links into windows and reads them
   for (auto& [id, tiers] : dylibs) {
     for (llvm::orc::JITDylib* dylib : tiers) {
       if (llvm::Error e = jit->getExecutionSession().removeJITDylib(*dylib))
@@ -437,7 +428,7 @@ std::optional<LoadResult> JitCache::start_load_from(CodeId id, CodecId codec,
     if (const std::optional<std::vector<std::byte>> object =
             impl_->store->find(pending.store_key)) {
       IfuncMain entry = nullptr;
-      switch (impl_->link_stored_aside(id, pending, *object, entry)) {
+      switch (impl_->link_stored_aside(id, pending, std::move(*object), entry)) {
         case Impl::Stored::verifying:  // finish_loads() takes its verdict
           impl_->pending_loads.emplace(id, std::move(pending));
           sync_promotion_counts();
@@ -480,13 +471,13 @@ void JitCache::take_verdicts(std::vector<FinishedLoad>& finished) {
   for (WindowVerification::Verified& verified : impl_->verification->take_finished()) {
     if (const auto gone = impl_->abandoned_links.find(verified.serial);
         gone != impl_->abandoned_links.end()) {
-      impl_->discard_window_link(gone->second);  // its load was cancelled meanwhile
+      impl_->discard_window_link(*gone->second, verified.link);  // its load was cancelled meanwhile
       impl_->abandoned_links.erase(gone);
       continue;
     }
     const auto it = impl_->pending_loads.find(verified.id);
-    // None: a cancelled load whose link abandon() could not record.
-    if (it == impl_->pending_loads.end() || !it->second.unverified ||
+    // None: a cancelled load whose window abandon() could not record.
+    if (it == impl_->pending_loads.end() || it->second.in_window == nullptr ||
         it->second.serial != verified.serial)
       continue;
     Impl::PendingLoad pending = std::move(it->second);
@@ -495,13 +486,13 @@ void JitCache::take_verdicts(std::vector<FinishedLoad>& finished) {
     // Every verdict answers its load or starts the next compile, whatever
     // one throws: the rest of this batch still comes.
     try {
-      const Impl::UnverifiedLink linked = *pending.unverified;
-      pending.unverified.reset();
-      std::optional<Error> refusal = impl_->settle_verdict(verified, pending, linked);
+      Impl::WindowSlot& slot = *std::exchange(pending.in_window, nullptr);
+      if (!pending.from_store) pending.object_to_store = std::move(verified.object);
+      std::optional<Error> refusal = impl_->settle_verdict(verified, pending, slot);
       if (!refusal) {
         if (impl_->store && !pending.store_key.empty() && !pending.from_store)
           (void)impl_->store->store(pending.store_key, pending.object_to_store);
-        const auto entry = reinterpret_cast<IfuncMain>(linked.main);
+        const auto entry = reinterpret_cast<IfuncMain>(slot.code.entry());
         enter_confined(verified.id, entry);
         done.result = impl_->result_of(pending, entry, pending.from_store);
       } else if (!verified.target_failed && impl_->compile_again(verified.id, pending, *refusal)) {
@@ -540,7 +531,8 @@ void JitCache::take_prepared(std::vector<FinishedLoad>& finished) {
         if (prepared.stored) {
           pending.compile_instead = std::move(prepared.job);
           IfuncMain entry = nullptr;
-          switch (impl_->link_stored_aside(prepared.id, pending, *prepared.stored, entry)) {
+          switch (
+              impl_->link_stored_aside(prepared.id, pending, std::move(*prepared.stored), entry)) {
             case Impl::Stored::verifying:
               continue;  // its verdict comes in a later call
             case Impl::Stored::linked:
@@ -573,7 +565,8 @@ void JitCache::take_compiled(std::vector<FinishedLoad>& finished) {
     const auto it = impl_->pending_loads.find(id);
     // Evicted meanwhile; or (cannot be: a cancelled compile's outcome is
     // dropped) one that is not compiling.
-    if (it == impl_->pending_loads.end() || it->second.preparing || it->second.unverified) continue;
+    if (it == impl_->pending_loads.end() || it->second.preparing || it->second.in_window != nullptr)
+      continue;
     Impl::PendingLoad pending = std::move(it->second);
     impl_->pending_loads.erase(it);
     FinishedLoad done{id, std::nullopt, std::nullopt, compiled.target_failed};
@@ -583,17 +576,15 @@ void JitCache::take_compiled(std::vector<FinishedLoad>& finished) {
         throw Error(static_cast<errc>(compiled.error->code().value()),
                     "ifunc '" + pending.image.name + "': " + compiled.error->context());
       }
-      Impl::UnverifiedLink linked;
-      const IfuncMain entry =
-          impl_->link(id, CodecId::bitcode, pending.image, &compiled.object, Confine::yes, &linked);
-      if (linked.slot != nullptr) {
-        pending.unverified = linked;
-        pending.object_to_store = std::move(compiled.object);
-        if (impl_->verify_or_register(id, pending)) {
-          impl_->pending_loads.emplace(id, std::move(pending));  // its verdict comes later
+      IfuncMain entry = nullptr;
+      if (window_object) {
+        entry = impl_->link_window_aside(id, pending, compiled.object);
+        if (entry == nullptr) {
+          impl_->pending_loads.emplace(id, std::move(pending));  // linked and verified beside
           continue;
         }
-        compiled.object = std::move(pending.object_to_store);
+      } else {
+        entry = impl_->link(id, CodecId::bitcode, pending.image, &compiled.object, Confine::yes);
       }
       if (impl_->store && !pending.store_key.empty())
         (void)impl_->store->store(pending.store_key, compiled.object);

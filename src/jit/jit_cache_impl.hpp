@@ -25,7 +25,8 @@
 #include "jit/object_store.hpp"
 #include "jit/prelinked_image.hpp"
 #include "jit/process_symbols.hpp"
-#include "jit/routed_memory.hpp"
+#include "jit/window_link.hpp"
+#include "jit/window_memory.hpp"
 #include "jit/window_verification.hpp"
 
 #include <threechains/runtime.h>
@@ -124,10 +125,6 @@ inline std::string hex_id(CodeId id) {
 // <threechains/runtime.h>: what injected code of any kind may call here
 // (src/runtime/), by name and address.
 const std::array<std::pair<const char*, void*>, 6>& public_runtime();
-
-// The linking layer's rules for window code's graphs (jit_cache_windows.cpp).
-std::shared_ptr<llvm::orc::ObjectLinkingLayer::Plugin> window_graph_rules(
-    jit::RoutedMemoryManager& routed);
 
 }  // namespace jit_cache_detail
 #pragma GCC visibility pop
@@ -236,43 +233,59 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   std::vector<std::pair<CodeId, IfuncMain>> promote_ready(std::vector<std::string>& failures,
                                                           unsigned& kept_at_tier0);
 
-  struct UnverifiedLink;  // below, with the window tier
+  struct WindowSlot;   // below, with the window tier
+  struct PendingLoad;  // below, with the loads finished beside the caller
 
   // Links `image` (or, for bitcode, `object` compiled from it earlier) into a
-  // JITDylib of its own and returns its entry point. With `unverified`, an
-  // object that goes into a window is left there unverified and
-  // unregistered, described in *unverified (its entry returned is not to be
-  // called); any other is linked as without it, *unverified left empty.
+  // JITDylib of its own and returns its entry point; a confined object of
+  // the window shape goes into a window instead (link_window_here).
   IfuncMain link(CodeId id, CodecId codec, const ParsedImage& image,
-                 const std::vector<std::byte>* object, Confine confine = Confine::no,
-                 UnverifiedLink* unverified = nullptr);
-  // Unlinks a window link and gives its window back (a refused object's, or
-  // one whose load was cancelled while it was verified).
-  void discard_window_link(const UnverifiedLink& linked) noexcept;
+                 const std::vector<std::byte>* object, Confine confine = Confine::no);
+  // Unlinks `linked` (a refused object's, or one whose load was cancelled
+  // while it was linked and verified) and gives `slot` back, unless its
+  // memory could not be: then it holds no other code until the cache goes.
+  void discard_window_link(WindowSlot& slot, jit::WindowLink& linked) noexcept;
 
   // What the runner needs of a confined ifunc just linked into `jd`: its
   // globals, from the table the confinement pass emitted.
   confined::Code confined_code(llvm::orc::JITDylib& jd, CodeId id, const std::string& name);
 
   // The window tier (ConfinementOptions::window_tier; jit_cache_windows.cpp).
+  // A window holds one code at a time, linked by JITLink alone
+  // (jit/window_link.hpp) with the window's own memory manager: no ORC
+  // session, so the link can run beside this thread (WindowVerification).
   struct WindowSlot {
     confined::Window window;
-    std::span<std::byte> payload;  // where its invocations' payloads are copied
+    // Links into `window` (declared after it, so it goes first).
+    std::unique_ptr<llvm::jitlink::JITLinkMemoryManager> memory;
+    jit::WindowMemoryMapper* mapper = nullptr;  // owned by `memory`
+    std::span<std::byte> payload;               // where its invocations' payloads are copied
+    jit::WindowLink code;                       // what is linked there once taken; unlinked first
   };
-  // A window object linked and not yet verified (link() with
-  // `unverified`): its JITDylib and window stay held and nothing is
-  // registered for its code, until finish_loads takes its verdict or
-  // discard_window_link() undoes it.
-  struct UnverifiedLink {
-    llvm::orc::JITDylib* jd = nullptr;
-    WindowSlot* slot = nullptr;
-    uint64_t main = 0;
-  };
+  // The function table's key for what is linked in `slot`: an address in
+  // the window, which no ORC resource key (a heap object's) can be.
+  [[nodiscard]] static uint64_t function_key(const WindowSlot& slot) noexcept {
+    return reinterpret_cast<uint64_t>(slot.window.base());
+  }
+  // A window object linked here and verified here, registered: the
+  // synchronous load's way (JitCache::load), and finish_loads' where no
+  // thread can be had for it.
+  IfuncMain link_window_here(CodeId id, const std::string& name,
+                             const std::vector<std::byte>& object);
+  // A window object for `pending` linked and verified beside this thread:
+  // a window is taken for it and the object moved to `verification`
+  // (nullptr returned; pending.in_window set, its verdict to come in
+  // take_verdicts). Where no thread can be had, link_window_here's entry.
+  // Throws what keeps it from a window (errc::limit_exceeded, with
+  // no_window_for_link set).
+  IfuncMain link_window_aside(CodeId id, PendingLoad& pending, std::vector<std::byte>& object);
+  // Objects dumped as ORC's transform layer dumps the rest (JitOptions::dump_objects_to).
+  void dump_window_object(const std::vector<std::byte>& object, const std::string& name);
   // A window for one code: a spare one, else a new one (errc::limit_exceeded
   // past max_windows).
   WindowSlot& acquire_window();
   // Back to the spares, its payload copy dropped (what was linked there is
-  // unlinked with its JITDylib, its pages replaced by zeroed ones).
+  // unlinked first, its pages replaced by inaccessible ones).
   void release_window(WindowSlot& slot) noexcept;
   // Whether a compiled confined object claims the window shape: it defines
   // no confined globals table (the checked pass always emits one). A claim
@@ -327,9 +340,8 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   // What the runner needs of code linked into `slot` with entry `main`,
   // once the verifier accepted it (errc::code_refused, naming the rule, if not).
   confined::Code window_code(WindowSlot& slot, CodeId id, const std::string& name, uint64_t main);
-  // The same, split for a verifier on another thread: the code to read,
-  // then what the runner needs once `verdict` is in (or why not).
-  std::vector<confined::CodeRange> window_code_ranges(WindowSlot& slot, const std::string& name);
+  // The same for a verdict reached elsewhere (WindowVerification): what
+  // the runner needs once `verdict` is in, or why not.
   confined::Code window_code_from_verdict(WindowSlot& slot, CodeId id, const std::string& name,
                                           uint64_t main, const confined::Verdict& verdict);
   // Throws errc::limit_exceeded (no_window_for_link set) while something
@@ -372,26 +384,26 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   bool no_window_for_link = false;
   std::deque<WindowSlot> windows;
   std::vector<WindowSlot*> spare_windows;
-  std::unordered_map<CodeId, WindowSlot*> window_of;  // windowed codes' slots
+  std::unordered_map<CodeId, WindowSlot*>
+      window_of;  // windowed codes' slots (their link in `code`)
   std::optional<confined::ExposureArena> arena;       // made by the first allocate_exposed
   std::vector<ExposedRegion> exposed_by_address;      // JitCache::expose
   std::vector<ExposedRegion> exposed_in_arena;        // JitCache::allocate_exposed
-  jit::RoutedMemoryManager* routed = nullptr;         // the JIT's memory manager, if window_tier
   struct PendingLoad {
     ParsedImage image;  // name, triple and deps for the link (its bytes went to the worker)
     std::string store_key;
     std::chrono::steady_clock::time_point started;
     bool preparing = false;  // still with `preparation`: image and store_key not yet known
     uint64_t serial =
-        0;  // the preparation's while `preparing`, the verification's while `unverified`
+        0;  // the preparation's while `preparing`, the verification's while `in_window`
     // Compiling for the checked tier only: windows_for_new_loads() said no
     // when it started, or a window object was refused (before_checked_retry).
     bool checked_only = false;
-    // Linked into a window and with `verification` (its serial in
-    // `serial`), or linked and about to be: what was linked, the object
-    // to store once accepted (none if it came from the store), and for a
-    // large stored object the compile to start should it be refused.
-    std::optional<UnverifiedLink> unverified;
+    // With `verification`, to be linked into this window and verified
+    // (its serial in `serial`); the object to store once accepted (none if
+    // it came from the store), and for a large stored object the compile
+    // to start should it be refused.
+    WindowSlot* in_window = nullptr;
     std::vector<std::byte> object_to_store;
     bool from_store = false;
     std::optional<CompileWorkers::Job> compile_instead;
@@ -399,26 +411,20 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   // Confined loads under way: prepared beside the caller, compiling in a
   // worker, or linked into a window and with the verifier.
   std::unordered_map<CodeId, PendingLoad> pending_loads;
-  // pending.unverified (just linked) to `verification`; false if there is
-  // no thread for it.
-  bool submit_for_verification(CodeId id, PendingLoad& pending);
-  // pending.unverified (just linked) to `verification` (true), or, with no
-  // thread for it, verified here and registered (false). Whatever it
-  // throws, the link is undone.
-  bool verify_or_register(CodeId id, PendingLoad& pending);
-  // The code just linked in `linked`, now verified: findable by id.
-  void register_window_code(CodeId id, const UnverifiedLink& linked);
+  // `linked`, now verified, kept in `slot` for `id`: findable by id, its
+  // functions in the table.
+  void register_window_code(CodeId id, WindowSlot& slot, jit::WindowLink linked);
   // Undoes what register_window_code and confined_codes hold for `id`.
   void forget_window_code(CodeId id) noexcept;
-  // A verdict for `pending`'s link: registered (nullopt), or the link
-  // undone and why it was not taken.
-  std::optional<Error> settle_verdict(const WindowVerification::Verified& verified,
-                                      const PendingLoad& pending, const UnverifiedLink& linked);
+  // A verdict for `pending`'s link in `slot`: registered (nullopt), or the
+  // link undone and why it was not taken.
+  std::optional<Error> settle_verdict(WindowVerification::Verified& verified,
+                                      const PendingLoad& pending, WindowSlot& slot);
   // What a stored object for a confined load came to: linked and
-  // registered (`entry` set), with the verifier (pending.unverified), or
-  // not to be used (it does not link, or the verifier here refused it).
+  // registered (`entry` set), with the verifier (pending.in_window), or
+  // not to be used (it does not link, or no window is to be had for it).
   enum class Stored { linked, verifying, refused };
-  Stored link_stored_aside(CodeId id, PendingLoad& pending, const std::vector<std::byte>& object,
+  Stored link_stored_aside(CodeId id, PendingLoad& pending, std::vector<std::byte> object,
                            IfuncMain& entry);
   // After a window object was not taken for `pending`: a stored one is
   // compiled instead; a compiled one compiled again for the checked tier,
@@ -427,14 +433,15 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   bool compile_again(CodeId id, PendingLoad& pending, const Error& refusal);
   [[nodiscard]] LoadResult result_of(const PendingLoad& pending, IfuncMain entry,
                                      bool from_store) const;
-  // Window links of cancelled loads whose verdict is still to come, by
-  // serial: discarded when it comes, not before (the thread reads them).
-  std::unordered_map<uint64_t, UnverifiedLink> abandoned_links;
-  // A cancelled load's window link, if it has one, waits in abandoned_links.
+  // Windows of cancelled loads whose link and verdict are still to come,
+  // by serial: given back when they come, not before (the thread links
+  // into them and reads them).
+  std::unordered_map<uint64_t, WindowSlot*> abandoned_links;
+  // A cancelled load's window, if it has one, waits in abandoned_links.
   void abandon(const PendingLoad& pending) noexcept {
-    if (!pending.unverified) return;
+    if (pending.in_window == nullptr) return;
     try {
-      abandoned_links.emplace(pending.serial, *pending.unverified);
+      abandoned_links.emplace(pending.serial, pending.in_window);
     } catch (...) {  // no memory for the record: its window stays held until the cache goes
     }
   }
@@ -456,10 +463,9 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   // (triple, host_key, store, workers' settings).
   void prepare_confined(ConfinedPreparation::Job& job, ConfinedPreparation::Prepared& out) const;
   // Links `object` (from the store) for confined `image`; null if it does
-  // not link here. With `unverified`, as link() leaves a window object.
+  // not link here.
   IfuncMain link_stored_object(CodeId id, const ParsedImage& image,
-                               const std::vector<std::byte>& object,
-                               UnverifiedLink* unverified = nullptr);
+                               const std::vector<std::byte>& object);
   [[nodiscard]] static const ParsedImage& confinable(CodecId codec, const ParsedImage* object,
                                                      const ParsedImage* ir);
   std::unordered_map<CodeId, confined::Code> confined_codes;  // node-based: stable for CachedIfunc

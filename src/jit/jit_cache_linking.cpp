@@ -108,10 +108,9 @@ IfuncMain JitCache::Impl::link_stored(CodeId id, const ParsedImage& image, const
 }
 
 IfuncMain JitCache::Impl::link_stored_object(CodeId id, const ParsedImage& image,
-                                             const std::vector<std::byte>& object,
-                                             UnverifiedLink* unverified) {
+                                             const std::vector<std::byte>& object) {
   try {
-    return link(id, CodecId::bitcode, image, &object, Confine::yes, unverified);
+    return link(id, CodecId::bitcode, image, &object, Confine::yes);
   } catch (const Error&) {
     return nullptr;  // as link_stored: compile instead
   }
@@ -175,31 +174,21 @@ IfuncMain JitCache::Impl::link_compiled(CodeId id, const ParsedImage& image,
 }
 
 IfuncMain JitCache::Impl::link(CodeId id, CodecId codec, const ParsedImage& image,
-                               const std::vector<std::byte>* object, Confine confine,
-                               UnverifiedLink* unverified) {
+                               const std::vector<std::byte>* object, Confine confine) {
   if (codec == CodecId::binary && object == nullptr && jit::is_prelinked_image(image.bytes))
     return link_prelinked(id, image);
-  const std::string entry_name = image.name + "_main";
-  failure = {};  // what this load's diagnostics and errors collect
-  llvm::orc::JITDylib& jd = acquire_dylib();
   // The window tier: linked into a window of its own, against nothing
   // outside it (shaped code imports nothing; an object that does fails to
   // link), and verified before it is used.
-  WindowSlot* slot = nullptr;
   no_window_for_link = false;
+  if (confine == Confine::yes && object != nullptr && window_tier && claims_window_shape(*object))
+    return link_window_here(id, image.name, *object);
+  const std::string entry_name = image.name + "_main";
+  failure = {};  // what this load's diagnostics and errors collect
+  llvm::orc::JITDylib& jd = acquire_dylib();
   try {
-    if (confine == Confine::yes && object != nullptr && window_tier &&
-        claims_window_shape(*object)) {
-      // Exposed since the load started, out of a window's reach: the
-      // code would get null where it was handed that memory.
-      require_windows_reach_exposed(image.name);
-      slot = &acquire_window();
-      routed->route(&jd, slot->window);
-      jd.setLinkOrder({}, true);
-    } else {
-      for (const std::string& library : image.deps)
-        jd.addToLinkOrder(dependency(library, image.name));
-    }
+    for (const std::string& library : image.deps)
+      jd.addToLinkOrder(dependency(library, image.name));
     const llvm::StringRef bytes(reinterpret_cast<const char*>(image.bytes.data()),
                                 image.bytes.size());
     if (object != nullptr) {
@@ -279,40 +268,15 @@ IfuncMain JitCache::Impl::link(CodeId id, CodecId codec, const ParsedImage& imag
       throw Error(errc::jit_failed, "ifunc '" + image.name + "': " + diagnosed +
                                         (diagnosed.empty() ? "" : "; ") + failure.message);
     }
-    if (slot != nullptr && unverified != nullptr) {
-      *unverified = {&jd, slot, address->getValue()};
-      return address->toPtr<IfuncMain>();  // not to be called before its verdict
-    }
-    if (slot != nullptr) {
-      confined_codes[id] = window_code(*slot, id, image.name, address->getValue());
-      window_of[id] = slot;
-    } else if (confine == Confine::yes) {
-      confined_codes[id] = confined_code(jd, id, image.name);
-    }
+    if (confine == Confine::yes) confined_codes[id] = confined_code(jd, id, image.name);
     dylibs[id].push_back(&jd);
     return address->toPtr<IfuncMain>();
   } catch (...) {
-    if (slot != nullptr) {
-      confined_codes.erase(id);
-      window_of.erase(id);
-      discard_window_link({&jd, slot, 0});
-    } else if (llvm::Error e = jit->getExecutionSession().removeJITDylib(jd)) {
+    confined_codes.erase(id);
+    if (llvm::Error e = jit->getExecutionSession().removeJITDylib(jd))
       llvm::consumeError(std::move(e));
-    }
     throw;
   }
-}
-
-void JitCache::Impl::discard_window_link(const UnverifiedLink& linked) noexcept {
-  llvm::Error removed = jit->getExecutionSession().removeJITDylib(*linked.jd);
-  routed->unroute(linked.jd);  // before its address can be a new JITDylib's
-  // A window whose code could not all be unlinked is given to no other
-  // code (as evict() keeps it): held until the cache goes.
-  if (removed) {
-    llvm::consumeError(std::move(removed));
-    return;
-  }
-  release_window(*linked.slot);
 }
 
 confined::Code JitCache::Impl::confined_code(llvm::orc::JITDylib& jd, CodeId id,
@@ -394,27 +358,28 @@ bool JitCache::Impl::runs_here(const std::string& image_triple) {
 
 bool JitCache::Impl::evict(CodeId id) {
   drop_promotion(id);
+  if (const auto in_window = window_of.find(id); in_window != window_of.end()) {
+    WindowSlot& slot = *in_window->second;
+    forget_window_code(id);
+    // A window whose code could not be unlinked is not given to another
+    // code: it is left, its address space held, until the cache goes.
+    if (!slot.code.unlink())
+      throw Error(errc::jit_failed,
+                  "evicting ifunc " + hex_id(id) + ": its window's code could not be unlinked");
+    release_window(slot);
+    return true;
+  }
   confined_codes.erase(id);
   const bool had_image = release_prelinked(id);
   const auto it = dylibs.find(id);
   if (it == dylibs.end()) return had_image;
   std::vector<llvm::orc::JITDylib*> tiers = std::move(it->second);
   dylibs.erase(it);
-  WindowSlot* slot = nullptr;
-  if (const auto in_window = window_of.find(id); in_window != window_of.end()) {
-    slot = in_window->second;
-    window_of.erase(in_window);
-  }
   std::string errors;
   for (llvm::orc::JITDylib* dylib : tiers) {
-    // Unrouted first: a spare JITDylib must link where a new one would.
-    if (slot != nullptr) routed->unroute(dylib);
     if (llvm::Error e = release_dylib(*dylib))
       errors += (errors.empty() ? "" : "; ") + message_of(std::move(e));
   }
-  // A window whose code could not all be unlinked is not given to another
-  // code: it is left, its address space held, until the cache goes.
-  if (slot != nullptr && errors.empty()) release_window(*slot);
   if (!errors.empty())
     throw Error(errc::jit_failed, "evicting ifunc " + hex_id(id) + ": " + errors);
   return true;

@@ -17,52 +17,10 @@ namespace {
 // takes a larger area (WindowedCode::run). A page: a caller change wipes
 // all of it.
 constexpr std::size_t kPayloadArea = std::size_t{4} << 10;
-
-// Window code's graphs: one with initialisers or finalisers is refused
-// (nothing would run them, and nothing of window code is to run but its
-// entry). Their allocation actions, .eh_frame registration among them, are
-// never run (jit/window_memory.cpp).
-class WindowGraphRules final : public llvm::orc::ObjectLinkingLayer::Plugin {
- public:
-  explicit WindowGraphRules(jit::RoutedMemoryManager& routed) : routed_(routed) {}
-  void modifyPassConfig(llvm::orc::MaterializationResponsibility& mr,
-                        llvm::jitlink::LinkGraph& /*graph*/,
-                        llvm::jitlink::PassConfiguration& config) override {
-    if (!routed_.routes(&mr.getTargetJITDylib())) return;
-    config.PrePrunePasses.push_back([](llvm::jitlink::LinkGraph& g) -> llvm::Error {
-      for (const llvm::jitlink::Section& section : g.sections()) {
-        const llvm::StringRef name = section.getName();
-        for (const llvm::StringRef refused : {".init_array", ".fini_array", ".preinit_array",
-                                              ".ctors", ".dtors", ".init", ".fini"}) {
-          if (name == refused || name.starts_with((refused + ".").str())) {
-            return llvm::make_error<llvm::StringError>(
-                "window code may not have initialisers or finalisers (section " + name.str() + ")",
-                llvm::inconvertibleErrorCode());
-          }
-        }
-      }
-      return llvm::Error::success();
-    });
-  }
-  llvm::Error notifyFailed(llvm::orc::MaterializationResponsibility&) override {
-    return llvm::Error::success();
-  }
-  llvm::Error notifyRemovingResources(llvm::orc::JITDylib&, llvm::orc::ResourceKey) override {
-    return llvm::Error::success();
-  }
-  void notifyTransferringResources(llvm::orc::JITDylib&, llvm::orc::ResourceKey,
-                                   llvm::orc::ResourceKey) override {}
-
- private:
-  jit::RoutedMemoryManager& routed_;  // the layer's memory manager: lives as long
-};
-
+// What a window's memory manager reserves at a time: small, since every
+// key's window starts with one.
+constexpr std::size_t kCodeReservation = std::size_t{1} << 20;
 }  // namespace
-
-std::shared_ptr<llvm::orc::ObjectLinkingLayer::Plugin> jit_cache_detail::window_graph_rules(
-    jit::RoutedMemoryManager& routed) {
-  return std::make_shared<WindowGraphRules>(routed);
-}
 
 JitCache::Impl::WindowSlot& JitCache::Impl::acquire_window() {
   if (!spare_windows.empty()) {
@@ -85,6 +43,10 @@ JitCache::Impl::WindowSlot& JitCache::Impl::acquire_window() {
   }
   WindowSlot& slot = windows.back();
   try {
+    auto mapper = std::make_unique<jit::WindowMemoryMapper>(slot.window);
+    slot.mapper = mapper.get();
+    slot.memory = std::make_unique<llvm::orc::MapperJITLinkMemoryManager>(kCodeReservation,
+                                                                          std::move(mapper));
     slot.payload = slot.window.allocate(kPayloadArea, true);
     if (arena) arena->attach(slot.window);
   } catch (...) {
@@ -122,18 +84,11 @@ bool JitCache::Impl::claims_window_shape(const std::vector<std::byte>& object) {
   return true;
 }
 
-std::vector<confined::CodeRange> JitCache::Impl::window_code_ranges(WindowSlot& slot,
-                                                                    const std::string& name) {
-  jit::WindowMemoryMapper* const mapper = routed->mapper_of(slot.window);
-  if (mapper == nullptr) throw Error(errc::jit_failed, "ifunc '" + name + "': no window mapper");
-  // The machine code as it will run: linked, relocated, read-only. The
-  // window holds this code only, so this is every executable byte there.
-  return mapper->executable_code();
-}
-
 confined::Code JitCache::Impl::window_code(WindowSlot& slot, CodeId id, const std::string& name,
                                            uint64_t main) {
-  const std::vector<confined::CodeRange> code = window_code_ranges(slot, name);
+  // The machine code as it will run: linked, relocated, read-only. The
+  // window holds this code only, so this is every executable byte there.
+  const std::vector<confined::CodeRange> code = slot.mapper->executable_code();
   return window_code_from_verdict(
       slot, id, name, main,
       verify_window_code({code, {&main, 1}, reinterpret_cast<uint64_t>(slot.window.base())}));
@@ -148,15 +103,13 @@ confined::Code JitCache::Impl::window_code_from_verdict(WindowSlot& slot, CodeId
                     (kHaveWindowVerifier ? "the window verifier refused its machine code: " : "") +
                     verdict.refusal);
   }
-  jit::WindowMemoryMapper* const mapper = routed->mapper_of(slot.window);
-  if (mapper == nullptr) throw Error(errc::jit_failed, "ifunc '" + name + "': no window mapper");
   confined::Code result{name, id, {}};
   result.windowed = std::make_unique<confined::WindowedCode>();
   confined::WindowedCode& windowed = *result.windowed;
   windowed.window = &slot.window;
   windowed.entry = {reinterpret_cast<const void*>(main), verdict.stack_bytes};
   windowed.payload = &slot.payload;
-  for (const std::span<std::byte> data : mapper->writable_data())
+  for (const std::span<std::byte> data : slot.mapper->writable_data())
     windowed.data.push_back({data, {}});
   windowed.remember_initial_data();
   // On top of the fault handlers again: one installed since (a test
@@ -175,90 +128,137 @@ void JitCache::Impl::require_windows_reach_exposed(const std::string& name) {
   }
 }
 
-// ---- Window objects a Receiver's loads link: verified beside it ------------
+// ---- Window objects: linked and verified here, or beside this thread ------
 
-bool JitCache::Impl::submit_for_verification(CodeId id, PendingLoad& pending) {
-  if (!verification) {
-    try {
-      verification = std::make_unique<WindowVerification>(helper_cpus);
-    } catch (const std::system_error&) {  // no thread to be had
-      return false;
-    }
-  }
-  const UnverifiedLink& linked = *pending.unverified;
-  const uint64_t serial = next_serial++;
-  verification->submit({id, serial, window_code_ranges(*linked.slot, pending.image.name),
-                        linked.main, reinterpret_cast<uint64_t>(linked.slot->window.base())});
-  pending.serial = serial;
-  return true;
+void JitCache::Impl::dump_window_object(const std::vector<std::byte>& object,
+                                        const std::string& name) {
+  if (!dumper) return;
+  const llvm::StringRef bytes(reinterpret_cast<const char*>(object.data()), object.size());
+  auto dumped = (*dumper)(llvm::MemoryBuffer::getMemBufferCopy(bytes, name));
+  if (!dumped) llvm::consumeError(dumped.takeError());  // a debugging aid: the load goes on
 }
 
-bool JitCache::Impl::verify_or_register(CodeId id, PendingLoad& pending) {
-  const UnverifiedLink linked = *pending.unverified;
+IfuncMain JitCache::Impl::link_window_here(CodeId id, const std::string& name,
+                                           const std::vector<std::byte>& object) {
+  no_window_for_link = false;
+  // Exposed since the load started, out of a window's reach: the code
+  // would get null where it was handed that memory.
+  require_windows_reach_exposed(name);
+  WindowSlot& slot = acquire_window();
+  dump_window_object(object, name);
+  jit::WindowLink linked;
   try {
-    if (submit_for_verification(id, pending)) return true;
-    pending.unverified.reset();
-    confined_codes[id] = window_code(*linked.slot, id, pending.image.name, linked.main);
-    register_window_code(id, linked);
-    return false;
+    linked = jit::WindowLink::link(object, name, name + "_main", *slot.memory);
+    const uint64_t main = linked.entry();
+    confined_codes[id] = window_code(slot, id, name, main);
+    register_window_code(id, slot, std::move(linked));
+    return reinterpret_cast<IfuncMain>(main);
   } catch (...) {
-    pending.unverified.reset();
     forget_window_code(id);
-    discard_window_link(linked);
+    discard_window_link(slot, linked);
     throw;
   }
 }
 
-void JitCache::Impl::register_window_code(CodeId id, const UnverifiedLink& linked) {
-  dylibs[id].push_back(linked.jd);
-  window_of[id] = linked.slot;
+IfuncMain JitCache::Impl::link_window_aside(CodeId id, PendingLoad& pending,
+                                            std::vector<std::byte>& object) {
+  if (!verification) {
+    try {
+      verification = std::make_unique<WindowVerification>(helper_cpus);
+    } catch (const std::system_error&) {  // no thread to be had
+      return link_window_here(id, pending.image.name, object);
+    }
+  }
+  no_window_for_link = false;
+  require_windows_reach_exposed(pending.image.name);
+  WindowSlot& slot = acquire_window();
+  dump_window_object(object, pending.image.name);
+  const uint64_t serial = next_serial++;
+  try {
+    verification->submit({id, serial, std::move(object), pending.image.name,
+                          pending.image.name + "_main", slot.memory.get(), slot.mapper,
+                          reinterpret_cast<uint64_t>(slot.window.base())});
+  } catch (...) {
+    release_window(slot);
+    throw;
+  }
+  pending.in_window = &slot;
+  pending.serial = serial;
+  return nullptr;
+}
+
+void JitCache::Impl::discard_window_link(WindowSlot& slot, jit::WindowLink& linked) noexcept {
+  // A window whose code could not all be unlinked is given to no other
+  // code (as evict() keeps it): held until the cache goes.
+  if (linked.unlink()) release_window(slot);
+}
+
+void JitCache::Impl::register_window_code(CodeId id, WindowSlot& slot, jit::WindowLink linked) {
+  const uint64_t key = function_key(slot);
+  try {
+    for (const auto& [begin, function] : linked.functions()) functions.add(key, begin, function);
+    window_of[id] = &slot;
+  } catch (...) {
+    functions.forget(key);
+    throw;
+  }
+  slot.code = std::move(linked);
 }
 
 void JitCache::Impl::forget_window_code(CodeId id) noexcept {
   confined_codes.erase(id);
-  window_of.erase(id);
-  dylibs.erase(id);
+  if (const auto it = window_of.find(id); it != window_of.end()) {
+    functions.forget(function_key(*it->second));
+    window_of.erase(it);
+  }
 }
 
-std::optional<Error> JitCache::Impl::settle_verdict(const WindowVerification::Verified& verified,
-                                                    const PendingLoad& pending,
-                                                    const UnverifiedLink& linked) {
+std::optional<Error> JitCache::Impl::settle_verdict(WindowVerification::Verified& verified,
+                                                    const PendingLoad& pending, WindowSlot& slot) {
+  if (verified.link_error) {
+    no_window_for_link = false;  // a window was had: the object did not link there
+    discard_window_link(slot, verified.link);
+    if (verified.target_failed) return Error(errc::jit_failed, verified.link_error->what());
+    return std::move(verified.link_error);
+  }
   try {
     // Exposed since it was linked, out of a window's reach: as link()
     // refuses it then, the checked tier takes it.
     require_windows_reach_exposed(pending.image.name);
-    confined_codes[verified.id] = window_code_from_verdict(
-        *linked.slot, verified.id, pending.image.name, linked.main, verified.verdict);
-    register_window_code(verified.id, linked);
+    const uint64_t main = verified.link.entry();
+    confined_codes[verified.id] =
+        window_code_from_verdict(slot, verified.id, pending.image.name, main, verified.verdict);
+    register_window_code(verified.id, slot, std::move(verified.link));
     return std::nullopt;
   } catch (const Error& error) {
     forget_window_code(verified.id);
-    discard_window_link(linked);
+    discard_window_link(slot, verified.link);
     if (verified.target_failed) return Error(errc::jit_failed, error.what());
     return error;
   } catch (...) {
     forget_window_code(verified.id);
-    discard_window_link(linked);
+    discard_window_link(slot, verified.link);
     throw;
   }
 }
 
 JitCache::Impl::Stored JitCache::Impl::link_stored_aside(CodeId id, PendingLoad& pending,
-                                                         const std::vector<std::byte>& object,
+                                                         std::vector<std::byte> object,
                                                          IfuncMain& entry) {
-  UnverifiedLink linked;
-  entry = link_stored_object(id, pending.image, object, &linked);
-  if (entry == nullptr) return Stored::refused;
-  if (linked.slot == nullptr) return Stored::linked;
-  pending.unverified = linked;
+  if (!(window_tier && claims_window_shape(object))) {
+    entry = link_stored_object(id, pending.image, object);
+    return entry == nullptr ? Stored::refused : Stored::linked;
+  }
   pending.from_store = true;
   try {
-    if (verify_or_register(id, pending)) return Stored::verifying;
-  } catch (const Error&) {  // refused here (no thread): compiled instead, as one that does not link
+    entry = link_window_aside(id, pending, object);
+  } catch (
+      const Error&) {  // no window, or refused here: compiled instead, as one that does not link
     pending.from_store = false;
     entry = nullptr;
     return Stored::refused;
   }
+  if (entry == nullptr) return Stored::verifying;
   pending.from_store = false;
   return Stored::linked;
 }

@@ -27,18 +27,35 @@ WindowVerification::WindowVerification(detail::HelperCpus cpus)
     : thread_(
           "tc-verify",
           [this](Job& job) {
-            Verified verified{job.id, job.serial, {}, false};
+            Verified verified;
+            verified.id = job.id;
+            verified.serial = job.serial;
             try {
-              confined::VerifierInput input{job.code, {&job.main, 1}, job.window_base};
-              input.stop = &stopping_;
-              verified.verdict = verify_window_code(input);
-            } catch (const std::exception& error) {
-              // No memory for its tables: this process's failure.
-              verified.verdict = {};
-              verified.verdict.refusal =
-                  std::string("the verifier could not finish: ") + error.what();
+              verified.link = jit::WindowLink::link(job.object, job.name, job.entry, *job.memory);
+            } catch (const Error& error) {  // the object's: it does not link into a window
+              verified.link_error = error;
+            } catch (const std::exception& error) {  // no memory: this process's failure
+              verified.link_error =
+                  Error(errc::jit_failed, "ifunc '" + job.name + "': " + error.what());
               verified.target_failed = true;
             }
+            if (!verified.link_error) {
+              try {
+                const uint64_t main = verified.link.entry();
+                // The window holds this code only: every executable byte there.
+                const std::vector<confined::CodeRange> code = job.mapper->executable_code();
+                confined::VerifierInput input{code, {&main, 1}, job.window_base};
+                input.stop = &stopping_;
+                verified.verdict = verify_window_code(input);
+              } catch (const std::exception& error) {
+                // No memory for its tables: this process's failure.
+                verified.verdict = {};
+                verified.verdict.refusal =
+                    std::string("the verifier could not finish: ") + error.what();
+                verified.target_failed = true;
+              }
+            }
+            verified.object = std::move(job.object);
             return verified;
           },
           cpus) {}

@@ -1,20 +1,29 @@
-// WindowVerification: the window verifier (confine/verify_x86.hpp,
+// WindowVerification: window code linked into its window (jit/window_link.hpp)
+// and read by the window verifier (confine/verify_x86.hpp,
 // verify_aarch64.hpp) on a thread of its own, for the loads a Receiver
 // finishes beside its serving (JitCache::finish_loads). The verifier is
 // linear in the code, but a large object still takes tens of milliseconds
 // to read (heavy.c's 8 blocks, 2026-11-29: the honest peer's longest round
-// trip 30 ms with it on the serving thread), and there every peer waits.
-// The code waits linked in its window, run by no one, until its verdict
-// is taken back.
+// trip 30 ms with it on the serving thread), and the link 0.2-0.4 ms of
+// the serving thread per load (threechains-bench-compile-end); there every
+// peer waits. The code waits linked in its window, run by no one, until its
+// verdict is taken back.
 #pragma once
 
 #include "confine/verifier.hpp"
 #include "jit/job_thread.hpp"
+#include "jit/window_link.hpp"
+#include "jit/window_memory.hpp"
+
+#include <threechains/error.hpp>
 
 #include <threechains/frame.hpp>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -35,26 +44,35 @@ class WindowVerification {
  public:
   struct Job {
     CodeId id = 0;
-    uint64_t serial = 0;  // tells a cancelled load's verdict from a later one's
-    // The linked code as it will run: its owner keeps it mapped, and
-    // unchanged, until the verdict is taken (take_finished).
-    std::vector<confined::CodeRange> code;
-    uint64_t main = 0;
+    uint64_t serial = 0;            // tells a cancelled load's result from a later one's
+    std::vector<std::byte> object;  // handed back in Verified::object
+    std::string name;               // the ifunc's, for errors
+    std::string entry;              // the symbol to enter it by
+    // The window it goes into, held for this job until its result is
+    // taken back (take_finished): its memory manager and mapper, and base.
+    llvm::jitlink::JITLinkMemoryManager* memory = nullptr;
+    jit::WindowMemoryMapper* mapper = nullptr;
     uint64_t window_base = 0;
   };
   struct Verified {
     CodeId id = 0;
     uint64_t serial = 0;
+    // Why it did not link (the verifier not run), else the link, to be
+    // kept or discarded by whoever takes this back.
+    std::optional<Error> link_error;
+    jit::WindowLink link;
     confined::Verdict verdict;
-    // The verifier could not finish for this process's reasons (memory),
-    // not the code's: a refusal not to count against it.
+    // The verifier could not finish, or the link failed, for this
+    // process's reasons (memory), not the code's: not to count against it.
     bool target_failed = false;
+    std::vector<std::byte> object;  // the job's
   };
 
   // Throws std::system_error when no thread is to be had.
   explicit WindowVerification(detail::HelperCpus cpus);
   // Stops a verification under way (it ends refused) and the thread; queued
-  // jobs are dropped (~JobThread).
+  // jobs are dropped (~JobThread), and links not taken back undone: the
+  // windows jobs name must outlive this.
   ~WindowVerification() { stopping_.store(true, std::memory_order_relaxed); }
   WindowVerification(const WindowVerification&) = delete;
   WindowVerification& operator=(const WindowVerification&) = delete;
