@@ -36,10 +36,10 @@ class ConfinedPreparation {
   struct Prepared {
     uint64_t serial = 0;
     CodeId id = 0;
-    ParsedImage image;      // name, triple and deps for the link; its bytes went into `job`
+    ParsedImage image;      // name, triple and deps; its bytes where a second compile may need them
     std::string store_key;  // empty without an object store
     std::optional<std::vector<std::byte>> stored;  // the object the store held under it
-    CompileWorkers::Job job;                       // for the worker, if the stored one fails
+    CompileWorkers::Job job;                       // for the worker, where nothing was stored
     std::optional<Error> error;  // why it cannot compile (then nothing else is set)
     // The error is this process's (no memfd, no memory), not the code's.
     bool target_failed = false;

@@ -271,15 +271,19 @@ void JitCache::Impl::prepare_confined(ConfinedPreparation::Job& job,
   // What is decided by the content is thrown above; what follows can fail
   // only for this process's reasons (descriptors, memory, the disk).
   try {
-    out.job = workers.prepare(image.name, image.bytes, !job.window_shape);
     if (store) {
       out.store_key = store_key(job.id, image, Confine::yes, job.window_shape);
       out.stored = store->find(out.store_key);
     }
-    // The bitcode only where the window tier may need a second compile
-    // (finish_loads).
-    out.image = ParsedImage{image.name, image.triple, image.kind, image.deps,
-                            job.window_shape ? image.bytes : std::vector<std::byte>{}};
+    // A stored object compiles nothing unless it is refused, and a job not
+    // used would be closed on the serving thread: its memfd's pages freed,
+    // ~0.1 ms for heavy's (threechains-bench-compile-end, 2026-11-29).
+    if (!out.stored) out.job = workers.prepare(image.name, image.bytes, !job.window_shape);
+    // The bitcode where the window tier may need a second compile, or a
+    // stored object that is refused, a first one (finish_loads).
+    out.image =
+        ParsedImage{image.name, image.triple, image.kind, image.deps,
+                    job.window_shape || out.stored ? image.bytes : std::vector<std::byte>{}};
   } catch (const Error& error) {
     out.error = error;
     out.target_failed = true;
@@ -529,7 +533,6 @@ void JitCache::take_prepared(std::vector<FinishedLoad>& finished) {
         pending.store_key = std::move(prepared.store_key);
         pending.preparing = false;
         if (prepared.stored) {
-          pending.compile_instead = std::move(prepared.job);
           IfuncMain entry = nullptr;
           switch (
               impl_->link_stored_aside(prepared.id, pending, std::move(*prepared.stored), entry)) {
@@ -539,11 +542,11 @@ void JitCache::take_prepared(std::vector<FinishedLoad>& finished) {
               enter_confined(prepared.id, entry);
               done.result = impl_->result_of(pending, entry, true);
               break;
-            case Impl::Stored::refused:
+            case Impl::Stored::refused:  // compiled from the bitcode kept for it
+              prepared.job = impl_->workers.prepare(pending.image.name, pending.image.bytes,
+                                                    pending.checked_only);
               break;
           }
-          prepared.job = std::move(*pending.compile_instead);
-          pending.compile_instead.reset();
         }
         if (!done.result) {
           impl_->workers.submit(prepared.id, std::move(prepared.job));

@@ -401,12 +401,10 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
     bool checked_only = false;
     // With `verification`, to be linked into this window and verified
     // (its serial in `serial`); the object to store once accepted (none if
-    // it came from the store), and for a large stored object the compile
-    // to start should it be refused.
+    // it came from the store: a refused one is compiled from image.bytes).
     WindowSlot* in_window = nullptr;
     std::vector<std::byte> object_to_store;
     bool from_store = false;
-    std::optional<CompileWorkers::Job> compile_instead;
   };
   // Confined loads under way: prepared beside the caller, compiling in a
   // worker, or linked into a window and with the verifier.

@@ -269,14 +269,9 @@ bool JitCache::Impl::compile_again(CodeId id, PendingLoad& pending, const Error&
       // A stored object: compiled instead, as one that does not link, for
       // the tier the load chose.
       pending.from_store = false;
-      if (pending.compile_instead) {
-        workers.submit(id, std::move(*pending.compile_instead));
-        pending.compile_instead.reset();
-      } else {
-        if (pending.image.bytes.empty()) return false;
-        workers.submit(
-            id, workers.prepare(pending.image.name, pending.image.bytes, pending.checked_only));
-      }
+      if (pending.image.bytes.empty()) return false;
+      workers.submit(
+          id, workers.prepare(pending.image.name, pending.image.bytes, pending.checked_only));
     } else {
       if (pending.checked_only || pending.image.bytes.empty()) return false;
       before_checked_retry(refusal, pending.store_key);
