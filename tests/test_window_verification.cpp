@@ -19,6 +19,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
@@ -124,4 +126,99 @@ TEST_CASE(
                     .has_value());
   }
   CHECK(*sum == expected);
+}
+
+// Named for ThreadSanitizer's filter too (CMakePresets.json).
+TEST_CASE(
+    "a large code's stored object that fails to link beside is compiled again, into the window "
+    "its link gave back",
+    "[confinement][window]") {
+  if (test::skip_without_window_tier()) return;
+  const Ifunc big = Ifunc::load(TC_BIG_TABLE);
+  const test::TempDir directory("threechains-window-link-refused");
+  JitOptions options;
+  options.code_cache_directory = directory.path();
+  options.confinement.max_windows = 1;  // a window the failed link kept would leave none
+  {
+    JitCache cache(options);
+    (void)cache.load(big.id(), big.codec(), big.code(), Confine::yes);
+    const CachedIfunc* const first = cache.find_ifunc(big.id());
+    REQUIRE(first != nullptr);
+    REQUIRE(cache.in_window(*first));
+  }
+  // Its entry renamed: the stored object reads well and links, but defines
+  // no big_table_main, so tc-verify's link fails and nothing is verified.
+  test::rename_in_stored_window_object(directory.path(), "big_table_main", "big_table_mair");
+
+  JitCache cache(options);
+  REQUIRE_FALSE(cache.start_load(big.id(), big.codec(), big.code(), Confine::yes).has_value());
+  const JitCache::FinishedLoad done = test::finished_load(cache, big.id());
+  INFO((done.error ? done.error->what() : std::string("loaded")));
+  REQUIRE(done.result.has_value());
+  CHECK_FALSE(done.result->from_code_cache);  // compiled again
+  const CachedIfunc* const loaded = cache.find_ifunc(big.id());
+  REQUIRE(loaded != nullptr);
+  CHECK(cache.in_window(*loaded));
+  JitCache plain;
+  (void)plain.load(big.id(), big.codec(), big.code(), Confine::no);
+  auto* const sum = reinterpret_cast<uint64_t*>(cache.allocate_exposed("sum", 8, true).data());
+  uint64_t expected = 0;
+  alignas(16) uint64_t word = 65535;
+  CHECK_FALSE(cache.invoke(*loaded, &word, sizeof(word), sum).has_value());
+  CHECK_FALSE(
+      plain.invoke(*plain.find_ifunc(big.id()), &word, sizeof(word), &expected).has_value());
+  CHECK(*sum == expected);
+  CHECK(expected != 0);
+}
+
+// helper-33's attack (2026-11-29): a link that fails after its window gave
+// it memory. LLVM 22's MapperJITLinkMemoryManager abandons such an
+// allocation and never hands its range out again, so the window, given
+// back as it was, had too little room left for the next code, which then
+// took the checked tier (its window object counted as refused).
+TEST_CASE(
+    "a window object that takes its whole window and fails to link leaves the window whole for the "
+    "next code",
+    "[confinement][window]") {
+  if (test::skip_without_window_tier()) return;
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  const test::TempDir directory("threechains-window-hog");
+  JitOptions options;
+  options.code_cache_directory = directory.path();
+  options.confinement.max_windows = 1;
+  {
+    JitCache cache(options);
+    (void)cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
+    const CachedIfunc* const first = cache.find_ifunc(counter.id());
+    REQUIRE(first != nullptr);
+    REQUIRE(cache.in_window(*first));
+  }
+  // Under the counter's key, as a compromised worker or a writer of the
+  // store would leave it: 2047 MiB less 8 KiB of zeroed data and an
+  // import (tests/ifuncs/window_hog.c).
+  std::string hog;
+  {
+    std::ifstream in(TC_WINDOW_HOG_OBJECT, std::ios::binary);
+    hog.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  REQUIRE(hog.size() > 64);
+  test::replace_stored_window_object(directory.path(), hog);
+
+  JitCache cache(options);
+  REQUIRE_FALSE(
+      cache.start_load(counter.id(), counter.codec(), counter.code(), Confine::yes).has_value());
+  const JitCache::FinishedLoad done = test::finished_load(cache, counter.id());
+  INFO((done.error ? done.error->what() : std::string("loaded")));
+  REQUIRE(done.result.has_value());
+  CHECK_FALSE(done.result->from_code_cache);  // the hog refused, the counter compiled again
+  const CachedIfunc* const loaded = cache.find_ifunc(counter.id());
+  REQUIRE(loaded != nullptr);
+  // In the one window, which its failed link did not leave full.
+  CHECK(cache.in_window(*loaded));
+  INFO(cache.window_refusals().last);
+  CHECK(cache.window_refusals().count == 0);
+  auto* const count = reinterpret_cast<uint64_t*>(cache.allocate_exposed("count", 8, true).data());
+  alignas(16) uint64_t increment = 3;
+  CHECK_FALSE(cache.invoke(*loaded, &increment, sizeof(increment), count).has_value());
+  CHECK(*count == 3);
 }

@@ -56,7 +56,9 @@ void ExposureArena::attach(Window& window) {
   for (const Piece& piece : pieces_)
     window.map_shared(fd_, piece.offset, Window::kShared + piece.offset, piece.bytes,
                       piece.writable);
-  windows_.push_back(&window);
+  // Once: a window renewed in place (JitCache) is attached again.
+  if (std::find(windows_.begin(), windows_.end(), &window) == windows_.end())
+    windows_.push_back(&window);
 }
 
 }  // namespace threechains::confined

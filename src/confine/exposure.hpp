@@ -35,8 +35,9 @@ class ExposureArena {
   // Throws Error(errc::limit_exceeded) past the 2 GiB of the shared half.
   [[nodiscard]] std::span<std::byte> allocate(std::size_t bytes, bool writable);
 
-  // Maps every piece into `window`, and later pieces too. `window` must
-  // outlive the arena (a JitCache declares its windows before its arena).
+  // Maps every piece into `window`, and later pieces too (again, for a
+  // window whose reservation was replaced). `window` must outlive the
+  // arena (a JitCache declares its windows before its arena).
   void attach(Window& window);
 
   // Whether [address, address + bytes) lies in a piece handed out (on the

@@ -3,7 +3,10 @@
 // Filled by a JITLink plugin as objects are linked, emptied as they are
 // removed: on the thread that loads and evicts, since LLJIT (built without
 // compile threads) links on the thread that looks up, and a JitCache is used
-// by one thread at a time. Read without allocating or locking, so a signal
+// by one thread at a time. Window code is linked without ORC, perhaps on
+// another thread (jit/window_link.hpp): that thread only collects its
+// functions, and the loading thread enters them, keyed by the window's
+// base, when it takes the link back. Read without allocating or locking, so a signal
 // handler on that thread can ask while an ifunc runs there (not while the
 // thread is inside a JitCache call that links or evicts).
 #pragma once
@@ -40,7 +43,8 @@ class FunctionTable {
   // it first).
   void watch(llvm::orc::ObjectLinkingLayer& layer);
 
-  // For the plugin: what one link defined, under its resource key.
+  // What one link defined, under its key: an ORC resource key (the
+  // plugin's), or a window's base (JitCache's window links).
   void add(uint64_t key, uint64_t begin, Function function);
   void forget(uint64_t key);
   void transfer(uint64_t to, uint64_t from);

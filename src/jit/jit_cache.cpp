@@ -429,8 +429,7 @@ std::optional<LoadResult> JitCache::start_load_from(CodeId id, CodecId codec,
       image, impl_->store ? impl_->store_key(id, image, Confine::yes, window_shape) : "", start};
   pending.checked_only = !window_shape;
   if (impl_->store) {
-    if (const std::optional<std::vector<std::byte>> object =
-            impl_->store->find(pending.store_key)) {
+    if (std::optional<std::vector<std::byte>> object = impl_->store->find(pending.store_key)) {
       IfuncMain entry = nullptr;
       switch (impl_->link_stored_aside(id, pending, std::move(*object), entry)) {
         case Impl::Stored::verifying:  // finish_loads() takes its verdict
@@ -542,7 +541,9 @@ void JitCache::take_prepared(std::vector<FinishedLoad>& finished) {
               enter_confined(prepared.id, entry);
               done.result = impl_->result_of(pending, entry, true);
               break;
-            case Impl::Stored::refused:  // compiled from the bitcode kept for it
+            // Compiled from the bitcode kept for it: its job written here,
+            // on the serving thread, as only a refused stored object's is.
+            case Impl::Stored::refused:
               prepared.job = impl_->workers.prepare(pending.image.name, pending.image.bytes,
                                                     pending.checked_only);
               break;

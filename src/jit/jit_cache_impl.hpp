@@ -267,25 +267,41 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   [[nodiscard]] static uint64_t function_key(const WindowSlot& slot) noexcept {
     return reinterpret_cast<uint64_t>(slot.window.base());
   }
+  // The window a window object for `name` goes into (dumped first, as
+  // JitOptions::dump_objects_to asks). Throws errc::limit_exceeded, with
+  // no_window_for_link set, when none is to be had for it: all held, none
+  // could be made, or what is exposed by address lies out of its reach.
+  [[nodiscard]] WindowSlot& window_for(const std::string& name,
+                                       const std::vector<std::byte>& object);
   // A window object linked here and verified here, registered: the
   // synchronous load's way (JitCache::load), and finish_loads' where no
   // thread can be had for it.
-  IfuncMain link_window_here(CodeId id, const std::string& name,
-                             const std::vector<std::byte>& object);
+  [[nodiscard]] IfuncMain link_window_here(CodeId id, const std::string& name,
+                                           const std::vector<std::byte>& object);
   // A window object for `pending` linked and verified beside this thread:
-  // a window is taken for it and the object moved to `verification`
-  // (nullptr returned; pending.in_window set, its verdict to come in
-  // take_verdicts). Where no thread can be had, link_window_here's entry.
-  // Throws what keeps it from a window (errc::limit_exceeded, with
-  // no_window_for_link set).
-  IfuncMain link_window_aside(CodeId id, PendingLoad& pending, std::vector<std::byte>& object);
+  // a window is taken for it and `object` is moved to `verification`
+  // (nullptr returned; pending.in_window set, the link and its verdict to
+  // come in take_verdicts, the object with them). Where no thread can be
+  // had, link_window_here's entry, `object` left as it was. Throws what
+  // window_for throws.
+  [[nodiscard]] IfuncMain link_window_aside(CodeId id, PendingLoad& pending,
+                                            std::vector<std::byte>& object);
   // Objects dumped as ORC's transform layer dumps the rest (JitOptions::dump_objects_to).
   void dump_window_object(const std::vector<std::byte>& object, const std::string& name);
   // A window for one code: a spare one, else a new one (errc::limit_exceeded
   // past max_windows).
   WindowSlot& acquire_window();
-  // Back to the spares, its payload copy dropped (what was linked there is
-  // unlinked first, its pages replaced by inaccessible ones).
+  // Gives `slot` (its window reserved) its memory manager and payload
+  // area, and maps the arena into it.
+  void furnish(WindowSlot& slot);
+  // `slot`'s window replaced by a fresh one, furnished again, after a link
+  // there failed (discard_window_link); nothing may be linked there. False
+  // if no fresh one could be had: the slot is then not to be reused.
+  [[nodiscard]] bool renew_window(WindowSlot& slot) noexcept;
+  // Back to the spares, its payload copy dropped. What was linked there
+  // must be unlinked first (WindowLink::unlink: its pages replaced by
+  // inaccessible ones), and a window whose code could not be is not
+  // given back.
   void release_window(WindowSlot& slot) noexcept;
   // Whether a compiled confined object claims the window shape: it defines
   // no confined globals table (the checked pass always emits one). A claim
@@ -373,14 +389,16 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   detail::HelperCpus helper_cpus;  // JitOptions::helper_cpus: where the JobThreads run
   // The window tier: on where this build has a verifier (x86-64 with
   // Zydis, aarch64) and the options ask for it (the default); each load
-  // asks windows_for_new_loads() whether it may take it. Its windows (before the JIT, whose memory
-  // manager links into them, and the codes that point at them) are reused after evictions; the
-  // arena is mapped into each.
+  // asks windows_for_new_loads() whether it may take it. Its windows (each
+  // with its memory manager and linked code: see WindowSlot) are reused
+  // after evictions, and the arena is mapped into each. They are declared
+  // before the codes that point at them, and outlive `verification`,
+  // whose thread links into them (~Impl stops it first).
   bool window_tier = false;
   std::size_t max_windows = 0;  // ConfinementOptions::max_windows
   // The last Window asked for could not be made; cleared when one is given back.
   bool window_creation_failed = false;
-  // The last link() of a window object found no window for it (before_checked_retry).
+  // The last window_for() found no window (before_checked_retry).
   bool no_window_for_link = false;
   std::deque<WindowSlot> windows;
   std::vector<WindowSlot*> spare_windows;
@@ -390,7 +408,7 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   std::vector<ExposedRegion> exposed_by_address;      // JitCache::expose
   std::vector<ExposedRegion> exposed_in_arena;        // JitCache::allocate_exposed
   struct PendingLoad {
-    ParsedImage image;  // name, triple and deps for the link (its bytes went to the worker)
+    ParsedImage image;  // name, triple and deps; its bytes where a second compile may need them
     std::string store_key;
     std::chrono::steady_clock::time_point started;
     bool preparing = false;  // still with `preparation`: image and store_key not yet known
@@ -411,19 +429,21 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   std::unordered_map<CodeId, PendingLoad> pending_loads;
   // `linked`, now verified, kept in `slot` for `id`: findable by id, its
   // functions in the table.
-  void register_window_code(CodeId id, WindowSlot& slot, jit::WindowLink linked);
+  // `linked` is moved from only if it is kept: whatever this throws, the
+  // caller still holds it, to discard it (discard_window_link).
+  void register_window_code(CodeId id, WindowSlot& slot, jit::WindowLink&& linked);
   // Undoes what register_window_code and confined_codes hold for `id`.
   void forget_window_code(CodeId id) noexcept;
   // A verdict for `pending`'s link in `slot`: registered (nullopt), or the
   // link undone and why it was not taken.
-  std::optional<Error> settle_verdict(WindowVerification::Verified& verified,
-                                      const PendingLoad& pending, WindowSlot& slot);
+  [[nodiscard]] std::optional<Error> settle_verdict(WindowVerification::Verified& verified,
+                                                    const PendingLoad& pending, WindowSlot& slot);
   // What a stored object for a confined load came to: linked and
   // registered (`entry` set), with the verifier (pending.in_window), or
   // not to be used (it does not link, or no window is to be had for it).
   enum class Stored { linked, verifying, refused };
-  Stored link_stored_aside(CodeId id, PendingLoad& pending, std::vector<std::byte> object,
-                           IfuncMain& entry);
+  [[nodiscard]] Stored link_stored_aside(CodeId id, PendingLoad& pending,
+                                         std::vector<std::byte> object, IfuncMain& entry);
   // After a window object was not taken for `pending`: a stored one is
   // compiled instead; a compiled one compiled again for the checked tier,
   // once (before_checked_retry), while the bitcode is at hand. True if a
@@ -505,7 +525,7 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   // Last: their threads read the members above, and are stopped before they go.
   std::unique_ptr<ConfinedPreparation> preparation;  // started by the first large confined load
   std::unique_ptr<WindowVerification>
-      verification;  // started by the first window object finish_loads links
+      verification;  // started by the first window object finish_loads hands it
 };
 
 }  // namespace threechains

@@ -18,7 +18,7 @@ namespace {
 // all of it.
 constexpr std::size_t kPayloadArea = std::size_t{4} << 10;
 // What a window's memory manager reserves at a time: small, since every
-// key's window starts with one.
+// window starts with one.
 constexpr std::size_t kCodeReservation = std::size_t{1} << 20;
 }  // namespace
 
@@ -43,12 +43,7 @@ JitCache::Impl::WindowSlot& JitCache::Impl::acquire_window() {
   }
   WindowSlot& slot = windows.back();
   try {
-    auto mapper = std::make_unique<jit::WindowMemoryMapper>(slot.window);
-    slot.mapper = mapper.get();
-    slot.memory = std::make_unique<llvm::orc::MapperJITLinkMemoryManager>(kCodeReservation,
-                                                                          std::move(mapper));
-    slot.payload = slot.window.allocate(kPayloadArea, true);
-    if (arena) arena->attach(slot.window);
+    furnish(slot);
   } catch (...) {
     windows.pop_back();
     window_creation_failed = true;
@@ -56,6 +51,29 @@ JitCache::Impl::WindowSlot& JitCache::Impl::acquire_window() {
   }
   no_window_for_link = false;
   return slot;
+}
+
+void JitCache::Impl::furnish(WindowSlot& slot) {
+  auto mapper = std::make_unique<jit::WindowMemoryMapper>(slot.window);
+  slot.mapper = mapper.get();
+  slot.memory =
+      std::make_unique<llvm::orc::MapperJITLinkMemoryManager>(kCodeReservation, std::move(mapper));
+  slot.payload = slot.window.allocate(kPayloadArea, true);
+  if (arena) arena->attach(slot.window);
+}
+
+bool JitCache::Impl::renew_window(WindowSlot& slot) noexcept {
+  try {
+    confined::Window fresh;  // first: if there is no address space for it, the old one stays
+    slot.memory.reset();     // its reservations retired from the old window
+    slot.mapper = nullptr;
+    slot.payload = {};
+    slot.window = std::move(fresh);
+    furnish(slot);
+    return true;
+  } catch (...) {  // not to be reused: held, out of the spares, until the cache goes
+    return false;
+  }
 }
 
 void JitCache::Impl::release_window(WindowSlot& slot) noexcept {
@@ -138,14 +156,19 @@ void JitCache::Impl::dump_window_object(const std::vector<std::byte>& object,
   if (!dumped) llvm::consumeError(dumped.takeError());  // a debugging aid: the load goes on
 }
 
-IfuncMain JitCache::Impl::link_window_here(CodeId id, const std::string& name,
-                                           const std::vector<std::byte>& object) {
+JitCache::Impl::WindowSlot& JitCache::Impl::window_for(const std::string& name,
+                                                       const std::vector<std::byte>& object) {
+  dump_window_object(object, name);  // first: nothing to give back if it throws
   no_window_for_link = false;
   // Exposed since the load started, out of a window's reach: the code
   // would get null where it was handed that memory.
   require_windows_reach_exposed(name);
-  WindowSlot& slot = acquire_window();
-  dump_window_object(object, name);
+  return acquire_window();
+}
+
+IfuncMain JitCache::Impl::link_window_here(CodeId id, const std::string& name,
+                                           const std::vector<std::byte>& object) {
+  WindowSlot& slot = window_for(name, object);
   jit::WindowLink linked;
   try {
     linked = jit::WindowLink::link(object, name, name + "_main", *slot.memory);
@@ -169,10 +192,7 @@ IfuncMain JitCache::Impl::link_window_aside(CodeId id, PendingLoad& pending,
       return link_window_here(id, pending.image.name, object);
     }
   }
-  no_window_for_link = false;
-  require_windows_reach_exposed(pending.image.name);
-  WindowSlot& slot = acquire_window();
-  dump_window_object(object, pending.image.name);
+  WindowSlot& slot = window_for(pending.image.name, object);
   const uint64_t serial = next_serial++;
   try {
     verification->submit({id, serial, std::move(object), pending.image.name,
@@ -188,12 +208,21 @@ IfuncMain JitCache::Impl::link_window_aside(CodeId id, PendingLoad& pending,
 }
 
 void JitCache::Impl::discard_window_link(WindowSlot& slot, jit::WindowLink& linked) noexcept {
-  // A window whose code could not all be unlinked is given to no other
-  // code (as evict() keeps it): held until the cache goes.
-  if (linked.unlink()) release_window(slot);
+  if (linked.linked()) {
+    // A window whose code could not all be unlinked is given to no other
+    // code (as evict() keeps it): held until the cache goes.
+    if (linked.unlink()) release_window(slot);
+    return;
+  }
+  // A link that failed, perhaps after it was given memory there: LLVM 22's
+  // MapperJITLinkMemoryManager abandons such an allocation without ever
+  // handing its range out again, so an object with huge zero-initialised
+  // data and one import would leave the window too full for the next code
+  // (an attacker review, 2026-11-29). The window is renewed instead.
+  if (renew_window(slot)) release_window(slot);
 }
 
-void JitCache::Impl::register_window_code(CodeId id, WindowSlot& slot, jit::WindowLink linked) {
+void JitCache::Impl::register_window_code(CodeId id, WindowSlot& slot, jit::WindowLink&& linked) {
   const uint64_t key = function_key(slot);
   try {
     for (const auto& [begin, function] : linked.functions()) functions.add(key, begin, function);
@@ -215,10 +244,9 @@ void JitCache::Impl::forget_window_code(CodeId id) noexcept {
 
 std::optional<Error> JitCache::Impl::settle_verdict(WindowVerification::Verified& verified,
                                                     const PendingLoad& pending, WindowSlot& slot) {
-  if (verified.link_error) {
+  if (verified.link_error) {     // errc::jit_failed, whoever failed
     no_window_for_link = false;  // a window was had: the object did not link there
     discard_window_link(slot, verified.link);
-    if (verified.target_failed) return Error(errc::jit_failed, verified.link_error->what());
     return std::move(verified.link_error);
   }
   try {
@@ -226,6 +254,12 @@ std::optional<Error> JitCache::Impl::settle_verdict(WindowVerification::Verified
     // refuses it then, the checked tier takes it.
     require_windows_reach_exposed(pending.image.name);
     const uint64_t main = verified.link.entry();
+#if defined(__aarch64__)
+    // Written, and the instruction cache cleaned, on tc-verify's core; this
+    // core must synchronise its context before it runs what was written
+    // there (Arm ARM, cross-modifying code: an ISB on the executing PE).
+    asm volatile("isb" ::: "memory");
+#endif
     confined_codes[verified.id] =
         window_code_from_verdict(slot, verified.id, pending.image.name, main, verified.verdict);
     register_window_code(verified.id, slot, std::move(verified.link));
@@ -233,7 +267,7 @@ std::optional<Error> JitCache::Impl::settle_verdict(WindowVerification::Verified
   } catch (const Error& error) {
     forget_window_code(verified.id);
     discard_window_link(slot, verified.link);
-    if (verified.target_failed) return Error(errc::jit_failed, error.what());
+    if (verified.target_failed) return Error(errc::jit_failed, error.context());
     return error;
   } catch (...) {
     forget_window_code(verified.id);

@@ -7,6 +7,7 @@
 #include <llvm/ExecutionEngine/Orc/SymbolStringPool.h>
 #include <llvm/Support/MemoryBuffer.h>
 
+#include <memory>
 #include <optional>
 
 namespace threechains::jit {
@@ -34,7 +35,9 @@ llvm::Error refuse_initialisers(llvm::jitlink::LinkGraph& graph) {
 
 // The link's end, as JITLink reports it: the memory manager over a
 // WindowMemoryMapper answers at once, so every report comes before
-// jitlink::link returns, on the calling thread.
+// jitlink::link returns, on the calling thread. Shared with the context
+// all the same: a manager that answered later would find it alive (the
+// link then fails as unfinished, and what it allocated stays allocated).
 struct Outcome {
   std::optional<llvm::Error> failed;
   llvm::jitlink::JITLinkMemoryManager::FinalizedAlloc allocation;
@@ -46,12 +49,15 @@ struct Outcome {
 class WindowLinkContext final : public llvm::jitlink::JITLinkContext {
  public:
   WindowLinkContext(llvm::jitlink::JITLinkMemoryManager& memory, std::string entry,
-                    Outcome& outcome)
-      : JITLinkContext(nullptr), memory_(memory), entry_(std::move(entry)), outcome_(outcome) {}
+                    std::shared_ptr<Outcome> outcome)
+      : JITLinkContext(nullptr),
+        memory_(memory),
+        entry_(std::move(entry)),
+        outcome_(std::move(outcome)) {}
 
   llvm::jitlink::JITLinkMemoryManager& getMemoryManager() override { return memory_; }
 
-  void notifyFailed(llvm::Error error) override { outcome_.failed = std::move(error); }
+  void notifyFailed(llvm::Error error) override { outcome_->failed = std::move(error); }
 
   // Nothing outside the window is linked against: what the object imports
   // is named and refused (an import it may do without, a weak one,
@@ -80,13 +86,13 @@ class WindowLinkContext final : public llvm::jitlink::JITLinkContext {
   }
 
   void notifyFinalized(llvm::jitlink::JITLinkMemoryManager::FinalizedAlloc allocation) override {
-    outcome_.allocation = std::move(allocation);
-    outcome_.finalised = true;
+    outcome_->allocation = std::move(allocation);
+    outcome_->finalised = true;
   }
 
   // As ORC's linking layer would for an object it was handed: what the
   // object defines for others (not local) stays, and what that reaches.
-  [[nodiscard]] llvm::jitlink::LinkGraphPassFunction getMarkLivePass(
+  llvm::jitlink::LinkGraphPassFunction getMarkLivePass(
       const llvm::Triple& /*triple*/) const override {
     return [](llvm::jitlink::LinkGraph& graph) {
       for (llvm::jitlink::Symbol* symbol : graph.defined_symbols())
@@ -98,22 +104,28 @@ class WindowLinkContext final : public llvm::jitlink::JITLinkContext {
   llvm::Error modifyPassConfig(llvm::jitlink::LinkGraph& /*graph*/,
                                llvm::jitlink::PassConfiguration& config) override {
     config.PrePrunePasses.push_back(refuse_initialisers);
-    find_functions(config, [this](std::vector<std::pair<uint64_t, FunctionTable::Function>> found) {
-      outcome_.functions = std::move(found);
+    find_functions(config, [outcome = outcome_](
+                               std::vector<std::pair<uint64_t, FunctionTable::Function>> found) {
+      outcome->functions = std::move(found);
     });
-    config.PostFixupPasses.push_back([this](llvm::jitlink::LinkGraph& graph) {
-      for (const llvm::jitlink::Symbol* symbol : graph.defined_symbols())
-        if (symbol->hasName() && *symbol->getName() == entry_)
-          outcome_.entry = symbol->getAddress().getValue();
-      return llvm::Error::success();
-    });
+    // The entry as a lookup in ORC found it: defined for others (not
+    // local) and callable; two such would not have linked.
+    config.PostFixupPasses.push_back(
+        [outcome = outcome_, entry = entry_](llvm::jitlink::LinkGraph& graph) {
+          for (const llvm::jitlink::Symbol* symbol : graph.defined_symbols()) {
+            if (symbol->hasName() && *symbol->getName() == entry &&
+                symbol->getScope() != llvm::jitlink::Scope::Local && symbol->isCallable())
+              outcome->entry = symbol->getAddress().getValue();
+          }
+          return llvm::Error::success();
+        });
     return llvm::Error::success();
   }
 
  private:
   llvm::jitlink::JITLinkMemoryManager& memory_;
   const std::string entry_;
-  Outcome& outcome_;  // the caller's, which outlives jitlink::link
+  const std::shared_ptr<Outcome> outcome_;
 };
 
 }  // namespace
@@ -129,16 +141,16 @@ WindowLink WindowLink::link(std::span<const std::byte> object, const std::string
   auto graph = llvm::jitlink::createLinkGraphFromObject(
       buffer, std::make_shared<llvm::orc::SymbolStringPool>());
   if (!graph) throw fail(llvm::toString(graph.takeError()));
-  Outcome outcome;
+  auto outcome = std::make_shared<Outcome>();
   llvm::jitlink::link(std::move(*graph),
                       std::make_unique<WindowLinkContext>(memory, entry, outcome));
-  if (outcome.failed) throw fail(llvm::toString(std::move(*outcome.failed)));
-  if (!outcome.finalised) throw fail("its link into the window did not finish");
+  if (outcome->failed) throw fail(llvm::toString(std::move(*outcome->failed)));
+  if (!outcome->finalised) throw fail("its link into the window did not finish");
   WindowLink linked;
   linked.memory_ = &memory;
-  linked.allocation_ = std::move(outcome.allocation);
-  linked.entry_ = outcome.entry;
-  linked.functions_ = std::move(outcome.functions);
+  linked.allocation_ = std::move(outcome->allocation);
+  linked.entry_ = outcome->entry;
+  linked.functions_ = std::move(outcome->functions);
   if (linked.entry_ == 0) throw fail("its object defines no '" + entry + "'");
   return linked;
 }

@@ -16,7 +16,6 @@
 #include "jit/window_memory.hpp"
 
 #include <threechains/error.hpp>
-
 #include <threechains/frame.hpp>
 
 #include <atomic>

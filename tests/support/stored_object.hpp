@@ -21,12 +21,11 @@
 namespace threechains::test {
 
 // The one window-tier entry of `directory` with `change` applied to its
-// object's .text (found by the section headers: data, a table of
-// constants, may hold the same bytes), and the entry's hash made to match
-// again. An entry is: magic, key size, object size, the object's XXH3 (8
-// bytes each); the key; the object.
+// object, and the entry's hash made to match again. An entry is: magic,
+// key size, object size, the object's XXH3 (8 bytes each); the key; the
+// object.
 template <class Change>
-void rewrite_stored_window_text(const std::filesystem::path& directory, Change&& change) {
+void rewrite_stored_window_object(const std::filesystem::path& directory, Change&& change) {
   std::vector<std::filesystem::path> entries;
   for (const auto& entry : std::filesystem::directory_iterator(directory))
     entries.push_back(entry.path());
@@ -44,36 +43,91 @@ void rewrite_stored_window_text(const std::filesystem::path& directory, Change&&
   REQUIRE(32 + key_size + object_size == bytes.size());
   CHECK(bytes.substr(32, key_size).find("window tier") != std::string::npos);
   char* const object = bytes.data() + 32 + key_size;
-  REQUIRE(object_size >= sizeof(Elf64_Ehdr));
-  Elf64_Ehdr header;
-  std::memcpy(&header, object, sizeof(header));
-  REQUIRE(header.e_shoff + uint64_t{header.e_shnum} * sizeof(Elf64_Shdr) <= object_size);
-  const auto section = [&](unsigned k) {
-    Elf64_Shdr s;
-    std::memcpy(&s, object + header.e_shoff + k * sizeof(Elf64_Shdr), sizeof(s));
-    return s;
-  };
-  REQUIRE(header.e_shstrndx < header.e_shnum);
-  const Elf64_Shdr names = section(header.e_shstrndx);
-  REQUIRE(names.sh_offset + names.sh_size <= object_size);
-  uint64_t text_begin = 0;
-  uint64_t text_end = 0;
-  for (unsigned k = 0; k < header.e_shnum; ++k) {
-    const Elf64_Shdr s = section(k);
-    REQUIRE(s.sh_name < names.sh_size);
-    const char* const name = object + names.sh_offset + s.sh_name;
-    if (std::string_view(name, strnlen(name, names.sh_size - s.sh_name)) == ".text") {
-      text_begin = s.sh_offset;
-      text_end = s.sh_offset + s.sh_size;
-    }
-  }
-  REQUIRE(text_end > text_begin);
-  REQUIRE(text_end <= object_size);
-  change(std::span<char>(object + text_begin, text_end - text_begin));
+  change(std::span<char>(object, object_size));
   const uint64_t hash = XXH3_64bits(object, object_size);
   std::memcpy(bytes.data() + 24, &hash, 8);
   std::ofstream out(entries[0], std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// The one window-tier entry of `directory` holding `object` instead of its
+// own, the entry's sizes and hash made to match.
+inline void replace_stored_window_object(const std::filesystem::path& directory,
+                                         std::span<const char> object) {
+  std::vector<std::filesystem::path> entries;
+  for (const auto& entry : std::filesystem::directory_iterator(directory))
+    entries.push_back(entry.path());
+  REQUIRE(entries.size() == 1);
+  std::string bytes;
+  {
+    std::ifstream in(entries[0], std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  REQUIRE(bytes.size() > 32);
+  uint64_t key_size = 0;
+  std::memcpy(&key_size, bytes.data() + 8, 8);
+  REQUIRE(32 + key_size <= bytes.size());
+  CHECK(bytes.substr(32, key_size).find("window tier") != std::string::npos);
+  bytes.resize(32 + key_size);
+  bytes.append(object.data(), object.size());
+  const uint64_t object_size = object.size();
+  const uint64_t hash = XXH3_64bits(object.data(), object.size());
+  std::memcpy(bytes.data() + 16, &object_size, 8);
+  std::memcpy(bytes.data() + 24, &hash, 8);
+  std::ofstream out(entries[0], std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// The same, `change` applied to the object's .text (found by the section
+// headers: data, a table of constants, may hold the same bytes).
+template <class Change>
+void rewrite_stored_window_text(const std::filesystem::path& directory, Change&& change) {
+  rewrite_stored_window_object(directory, [&](std::span<char> bytes) {
+    char* const object = bytes.data();
+    const uint64_t object_size = bytes.size();
+    REQUIRE(object_size >= sizeof(Elf64_Ehdr));
+    Elf64_Ehdr header;
+    std::memcpy(&header, object, sizeof(header));
+    REQUIRE(header.e_shoff + uint64_t{header.e_shnum} * sizeof(Elf64_Shdr) <= object_size);
+    const auto section = [&](unsigned k) {
+      Elf64_Shdr s;
+      std::memcpy(&s, object + header.e_shoff + k * sizeof(Elf64_Shdr), sizeof(s));
+      return s;
+    };
+    REQUIRE(header.e_shstrndx < header.e_shnum);
+    const Elf64_Shdr names = section(header.e_shstrndx);
+    REQUIRE(names.sh_offset + names.sh_size <= object_size);
+    uint64_t text_begin = 0;
+    uint64_t text_end = 0;
+    for (unsigned k = 0; k < header.e_shnum; ++k) {
+      const Elf64_Shdr s = section(k);
+      REQUIRE(s.sh_name < names.sh_size);
+      const char* const name = object + names.sh_offset + s.sh_name;
+      if (std::string_view(name, strnlen(name, names.sh_size - s.sh_name)) == ".text") {
+        text_begin = s.sh_offset;
+        text_end = s.sh_offset + s.sh_size;
+      }
+    }
+    REQUIRE(text_end > text_begin);
+    REQUIRE(text_end <= object_size);
+    change(std::span<char>(object + text_begin, text_end - text_begin));
+  });
+}
+
+// In the one window-tier entry of `directory`: every occurrence of `from`
+// in the object (its symbol names) becomes `to`, as long.
+inline void rename_in_stored_window_object(const std::filesystem::path& directory,
+                                           std::string_view from, std::string_view to) {
+  REQUIRE(from.size() == to.size());
+  rewrite_stored_window_object(directory, [&](std::span<char> object) {
+    std::string_view all(object.data(), object.size());
+    int renamed = 0;
+    for (std::size_t at = all.find(from); at != std::string_view::npos; at = all.find(from, at)) {
+      std::memcpy(object.data() + at, to.data(), to.size());
+      ++renamed;
+    }
+    REQUIRE(renamed > 0);
+  });
 }
 
 // x86-64 only. In the one window-tier entry of `directory`: the first %gs-prefixed

@@ -1,0 +1,16 @@
+/* window_hog: what a compromised compile worker, or a writer of the code
+ * store, could hand a target as a window object: zero-initialised data that
+ * takes nearly all of a window's 2 GiB (2047 MiB less 8 KiB), and an
+ * import, so that its link into the window fails after the memory was
+ * given to it. Never a container: a test puts this object in the code
+ * store under an honest code's key. */
+#include <stdint.h>
+
+extern uint64_t outside(void);
+
+uint64_t window_hog_data[(2047ull * 1024 * 1024 - 8 * 1024) / sizeof(uint64_t)];
+
+uint64_t counter_main(void) {
+  window_hog_data[0] = outside();
+  return window_hog_data[1];
+}
