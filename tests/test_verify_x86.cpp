@@ -506,20 +506,26 @@ declare void @llvm.trap()
   // page fault past the window's guards is told apart from a #GP, so a
   // differential fuzzer sees the verifier's flaw (fuzz_verifier).
   // movabs %gs:far,%rax; ret. `far` lies past the window and its guards,
-  // on a page held inaccessible here: whatever else the process has mapped
-  // (8 GiB past the window once held something readable, on a fresh CI
-  // machine, and the read did not fault).
+  // or (the offset wrapping) before them, on a page held inaccessible
+  // here: whatever else the process has mapped (8 GiB past the window once
+  // held something readable, on a fresh CI machine, and the read did not
+  // fault; under ASan, 8-63 GiB past it were all mapped).
   std::vector<uint8_t> far_read = {0x65, 0x48, 0xa1, 0, 0, 0, 0, 0, 0, 0, 0, 0xc3};
   const long page_size = sysconf(_SC_PAGESIZE);
   void* held = MAP_FAILED;
   uint64_t far = 0;
-  for (uint64_t gib = 8; gib < 64 && held == MAP_FAILED; ++gib) {
-    far = gib << 30;
-    held = mmap(window.base() + far, static_cast<std::size_t>(page_size), PROT_NONE,
-                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-    if (held != MAP_FAILED && held != window.base() + far) {  // an old kernel's hint
-      munmap(held, static_cast<std::size_t>(page_size));
-      held = MAP_FAILED;
+  const auto base = reinterpret_cast<uint64_t>(window.base());
+  for (uint64_t gib = 8; gib < 1024 && held == MAP_FAILED; ++gib) {
+    for (const uint64_t offset : {gib << 30, uint64_t{0} - (gib << 30)}) {
+      if (held != MAP_FAILED) break;
+      far = offset;
+      void* const wanted = reinterpret_cast<void*>(base + far);
+      held = mmap(wanted, static_cast<std::size_t>(page_size), PROT_NONE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+      if (held != MAP_FAILED && held != wanted) {  // an old kernel's hint
+        munmap(held, static_cast<std::size_t>(page_size));
+        held = MAP_FAILED;
+      }
     }
   }
   REQUIRE(held != MAP_FAILED);
