@@ -130,7 +130,7 @@ TEST_CASE(
 
 // Named for ThreadSanitizer's filter too (CMakePresets.json).
 TEST_CASE(
-    "a large code's stored object that fails to link beside is compiled again, into the window "
+    "a large code's stored object that fails to link beside is compiled again, into the place "
     "its link gave back",
     "[confinement][window]") {
   if (test::skip_without_window_tier()) return;
