@@ -561,9 +561,10 @@ define void @poke(ptr %p, i64 %v) {
   CHECK(segfaults([&] { touch_byte(table); }));
 }
 
-TEST_CASE("a window link puts code and globals in its window, imports nothing, and unlinks",
-          "[window]") {
-  constexpr const char* kCounter = R"(
+namespace {
+
+// A counter over a global of its own, for window links.
+constexpr const char* kBumpCounter = R"(
 @count = global i64 0
 define i64 @confined_bump() {
   %v = load i64, ptr @count
@@ -572,6 +573,30 @@ define i64 @confined_bump() {
   ret i64 %n
 }
 )";
+
+// `ir` compiled for this host into an object, taking the window shape if
+// `shaped` (its entry confined_bump), as the compile worker would.
+std::vector<std::byte> window_object(const char* ir, bool shaped) {
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  auto host = tc::describe_host(2);
+  REQUIRE(static_cast<bool>(host));
+  auto machine = host->createTargetMachine();
+  REQUIRE(static_cast<bool>(machine));
+  llvm::LLVMContext context;
+  std::unique_ptr<llvm::Module> module = parse(ir, context);
+  if (shaped) tc::shape_for_window(*module, "confined_bump");
+  llvm::orc::SimpleCompiler compiler(**machine);
+  auto compiled = compiler(*module);
+  REQUIRE(static_cast<bool>(compiled));
+  const auto* bytes = reinterpret_cast<const std::byte*>((*compiled)->getBufferStart());
+  return std::vector<std::byte>(bytes, bytes + (*compiled)->getBufferSize());
+}
+
+}  // namespace
+
+TEST_CASE("a window link puts code and globals in its window, imports nothing, and unlinks",
+          "[window]") {
   constexpr const char* kImporter = R"(
 declare i64 @outside()
 define i64 @confined_bump() {
@@ -579,22 +604,8 @@ define i64 @confined_bump() {
   ret i64 %v
 }
 )";
-  llvm::InitializeNativeTarget();
-  llvm::InitializeNativeTargetAsmPrinter();
-  auto host = tc::describe_host(2);
-  REQUIRE(static_cast<bool>(host));
-  auto machine = host->createTargetMachine();
-  REQUIRE(static_cast<bool>(machine));
-  const auto object_of = [&](const char* text, bool shaped) {
-    llvm::LLVMContext context;
-    std::unique_ptr<llvm::Module> module = parse(text, context);
-    if (shaped) tc::shape_for_window(*module, "confined_bump");
-    llvm::orc::SimpleCompiler compiler(**machine);
-    auto compiled = compiler(*module);
-    REQUIRE(static_cast<bool>(compiled));
-    const auto* bytes = reinterpret_cast<const std::byte*>((*compiled)->getBufferStart());
-    return std::vector<std::byte>(bytes, bytes + (*compiled)->getBufferSize());
-  };
+  const auto object_of = [](const char* ir, bool shaped) { return window_object(ir, shaped); };
+  const char* const kCounter = kBumpCounter;
   Window window;
   auto mapper = std::make_unique<tc::jit::WindowMemoryMapper>(window);
   tc::jit::WindowMemoryMapper& pages = *mapper;
@@ -713,30 +724,7 @@ TEST_CASE("a window link that fails after it was given memory leaves none of it 
     hog.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   REQUIRE(hog.size() > 64);
-  llvm::InitializeNativeTarget();
-  llvm::InitializeNativeTargetAsmPrinter();
-  auto host = tc::describe_host(2);
-  REQUIRE(static_cast<bool>(host));
-  auto machine = host->createTargetMachine();
-  REQUIRE(static_cast<bool>(machine));
-  constexpr const char* kCounter = R"(
-@count = global i64 0
-define i64 @confined_bump() {
-  %v = load i64, ptr @count
-  %n = add i64 %v, 1
-  store i64 %n, ptr @count
-  ret i64 %n
-}
-)";
-  llvm::LLVMContext context;
-  std::unique_ptr<llvm::Module> module = parse(kCounter, context);
-  tc::shape_for_window(*module, "confined_bump");
-  llvm::orc::SimpleCompiler compiler(**machine);
-  auto compiled = compiler(*module);
-  REQUIRE(static_cast<bool>(compiled));
-  const std::span<const std::byte> counter(
-      reinterpret_cast<const std::byte*>((*compiled)->getBufferStart()),
-      (*compiled)->getBufferSize());
+  const std::vector<std::byte> counter = window_object(kBumpCounter, true);
   // As a JitCache's window: its payload page first.
   const auto furnished = [](Window& window) {
     (void)window.allocate(4096, true);

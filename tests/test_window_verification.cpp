@@ -19,8 +19,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
@@ -65,6 +63,57 @@ TEST_CASE("confined code a Receiver's load links is verified on a thread beside 
   CHECK(cache.function_at(entry, offset) == nullptr);
 }
 
+namespace {
+
+// A code store in `directory` with one window, filled with `code`'s window
+// object by a first cache: what the tests below then change.
+JitOptions one_window_storing(const test::TempDir& directory, const Ifunc& code) {
+  JitOptions options;
+  options.code_cache_directory = directory.path();
+  // A window a failed or cancelled load kept would leave none.
+  options.confinement.max_windows = 1;
+  JitCache cache(options);
+  (void)cache.load(code.id(), code.codec(), code.code(), Confine::yes);
+  const CachedIfunc* const first = cache.find_ifunc(code.id());
+  REQUIRE(first != nullptr);
+  REQUIRE(cache.in_window(*first));
+  return options;
+}
+
+// Loads `code` as a Receiver does (start_load, then finish_loads): it must
+// load, compiled again (not the stored object), into a window.
+const CachedIfunc& loaded_again_in_window(JitCache& cache, const Ifunc& code) {
+  REQUIRE_FALSE(cache.start_load(code.id(), code.codec(), code.code(), Confine::yes).has_value());
+  const JitCache::FinishedLoad done = test::finished_load(cache, code.id());
+  INFO((done.error ? done.error->what() : std::string("loaded")));
+  REQUIRE(done.result.has_value());
+  CHECK_FALSE(done.result->from_code_cache);
+  const CachedIfunc* const loaded = cache.find_ifunc(code.id());
+  REQUIRE(loaded != nullptr);
+  CHECK(cache.in_window(*loaded));
+  return *loaded;
+}
+
+// big_table in `cache` sums what the same code unconfined sums, for each
+// word; returns that sum.
+uint64_t big_table_sums_as_unconfined(JitCache& cache, const CachedIfunc& loaded, const Ifunc& big,
+                                      std::initializer_list<uint64_t> words) {
+  JitCache plain;
+  (void)plain.load(big.id(), big.codec(), big.code(), Confine::no);
+  auto* const sum = reinterpret_cast<uint64_t*>(cache.allocate_exposed("sum", 8, true).data());
+  uint64_t expected = 0;
+  for (const uint64_t word : words) {
+    alignas(16) uint64_t payload = word;
+    CHECK_FALSE(cache.invoke(loaded, &payload, sizeof(payload), sum).has_value());
+    CHECK_FALSE(plain.invoke(*plain.find_ifunc(big.id()), &payload, sizeof(payload), &expected)
+                    .has_value());
+  }
+  CHECK(*sum == expected);
+  return expected;
+}
+
+}  // namespace
+
 TEST_CASE(
     "a large code's stored object the verifier beside refuses is compiled again, and loads "
     "cancelled while verified give their place back",
@@ -75,16 +124,7 @@ TEST_CASE(
   // verified aside.
   const Ifunc big = Ifunc::load(TC_BIG_TABLE);
   const test::TempDir directory("threechains-window-verification");
-  JitOptions options;
-  options.code_cache_directory = directory.path();
-  options.confinement.max_windows = 1;
-  {
-    JitCache cache(options);
-    (void)cache.load(big.id(), big.codec(), big.code(), Confine::yes);
-    const CachedIfunc* const first = cache.find_ifunc(big.id());
-    REQUIRE(first != nullptr);
-    REQUIRE(cache.in_window(*first));
-  }
+  const JitOptions options = one_window_storing(directory, big);
   test::tamper_stored_window_gs_access(directory.path());
 
   JitCache cache(options);
@@ -106,26 +146,8 @@ TEST_CASE(
   }
   // The tampered object is refused aside; the code compiles again, into
   // the window the cancelled loads gave back.
-  REQUIRE_FALSE(cache.start_load(big.id(), big.codec(), big.code(), Confine::yes).has_value());
-  const JitCache::FinishedLoad done = test::finished_load(cache, big.id());
-  INFO((done.error ? done.error->what() : std::string("loaded")));
-  REQUIRE(done.result.has_value());
-  CHECK_FALSE(done.result->from_code_cache);
-  const CachedIfunc* const loaded = cache.find_ifunc(big.id());
-  REQUIRE(loaded != nullptr);
-  CHECK(cache.in_window(*loaded));
-  JitCache plain;
-  (void)plain.load(big.id(), big.codec(), big.code(), Confine::no);
-  auto* const sum = reinterpret_cast<uint64_t*>(cache.allocate_exposed("sum", 8, true).data());
-  uint64_t expected = 0;
-  for (const uint64_t word : {uint64_t{7}, uint64_t{65535}, uint64_t{123456789}}) {
-    std::vector<std::byte> payload(8);
-    std::memcpy(payload.data(), &word, 8);
-    CHECK_FALSE(cache.invoke(*loaded, payload.data(), payload.size(), sum).has_value());
-    CHECK_FALSE(plain.invoke(*plain.find_ifunc(big.id()), payload.data(), payload.size(), &expected)
-                    .has_value());
-  }
-  CHECK(*sum == expected);
+  const CachedIfunc& loaded = loaded_again_in_window(cache, big);
+  (void)big_table_sums_as_unconfined(cache, loaded, big, {7, 65535, 123456789});
 }
 
 // Named for ThreadSanitizer's filter too (CMakePresets.json).
@@ -136,39 +158,15 @@ TEST_CASE(
   if (test::skip_without_window_tier()) return;
   const Ifunc big = Ifunc::load(TC_BIG_TABLE);
   const test::TempDir directory("threechains-window-link-refused");
-  JitOptions options;
-  options.code_cache_directory = directory.path();
-  options.confinement.max_windows = 1;  // a window the failed link kept would leave none
-  {
-    JitCache cache(options);
-    (void)cache.load(big.id(), big.codec(), big.code(), Confine::yes);
-    const CachedIfunc* const first = cache.find_ifunc(big.id());
-    REQUIRE(first != nullptr);
-    REQUIRE(cache.in_window(*first));
-  }
+  const JitOptions options = one_window_storing(directory, big);
   // Its entry renamed: the stored object reads well and links, but defines
   // no big_table_main, so tc-verify's link fails and nothing is verified.
   test::rename_in_stored_window_object(directory.path(), "big_table_main", "big_table_mair");
 
   JitCache cache(options);
-  REQUIRE_FALSE(cache.start_load(big.id(), big.codec(), big.code(), Confine::yes).has_value());
-  const JitCache::FinishedLoad done = test::finished_load(cache, big.id());
-  INFO((done.error ? done.error->what() : std::string("loaded")));
-  REQUIRE(done.result.has_value());
-  CHECK_FALSE(done.result->from_code_cache);  // compiled again
-  const CachedIfunc* const loaded = cache.find_ifunc(big.id());
-  REQUIRE(loaded != nullptr);
-  CHECK(cache.in_window(*loaded));
-  JitCache plain;
-  (void)plain.load(big.id(), big.codec(), big.code(), Confine::no);
-  auto* const sum = reinterpret_cast<uint64_t*>(cache.allocate_exposed("sum", 8, true).data());
-  uint64_t expected = 0;
-  alignas(16) uint64_t word = 65535;
-  CHECK_FALSE(cache.invoke(*loaded, &word, sizeof(word), sum).has_value());
-  CHECK_FALSE(
-      plain.invoke(*plain.find_ifunc(big.id()), &word, sizeof(word), &expected).has_value());
-  CHECK(*sum == expected);
-  CHECK(expected != 0);
+  // Compiled again, into the one window, which the failed link gave back.
+  const CachedIfunc& loaded = loaded_again_in_window(cache, big);
+  CHECK(big_table_sums_as_unconfined(cache, loaded, big, {65535}) != 0);
 }
 
 // helper-33's attack (2026-11-29): a link that fails after its window gave
@@ -183,42 +181,22 @@ TEST_CASE(
   if (test::skip_without_window_tier()) return;
   const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
   const test::TempDir directory("threechains-window-hog");
-  JitOptions options;
-  options.code_cache_directory = directory.path();
-  options.confinement.max_windows = 1;
-  {
-    JitCache cache(options);
-    (void)cache.load(counter.id(), counter.codec(), counter.code(), Confine::yes);
-    const CachedIfunc* const first = cache.find_ifunc(counter.id());
-    REQUIRE(first != nullptr);
-    REQUIRE(cache.in_window(*first));
-  }
+  const JitOptions options = one_window_storing(directory, counter);
   // Under the counter's key, as a compromised worker or a writer of the
   // store would leave it: 2047 MiB less 8 KiB of zeroed data and an
   // import (tests/ifuncs/window_hog.c).
-  std::string hog;
-  {
-    std::ifstream in(TC_WINDOW_HOG_OBJECT, std::ios::binary);
-    hog.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  const std::string hog = test::read_whole_file(TC_WINDOW_HOG_OBJECT);
   REQUIRE(hog.size() > 64);
   test::replace_stored_window_object(directory.path(), hog);
 
   JitCache cache(options);
-  REQUIRE_FALSE(
-      cache.start_load(counter.id(), counter.codec(), counter.code(), Confine::yes).has_value());
-  const JitCache::FinishedLoad done = test::finished_load(cache, counter.id());
-  INFO((done.error ? done.error->what() : std::string("loaded")));
-  REQUIRE(done.result.has_value());
-  CHECK_FALSE(done.result->from_code_cache);  // the hog refused, the counter compiled again
-  const CachedIfunc* const loaded = cache.find_ifunc(counter.id());
-  REQUIRE(loaded != nullptr);
-  // In the one window, which its failed link did not leave full.
-  CHECK(cache.in_window(*loaded));
+  // The hog refused, the counter compiled again: in the one window, which
+  // the hog's failed link did not leave full.
+  const CachedIfunc& loaded = loaded_again_in_window(cache, counter);
   INFO(cache.window_refusals().last);
   CHECK(cache.window_refusals().count == 0);
   auto* const count = reinterpret_cast<uint64_t*>(cache.allocate_exposed("count", 8, true).data());
   alignas(16) uint64_t increment = 3;
-  CHECK_FALSE(cache.invoke(*loaded, &increment, sizeof(increment), count).has_value());
+  CHECK_FALSE(cache.invoke(loaded, &increment, sizeof(increment), count).has_value());
   CHECK(*count == 3);
 }

@@ -20,62 +20,66 @@
 
 namespace threechains::test {
 
-// The one window-tier entry of `directory` with `change` applied to its
-// object, and the entry's hash made to match again. An entry is: magic,
-// key size, object size, the object's XXH3 (8 bytes each); the key; the
-// object.
-template <class Change>
-void rewrite_stored_window_object(const std::filesystem::path& directory, Change&& change) {
-  std::vector<std::filesystem::path> entries;
-  for (const auto& entry : std::filesystem::directory_iterator(directory))
-    entries.push_back(entry.path());
-  REQUIRE(entries.size() == 1);
-  std::string bytes;
-  {
-    std::ifstream in(entries[0], std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  REQUIRE(bytes.size() > 32);
-  uint64_t key_size = 0;
-  uint64_t object_size = 0;
-  std::memcpy(&key_size, bytes.data() + 8, 8);
-  std::memcpy(&object_size, bytes.data() + 16, 8);
-  REQUIRE(32 + key_size + object_size == bytes.size());
-  CHECK(bytes.substr(32, key_size).find("window tier") != std::string::npos);
-  char* const object = bytes.data() + 32 + key_size;
-  change(std::span<char>(object, object_size));
-  const uint64_t hash = XXH3_64bits(object, object_size);
-  std::memcpy(bytes.data() + 24, &hash, 8);
-  std::ofstream out(entries[0], std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+// A file's bytes, whole.
+inline std::string read_whole_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-// The one window-tier entry of `directory` holding `object` instead of its
-// own, the entry's sizes and hash made to match.
-inline void replace_stored_window_object(const std::filesystem::path& directory,
-                                         std::span<const char> object) {
+// The one window-tier entry of `directory`, read whole. An entry is:
+// magic, key size, object size, the object's XXH3 (8 bytes each); the
+// key; the object.
+struct StoredWindowEntry {
+  std::filesystem::path path;
+  std::string bytes;
+  uint64_t key_size = 0;
+  [[nodiscard]] std::span<char> object() { return std::span<char>(bytes).subspan(32 + key_size); }
+};
+
+inline StoredWindowEntry read_stored_window_entry(const std::filesystem::path& directory) {
   std::vector<std::filesystem::path> entries;
   for (const auto& entry : std::filesystem::directory_iterator(directory))
     entries.push_back(entry.path());
   REQUIRE(entries.size() == 1);
-  std::string bytes;
-  {
-    std::ifstream in(entries[0], std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  REQUIRE(bytes.size() > 32);
-  uint64_t key_size = 0;
-  std::memcpy(&key_size, bytes.data() + 8, 8);
-  REQUIRE(32 + key_size <= bytes.size());
-  CHECK(bytes.substr(32, key_size).find("window tier") != std::string::npos);
-  bytes.resize(32 + key_size);
+  StoredWindowEntry entry{entries[0], read_whole_file(entries[0])};
+  REQUIRE(entry.bytes.size() > 32);
+  uint64_t object_size = 0;
+  std::memcpy(&entry.key_size, entry.bytes.data() + 8, 8);
+  std::memcpy(&object_size, entry.bytes.data() + 16, 8);
+  REQUIRE(32 + entry.key_size + object_size == entry.bytes.size());
+  CHECK(entry.bytes.substr(32, entry.key_size).find("window tier") != std::string::npos);
+  return entry;
+}
+
+// Writes `entry` back holding `object` (its own, changed, or another),
+// the entry's object size and hash made to match.
+inline void write_stored_window_entry(StoredWindowEntry& entry, std::span<const char> object) {
+  std::string bytes = entry.bytes.substr(0, 32 + entry.key_size);
   bytes.append(object.data(), object.size());
   const uint64_t object_size = object.size();
   const uint64_t hash = XXH3_64bits(object.data(), object.size());
   std::memcpy(bytes.data() + 16, &object_size, 8);
   std::memcpy(bytes.data() + 24, &hash, 8);
-  std::ofstream out(entries[0], std::ios::binary | std::ios::trunc);
+  std::ofstream out(entry.path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// The one window-tier entry of `directory` with `change` applied to its
+// object in place.
+template <class Change>
+void rewrite_stored_window_object(const std::filesystem::path& directory, Change&& change) {
+  StoredWindowEntry entry = read_stored_window_entry(directory);
+  const std::span<char> object = entry.object();
+  change(object);
+  write_stored_window_entry(entry, object);
+}
+
+// The one window-tier entry of `directory` holding `object` instead of its
+// own.
+inline void replace_stored_window_object(const std::filesystem::path& directory,
+                                         std::span<const char> object) {
+  StoredWindowEntry entry = read_stored_window_entry(directory);
+  write_stored_window_entry(entry, object);
 }
 
 // The same, `change` applied to the object's .text (found by the section
