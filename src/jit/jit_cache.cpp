@@ -490,11 +490,11 @@ void JitCache::take_verdicts(std::vector<FinishedLoad>& finished) {
     // one throws: the rest of this batch still comes.
     try {
       Impl::WindowSlot& slot = *std::exchange(pending.in_window, nullptr);
-      if (!pending.from_store) pending.object_to_store = std::move(verified.object);
       std::optional<Error> refusal = impl_->settle_verdict(verified, pending, slot);
       if (!refusal) {
+        // The object comes back with its link: stored once accepted, unless it came from there.
         if (impl_->store && !pending.store_key.empty() && !pending.from_store)
-          (void)impl_->store->store(pending.store_key, pending.object_to_store);
+          (void)impl_->store->store(pending.store_key, verified.object);
         const auto entry = reinterpret_cast<IfuncMain>(slot.code.entry());
         enter_confined(verified.id, entry);
         done.result = impl_->result_of(pending, entry, pending.from_store);

@@ -418,10 +418,9 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
     // when it started, or a window object was refused (before_checked_retry).
     bool checked_only = false;
     // With `verification`, to be linked into this window and verified
-    // (its serial in `serial`); the object to store once accepted (none if
-    // it came from the store: a refused one is compiled from image.bytes).
+    // (its serial in `serial`); whether that object came from the store
+    // (a refused one is then compiled from image.bytes).
     WindowSlot* in_window = nullptr;
-    std::vector<std::byte> object_to_store;
     bool from_store = false;
   };
   // Confined loads under way: prepared beside the caller, compiling in a

@@ -316,7 +316,6 @@ bool JitCache::Impl::compile_again(CodeId id, PendingLoad& pending, const Error&
   } catch (const std::exception&) {  // no job to be had: the refusal stands
     return false;
   }
-  std::vector<std::byte>().swap(pending.object_to_store);  // the refused object
   pending_loads.insert_or_assign(id, std::move(pending));
   return true;
 }

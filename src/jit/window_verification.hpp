@@ -4,8 +4,9 @@
 // finishes beside its serving (JitCache::finish_loads). The verifier is
 // linear in the code, but a large object still takes tens of milliseconds
 // to read (heavy.c's 8 blocks, 2026-11-29: the honest peer's longest round
-// trip 30 ms with it on the serving thread), and the link 0.2-0.4 ms of
-// the serving thread per load (threechains-bench-compile-end); there every
+// trip 30 ms with it on the serving thread), and the link was most of the
+// serving thread's longest call per load (169-453 us, against 19-78 us
+// with it here: threechains-bench-compile-end, 2026-11-29); there every
 // peer waits. The code waits linked in its window, run by no one, until its
 // verdict is taken back.
 #pragma once
