@@ -230,12 +230,14 @@ class JitCache {
                   Confine confine = Confine::no);
 
   // For a dispatch loop that serves on while confined code compiles: as
-  // load(), but a confined compile is started and not waited for (nullopt).
-  // finish_loads() links what finished. Throws as load() does for what is
-  // refused before compiling; unconfined code loads at once.
+  // load(), but confined code is only handed to a thread that prepares its
+  // compile, and nullopt returned; finish_loads() says what became of it,
+  // what load() would refuse at once included (FinishedLoad::before_compile).
+  // Throws only where `id` is loaded unconfined already, or no thread can be
+  // started. Unconfined code loads at once, and throws as load() does.
   std::optional<LoadResult> start_load(CodeId id, CodecId codec, std::span<const std::byte> code,
                                        Confine confine);
-  // The same, with the container handed over: a large one goes to the
+  // The same, with the container handed over: confined code goes to the
   // thread that prepares its compile without another copy.
   std::optional<LoadResult> start_load(CodeId id, CodecId codec, std::vector<std::byte>&& code,
                                        Confine confine);

@@ -21,10 +21,10 @@ struct ParsedImage {
 // Splits a container into images, checking every offset; throws errc::bad_container.
 [[nodiscard]] std::vector<ParsedImage> parse_container(std::span<const std::byte> container);
 
-// Containers from this size up are handled beside the thread that serves
-// frames: checked (the Engine's CodeVetting) and, if confined, prepared for
-// their worker (ConfinedPreparation). Below it, the copying and hashing cost
-// less than handing them over (a few microseconds).
+// Containers from this size up are checked beside the thread that serves
+// frames (the Engine's CodeVetting). Below it, hashing costs less than
+// handing them over (a few microseconds). Confined containers of any size
+// are prepared for their worker beside it (ConfinedPreparation).
 inline constexpr std::size_t kLargeContainer = std::size_t{64} << 10;
 
 // The codec a container's images make: their kind, or tiered if both kinds travel.

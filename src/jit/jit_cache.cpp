@@ -377,10 +377,16 @@ std::optional<LoadResult> JitCache::start_load(CodeId id, CodecId codec,
   return start_load_from(id, codec, code, &code, confine);
 }
 
-// `owned`, if set, holds `code` and may be moved from: a large confined
-// container then travels to the preparation thread without a copy (for a
-// 500 KB one the copy cost the serving thread ~1.7 ms on the 2-core VM, far
-// more than its bytes' bandwidth: fresh pages, most likely).
+// `owned`, if set, holds `code` and may be moved from: the container then
+// travels to the preparation thread without a copy (for a 500 KB one the
+// copy cost the serving thread ~1.7 ms on the 2-core VM, far more than its
+// bytes' bandwidth: fresh pages, most likely).
+//
+// Every confined container is prepared there, small ones too: parsing it,
+// keying it for the store, looking there and writing the worker's job took
+// the serving thread 83-87 us of CPU for the counter's (2026-11-29,
+// threechains-bench-compile-end), every other peer waiting; the hop to the
+// thread and back is nothing beside a worker's start (60-100 ms).
 std::optional<LoadResult> JitCache::start_load_from(CodeId id, CodecId codec,
                                                     std::span<const std::byte> code,
                                                     std::vector<std::byte>* owned,
@@ -389,65 +395,29 @@ std::optional<LoadResult> JitCache::start_load_from(CodeId id, CodecId codec,
   if (std::optional<LoadResult> cached = already_loaded(id, confine)) return *cached;
   if (impl_->pending_loads.contains(id)) return std::nullopt;
   const auto start = std::chrono::steady_clock::now();
-  if (code.size() >= Impl::kPreparedAside) {
-    // Its checks, inflating, parsing and job run beside this thread;
-    // finish_loads() takes it from there.
-    if (!impl_->preparation) {
-      try {
-        impl_->preparation = std::make_unique<ConfinedPreparation>(
-            [impl = impl_.get()](ConfinedPreparation::Job& job,
-                                 ConfinedPreparation::Prepared& out) {
-              impl->prepare_confined(job, out);
-            },
-            impl_->helper_cpus);
-      } catch (const std::system_error& error) {  // no thread to be had
-        throw Error(errc::jit_failed,
-                    std::string("starting the thread that prepares compiles: ") + error.what());
-      }
+  if (!impl_->preparation) {
+    try {
+      impl_->preparation = std::make_unique<ConfinedPreparation>(
+          [impl = impl_.get()](ConfinedPreparation::Job& job, ConfinedPreparation::Prepared& out) {
+            impl->prepare_confined(job, out);
+          },
+          impl_->helper_cpus);
+    } catch (const std::system_error& error) {  // no thread to be had
+      throw Error(errc::jit_failed,
+                  std::string("starting the thread that prepares compiles: ") + error.what());
     }
-    const uint64_t serial = impl_->next_serial++;
-    const bool window_shape = impl_->windows_for_new_loads();
-    impl_->preparation->submit(
-        {serial, id, codec,
-         owned != nullptr ? std::move(*owned) : std::vector<std::byte>(code.begin(), code.end()),
-         window_shape});
-    Impl::PendingLoad pending;
-    pending.started = start;
-    pending.preparing = true;
-    pending.serial = serial;
-    pending.checked_only = !window_shape;
-    impl_->pending_loads.emplace(id, std::move(pending));
-    sync_promotion_counts();
-    return std::nullopt;
   }
-  const ParsedImage* object = nullptr;
-  const ParsedImage* ir = nullptr;
-  std::vector<ParsedImage> images = impl_->images_for_host(id, code, object, ir);
-  const ParsedImage& image = Impl::confinable(codec, object, ir);
+  const uint64_t serial = impl_->next_serial++;
   const bool window_shape = impl_->windows_for_new_loads();
-  Impl::PendingLoad pending{
-      image, impl_->store ? impl_->store_key(id, image, Confine::yes, window_shape) : "", start};
+  impl_->preparation->submit(
+      {serial, id, codec,
+       owned != nullptr ? std::move(*owned) : std::vector<std::byte>(code.begin(), code.end()),
+       window_shape});
+  Impl::PendingLoad pending;
+  pending.started = start;
+  pending.preparing = true;
+  pending.serial = serial;
   pending.checked_only = !window_shape;
-  if (impl_->store) {
-    if (std::optional<std::vector<std::byte>> object = impl_->store->find(pending.store_key)) {
-      IfuncMain entry = nullptr;
-      switch (impl_->link_stored_aside(id, pending, std::move(*object), entry)) {
-        case Impl::Stored::verifying:  // finish_loads() takes its verdict
-          impl_->pending_loads.emplace(id, std::move(pending));
-          sync_promotion_counts();
-          return std::nullopt;
-        case Impl::Stored::linked:
-          enter_confined(id, entry);
-          return impl_->result_of(pending, entry, true);
-        case Impl::Stored::refused:
-          break;  // compiled instead
-      }
-    }
-  }
-  impl_->workers.submit(id, impl_->workers.prepare(image.name, image.bytes, !window_shape));
-  // The worker has its copy; the window tier keeps one for a second
-  // compile, should the first one's object not take (finish_loads).
-  if (!window_shape) std::vector<std::byte>().swap(pending.image.bytes);
   impl_->pending_loads.emplace(id, std::move(pending));
   sync_promotion_counts();
   return std::nullopt;
@@ -491,10 +461,7 @@ void JitCache::take_verdicts(std::vector<FinishedLoad>& finished) {
     try {
       Impl::WindowSlot& slot = *std::exchange(pending.in_window, nullptr);
       std::optional<Error> refusal = impl_->settle_verdict(verified, pending, slot);
-      if (!refusal) {
-        // The object comes back with its link: stored once accepted, unless it came from there.
-        if (impl_->store && !pending.store_key.empty() && !pending.from_store)
-          (void)impl_->store->store(pending.store_key, verified.object);
+      if (!refusal) {  // stored already, where it is to be (link_window_aside)
         const auto entry = reinterpret_cast<IfuncMain>(slot.code.entry());
         enter_confined(verified.id, entry);
         done.result = impl_->result_of(pending, entry, pending.from_store);

@@ -462,8 +462,6 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
     } catch (...) {  // no memory for the record: its window stays held until the cache goes
     }
   }
-  static constexpr std::size_t kPreparedAside = kLargeContainer;  // container_images.hpp
-
   // `runs_here` says whether an image's triple runs on this host.
   using RunsHere = std::function<bool(const std::string&)>;
   [[nodiscard]] std::vector<ParsedImage> images_for_host(CodeId id, std::span<const std::byte> code,
@@ -522,7 +520,7 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   jit::ImageMemory image_memory;
   std::unordered_map<CodeId, jit::PrelinkedImage> prelinked;
   // Last: their threads read the members above, and are stopped before they go.
-  std::unique_ptr<ConfinedPreparation> preparation;  // started by the first large confined load
+  std::unique_ptr<ConfinedPreparation> preparation;  // started by the first confined start_load
   std::unique_ptr<WindowVerification>
       verification;  // started by the first window object finish_loads hands it
 };

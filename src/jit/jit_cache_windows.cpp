@@ -195,9 +195,12 @@ IfuncMain JitCache::Impl::link_window_aside(CodeId id, PendingLoad& pending,
   WindowSlot& slot = window_for(pending.image.name, object);
   const uint64_t serial = next_serial++;
   try {
+    // Stored once accepted, unless it came from there.
+    const bool to_store = store && !pending.store_key.empty() && !pending.from_store;
     verification->submit({id, serial, std::move(object), pending.image.name,
                           pending.image.name + "_main", slot.memory.get(), slot.mapper,
-                          reinterpret_cast<uint64_t>(slot.window.base())});
+                          reinterpret_cast<uint64_t>(slot.window.base()),
+                          to_store ? &*store : nullptr, to_store ? pending.store_key : ""});
   } catch (...) {
     release_window(slot);
     throw;

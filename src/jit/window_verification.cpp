@@ -47,6 +47,10 @@ WindowVerification::WindowVerification(detail::HelperCpus cpus)
                 confined::VerifierInput input{code, {&main, 1}, job.window_base};
                 input.stop = &stopping_;
                 verified.verdict = verify_window_code(input);
+                // Kept for the next load, which verifies it again: a stored
+                // object is trusted no more than a compiled one.
+                if (verified.verdict.accepted && job.store != nullptr)
+                  (void)job.store->store(job.store_key, job.object);
               } catch (const std::exception& error) {
                 // No memory for its tables: this process's failure.
                 verified.verdict = {};
@@ -55,7 +59,6 @@ WindowVerification::WindowVerification(detail::HelperCpus cpus)
                 verified.target_failed = true;
               }
             }
-            verified.object = std::move(job.object);
             return verified;
           },
           cpus) {}

@@ -13,6 +13,7 @@
 
 #include "confine/verifier.hpp"
 #include "jit/job_thread.hpp"
+#include "jit/object_store.hpp"
 #include "jit/window_link.hpp"
 #include "jit/window_memory.hpp"
 
@@ -45,7 +46,7 @@ class WindowVerification {
   struct Job {
     CodeId id = 0;
     uint64_t serial = 0;            // tells a cancelled load's result from a later one's
-    std::vector<std::byte> object;  // handed back in Verified::object
+    std::vector<std::byte> object;
     std::string name;               // the ifunc's, for errors
     std::string entry;              // the symbol to enter it by
     // The window it goes into, held for this job until its result is
@@ -53,6 +54,12 @@ class WindowVerification {
     llvm::jitlink::JITLinkMemoryManager* memory = nullptr;
     jit::WindowMemoryMapper* mapper = nullptr;
     uint64_t window_base = 0;
+    // Where the object is kept once the verifier accepts it, if anywhere:
+    // written here, not on the serving thread (a file made and renamed,
+    // 28-32 us on the 2-core VM's disk, more on a shared filesystem). The
+    // store outlives this object (JitCache::Impl declares it first).
+    const ObjectStore* store = nullptr;
+    std::string store_key;
   };
   struct Verified {
     CodeId id = 0;
@@ -65,7 +72,6 @@ class WindowVerification {
     // The verifier could not finish, or the link failed, for this
     // process's reasons (memory), not the code's: not to count against it.
     bool target_failed = false;
-    std::vector<std::byte> object;  // the job's
   };
 
   // Throws std::system_error when no thread is to be had.
