@@ -524,6 +524,39 @@ TEMPLATE_TEST_CASE("large code checked beside the serving thread is refused for 
   CHECK(result.trapped == 0);
 }
 
+// Code that would run confined is checked (tc-vet) and prepared for its
+// worker (tc-prepare) beside the serving thread whatever its size: for a
+// small container that was the Ed25519 check (70 us on the 2-core VM) and
+// 83-87 us of parsing, keying and writing, on the thread every other peer
+// waits on (docs/performance.md, "The serving thread's share of a load").
+TEMPLATE_TEST_CASE(
+    "a confined signer's small code is checked and prepared beside the serving "
+    "thread, and runs",
+    "[confinement][limits][compile][ucx]", Shm, Tcp) {
+  auto target = limited_target(TestType::transport, 1);
+  const Ifunc escape = Ifunc::load(TC_ESCAPE);
+  REQUIRE(escape.code().size() < std::size_t{64} << 10);
+  TestSource source(TestType::transport, target.port(), options_for<TestType>());
+  CHECK_FALSE(carry_out(source.channel, escape, {honest, 3}).has_value());
+  // The threads start with the first code that needs them and live on; the
+  // target may still be loading when the flush returns.
+  std::set<std::string> names;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!(names.contains("tc-vet") && names.contains("tc-prepare")) &&
+         std::chrono::steady_clock::now() < deadline) {
+    for (const Helper& helper : helpers_of(target.pid())) names.insert(helper.name);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(names.contains("tc-vet"));      // before: checked on the serving thread
+  CHECK(names.contains("tc-prepare"));  // before: prepared there
+  CHECK_FALSE(carry_out(source.channel, escape, {honest, 4}).has_value());  // cached
+  const LimitsResult result = closed(target, {&source});
+  INFO(result.first_error);
+  CHECK(result.counter == 7);
+  CHECK(result.refused == 0);
+  CHECK(result.trapped == 0);
+}
+
 // A confined signer's key sends a large container of machine code, which
 // cannot be confined: refused each time for what it is, as a small one is,
 // and neither banned nor counted against the key as a failed compile would

@@ -51,7 +51,14 @@ Engine::Loaded Engine::load(Link& link, CodeId id, CodecId codec, std::span<cons
     // one private copy, so what was verified is what is loaded.
     std::vector<std::byte> private_code =
         owned != nullptr ? std::move(*owned) : std::vector<std::byte>(code.begin(), code.end());
-    if (private_code.size() >= CodeVetting::kAside &&
+    // Large code, and code that would run confined whatever its size: its
+    // signature check (70 us on the 2-core VM) and all that follows are
+    // nothing a peer waiting on this thread should pay for. Code of a signer
+    // trusted with native code is checked here when small: its first call
+    // is the one a user times (a frame that names such a signer falsely
+    // costs this thread one check, as every small container did before).
+    if ((private_code.size() >= CodeVetting::kAside ||
+         claims_untrusted_signer(t.options.trust, private_code)) &&
         t.vetting_bytes + private_code.size() <= CodeVetting::kMaxWaitingBytes) {
       vet_aside(link, id, codec, std::move(private_code));
       return {nullptr, true};

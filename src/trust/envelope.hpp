@@ -35,4 +35,11 @@ struct Envelope {
 // errc::code_refused saying why not (unsigned, tampered, untrusted signer).
 [[nodiscard]] Confine check_code_trust(const Trust& trust, std::span<const std::byte> container);
 
+// Whether code arriving as `container` would not run as it is here: its
+// envelope names a signer `trust` does not trust with native code, or it is
+// unsigned. Read, not verified: it says only where the check runs (beside
+// the serving thread for such code), never whether the code is trusted.
+[[nodiscard]] bool claims_untrusted_signer(const Trust& trust,
+                                           std::span<const std::byte> container) noexcept;
+
 }  // namespace threechains

@@ -92,4 +92,14 @@ Confine check_code_trust(const Trust& trust, std::span<const std::byte> containe
   return trust.runs_native_code_of(*signer) ? Confine::no : Confine::yes;
 }
 
+bool claims_untrusted_signer(const Trust& trust, std::span<const std::byte> container) noexcept {
+  try {
+    const std::optional<Envelope> envelope = read_envelope(container);
+    return envelope ? !trust.runs_native_code_of(envelope->signer)
+                    : trust.unsigned_code_allowed() && !trust.any_code();
+  } catch (...) {  // cut short: refused where it is checked, at once
+    return false;
+  }
+}
+
 }  // namespace threechains
