@@ -550,10 +550,30 @@ TEMPLATE_TEST_CASE(
   CHECK(names.contains("tc-vet"));      // before: checked on the serving thread
   CHECK(names.contains("tc-prepare"));  // before: prepared there
   CHECK_FALSE(carry_out(source.channel, escape, {honest, 4}).has_value());  // cached
+  // What the check aside refuses reaches the source with its reason, and
+  // the key's good code runs after it: another signer's small code, and
+  // other code behind this key's signature.
+  const Ifunc stranger = Ifunc::from_container(sign_container(escape.code(), KeyPair::generate()));
+  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
+  std::vector<std::byte> changed(escape.code().begin(),
+                                 escape.code().end() - container_body(escape.code()).size());
+  const std::span<const std::byte> other = container_body(counter.code());
+  changed.insert(changed.end(), other.begin(), other.end());
+  const Ifunc forged = Ifunc::from_container(changed);
+  REQUIRE(forged.code().size() < std::size_t{64} << 10);
+  const std::optional<Error> untrusted = carry_out(source.channel, stranger, {honest, 100});
+  REQUIRE(untrusted.has_value());
+  CHECK(untrusted->is(errc::code_refused));
+  CHECK_THAT(untrusted->what(), Catch::Contains("does not trust"));
+  const std::optional<Error> broken = carry_out(source.channel, forged, {honest, 100});
+  REQUIRE(broken.has_value());
+  CHECK(broken->is(errc::code_refused));
+  CHECK_THAT(broken->what(), Catch::Contains("does not verify"));
+  CHECK_FALSE(carry_out(source.channel, escape, {honest, 5}).has_value());
   const LimitsResult result = closed(target, {&source});
   INFO(result.first_error);
-  CHECK(result.counter == 7);
-  CHECK(result.refused == 0);
+  CHECK(result.counter == 12);
+  CHECK(result.refused == 2);
   CHECK(result.trapped == 0);
 }
 

@@ -51,25 +51,61 @@ Engine::Loaded Engine::load(Link& link, CodeId id, CodecId codec, std::span<cons
     // one private copy, so what was verified is what is loaded.
     std::vector<std::byte> private_code =
         owned != nullptr ? std::move(*owned) : std::vector<std::byte>(code.begin(), code.end());
-    // Large code, and code that would run confined whatever its size: its
-    // signature check (70 us on the 2-core VM) and all that follows are
-    // nothing a peer waiting on this thread should pay for. Code of a signer
-    // trusted with native code is checked here when small: its first call
-    // is the one a user times (a frame that names such a signer falsely
-    // costs this thread one check, as every small container did before).
-    if ((private_code.size() >= CodeVetting::kAside ||
-         claims_untrusted_signer(t.options.trust, private_code)) &&
-        t.vetting_bytes + private_code.size() <= CodeVetting::kMaxWaitingBytes) {
+    const bool room_aside = t.vetting_bytes + private_code.size() <= CodeVetting::kMaxWaitingBytes;
+    if (private_code.size() >= CodeVetting::kAside && room_aside) {
       vet_aside(link, id, codec, std::move(private_code));
       return {nullptr, true};
     }
     const ContentDigest digest = content_digest(private_code);
+    // Small code that would run confined: what its digest settles (loaded
+    // already, banned, an identity taken) is answered here, as for any code;
+    // its signature check (70 us on the 2-core VM) and all that follows go
+    // aside, nothing a peer waiting on this thread should pay for. Code of a
+    // signer trusted with native code is checked here: its first call is
+    // the one a user times (a frame that names such a signer falsely costs
+    // this thread one check, as every small container did before).
+    if (room_aside && claims_untrusted_signer(t.options.trust, private_code)) {
+      if (std::optional<Loaded> answered = answered_by_content(link, id, digest)) return *answered;
+      vet_aside(link, id, codec, std::move(private_code));
+      return {nullptr, true};
+    }
     return load_vetted(link, id, codec,
                        {std::move(private_code), digest, std::nullopt, std::nullopt});
   } catch (const Error& error) {
     refuse_load(&link, id, error);
     return {nullptr, false};
   }
+}
+
+std::optional<Engine::Loaded> Engine::answered_by_content(Link& link, CodeId id,
+                                                          const ContentDigest& digest) {
+  Target& t = *target_;
+  if (link.key->banned.contains(digest)) {
+    throw Error(errc::code_refused, "this code trapped " +
+                                        std::to_string(t.options.limits.max_traps_per_code) +
+                                        " times here for " + link.key->name +
+                                        " (or its compile failed) and is refused to it "
+                                        "(ReceiverLimits::max_traps_per_code)");
+  }
+  if (const auto known = t.digests.find(id); known != t.digests.end()) {
+    // Loaded already, for another peer (or for this one before): the same
+    // code runs from the cache; other code under its identity never does.
+    if (known->second != digest) {
+      throw Error(errc::code_refused,
+                  "its code identity " + std::to_string(id) +
+                      " names other code here (identities are a shorthand; code is "
+                      "known by its BLAKE2b-256)");
+    }
+    if (const CachedIfunc* entry = t.cache.find_ifunc(id)) {
+      link.in.shown.insert(id);
+      return Loaded{entry, false};
+    }
+  } else if (t.cache.contains(id)) {
+    throw Error(errc::code_refused,
+                "its code identity " + std::to_string(id) +
+                    " is taken by code this process loaded into Receiver::cache() itself");
+  }
+  return std::nullopt;
 }
 
 Engine::Loaded Engine::load_vetted(Link& link, CodeId id, CodecId codec, VettedCode vetted) {
@@ -79,31 +115,7 @@ Engine::Loaded Engine::load_vetted(Link& link, CodeId id, CodecId codec, VettedC
   const std::size_t code_bytes = code.size();
   const ContentDigest& digest = vetted.digest;
   try {
-    if (link.key->banned.contains(digest)) {
-      throw Error(errc::code_refused, "this code trapped " +
-                                          std::to_string(t.options.limits.max_traps_per_code) +
-                                          " times here for " + link.key->name +
-                                          " (or its compile failed) and is refused to it "
-                                          "(ReceiverLimits::max_traps_per_code)");
-    }
-    if (const auto known = t.digests.find(id); known != t.digests.end()) {
-      // Loaded already, for another peer (or for this one before): the same
-      // code runs from the cache; other code under its identity never does.
-      if (known->second != digest) {
-        throw Error(errc::code_refused,
-                    "its code identity " + std::to_string(id) +
-                        " names other code here (identities are a shorthand; code is "
-                        "known by its BLAKE2b-256)");
-      }
-      if (const CachedIfunc* entry = t.cache.find_ifunc(id)) {
-        link.in.shown.insert(id);
-        return {entry, false};
-      }
-    } else if (t.cache.contains(id)) {
-      throw Error(errc::code_refused,
-                  "its code identity " + std::to_string(id) +
-                      " is taken by code this process loaded into Receiver::cache() itself");
-    }
+    if (std::optional<Loaded> answered = answered_by_content(link, id, digest)) return *answered;
     // Before anything parses it: whose code is this, and is it intact?
     if (vetted.refused) throw *vetted.refused;
     const Confine confine =
@@ -311,7 +323,7 @@ void Engine::finish_compiles() {
       // key from now on (no worker is started for it again), and counts as
       // one of the key's traps. A worker that could not run at all is the
       // target's failure, not the code's; nor is a container refused before
-      // its compile (as a small one is refused at once, in load).
+      // its compile (as JitCache::load refuses it at once).
       if (!done.target_failed && !done.before_compile) {
         if (compiling.key->banned.size() < KeyRecord::kMaxBanned)
           compiling.key->banned.insert(compiling.digest);

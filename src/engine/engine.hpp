@@ -441,7 +441,11 @@ class Engine {
     std::optional<Error> refused;    // the signature check's refusal, made aside
   };
   Loaded load_vetted(Link& link, CodeId id, CodecId codec, VettedCode vetted);
-  // Large code to CodeVetting; its frame waits as for a compile.
+  // What the content's digest settles before any signature is checked: the
+  // code banned to this key, or its identity taken by other code (thrown,
+  // errc::code_refused), or loaded already (its entry). Nullopt: go on.
+  std::optional<Loaded> answered_by_content(Link& link, CodeId id, const ContentDigest& digest);
+  // Code to CodeVetting; its frame waits as for a compile.
   void vet_aside(Link& link, CodeId id, CodecId codec, std::vector<std::byte> code);
   // Takes the checks that finished on to their loads, and wakes the frames.
   void finish_vetting();
