@@ -205,8 +205,8 @@ TEST_CASE("a large confined container is prepared beside the thread that loads i
     CHECK(finished[0].error->is(errc::code_refused));
     CHECK_THAT(finished[0].error->what(), Catch::Contains("only bitcode runs confined"));
     CHECK_FALSE(finished[0].target_failed);
-    // As start_load refuses a small container: not a failed compile, which
-    // a Receiver would count against the code and its key.
+    // As load() refuses it at once: not a failed compile, which a Receiver
+    // would count against the code and its key.
     CHECK(finished[0].before_compile);
     CHECK_FALSE(cache.loading(binary.id()));
   }

@@ -119,9 +119,8 @@ TEST_CASE(
     "cancelled while verified give their place back",
     "[confinement][window]") {
   if (test::skip_without_x86_window_checks()) return;
-  // big_table's container is larger than 64 KiB (JitCache prepares such
-  // loads beside the caller): a stored object found there is linked and
-  // verified aside.
+  // JitCache prepares every confined load beside the caller: a stored
+  // object found there is linked and verified aside.
   const Ifunc big = Ifunc::load(TC_BIG_TABLE);
   const test::TempDir directory("threechains-window-verification");
   const JitOptions options = one_window_storing(directory, big);

@@ -89,7 +89,8 @@ struct JitOptions {
   bool perf_support = false;
   // The CPUs the library's helpers run on: the compile workers of confined
   // code and the threads beside the one that serves frames (the tier-1
-  // compiler, the preparation and checks of large code, the window
+  // compiler, the preparation of confined code, the checks of large or
+  // confined code, the window
   // verifier). Empty (the default): where they start, on the CPUs of the
   // thread that starts them, the serving thread. A serving thread bound to
   // one core (mpirun --bind-to core, srun --cpu-bind, taskset) binds them
@@ -229,12 +230,17 @@ class JitCache {
   LoadResult load(CodeId id, CodecId codec, std::span<const std::byte> code,
                   Confine confine = Confine::no);
 
-  // For a dispatch loop that serves on while confined code compiles: as
-  // load(), but confined code is only handed to a thread that prepares its
-  // compile, and nullopt returned; finish_loads() says what became of it,
-  // what load() would refuse at once included (FinishedLoad::before_compile).
-  // Throws only where `id` is loaded unconfined already, or no thread can be
-  // started. Unconfined code loads at once, and throws as load() does.
+  // For a dispatch loop that serves on while confined code compiles. With
+  // Confine::yes: the entry if `id` is loaded confined already; otherwise
+  // the code is handed to a thread that prepares its compile and nullopt
+  // returned (also while `id` is loading already: its one FinishedLoad
+  // comes later). Every refusal load() would throw for the content
+  // (bad_container, code_identity_mismatch, no_image_for_target,
+  // code_refused for machine code) comes from finish_loads() with
+  // before_compile set; a failure of this process's, with target_failed.
+  // Throws Error (code_refused) if `id` is loaded unconfined, Error
+  // (jit_failed) if no thread can be started, and std::bad_alloc.
+  // Unconfined code loads at once, and throws as load() does.
   std::optional<LoadResult> start_load(CodeId id, CodecId codec, std::span<const std::byte> code,
                                        Confine confine);
   // The same, with the container handed over: confined code goes to the
@@ -248,9 +254,11 @@ class JitCache {
     // The target could not compile it (no worker could run): no fault of
     // the code's, and it may be sent again.
     bool target_failed = false;
-    // Refused for what the container holds before any compile started
-    // (machine code, no image for this host), as load() refuses it at once:
-    // not a failed compile, so a Receiver does not count it against the code.
+    // Refused for what the container holds before any compile started (not
+    // a container, an identity that does not match, machine code, no image
+    // for this host), as load() refuses it at once: not a failed compile,
+    // so a Receiver does not count it against the code. (A failure of the
+    // preparing thread's own, memory or the disk, is target_failed instead.)
     bool before_compile = false;
   };
   // Never blocks on a compile: links what finished since the last call and
@@ -312,7 +320,7 @@ class JitCache {
                                             std::span<const std::byte> code,
                                             std::vector<std::byte>* owned, Confine confine);
   [[nodiscard]] std::optional<LoadResult> already_loaded(CodeId id, Confine confine) const;
-  // finish_loads' three sources: the window verifier's verdicts, large
+  // finish_loads' three sources: the window verifier's verdicts, confined
   // containers prepared beside the caller, and the compile workers.
   void take_verdicts(std::vector<FinishedLoad>& finished);
   void take_prepared(std::vector<FinishedLoad>& finished);

@@ -384,9 +384,11 @@ std::optional<LoadResult> JitCache::start_load(CodeId id, CodecId codec,
 //
 // Every confined container is prepared there, small ones too: parsing it,
 // keying it for the store, looking there and writing the worker's job took
-// the serving thread 83-87 us of CPU for the counter's (2026-11-29,
-// threechains-bench-compile-end), every other peer waiting; the hop to the
-// thread and back is nothing beside a worker's start (60-100 ms).
+// the serving thread 83-111 us of CPU for the counter's
+// (threechains-bench-compile-end, 2026-11-29 and -30), every other peer
+// waiting. The hop to the thread and back is nothing beside a worker's
+// start (60-100 ms); a load the store answers waits for it too (a window
+// object's did already, for its verifier; not measured).
 std::optional<LoadResult> JitCache::start_load_from(CodeId id, CodecId codec,
                                                     std::span<const std::byte> code,
                                                     std::vector<std::byte>* owned,
@@ -461,7 +463,7 @@ void JitCache::take_verdicts(std::vector<FinishedLoad>& finished) {
     try {
       Impl::WindowSlot& slot = *std::exchange(pending.in_window, nullptr);
       std::optional<Error> refusal = impl_->settle_verdict(verified, pending, slot);
-      if (!refusal) {  // stored already, where it is to be (link_window_aside)
+      if (!refusal) {  // written to the store by tc-verify once it accepted it (Job::store)
         const auto entry = reinterpret_cast<IfuncMain>(slot.code.entry());
         enter_confined(verified.id, entry);
         done.result = impl_->result_of(pending, entry, pending.from_store);
@@ -490,8 +492,8 @@ void JitCache::take_prepared(std::vector<FinishedLoad>& finished) {
     try {
       if (prepared.error) {
         // What the content decides (not a container, no image for this
-        // host, machine code) is refused before any compile, as start_load
-        // refuses a small container: not counted against the code.
+        // host, machine code) is refused before any compile, as load()
+        // refuses it at once: not counted against the code.
         done.before_compile = !prepared.target_failed;
         done.error = std::move(prepared.error);
       } else {

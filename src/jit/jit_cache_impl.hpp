@@ -281,7 +281,8 @@ struct __attribute__((visibility("hidden"))) JitCache::Impl {
   // A window object for `pending` linked and verified beside this thread:
   // a window is taken for it and `object` is moved to `verification`
   // (nullptr returned; pending.in_window set, the link and its verdict to
-  // come in take_verdicts, the object with them). Where no thread can be
+  // come in take_verdicts; the object stored by that thread once the
+  // verifier accepts it, if pending has a store key). Where no thread can be
   // had, link_window_here's entry, `object` left as it was. Throws what
   // window_for throws.
   [[nodiscard]] IfuncMain link_window_aside(CodeId id, PendingLoad& pending,

@@ -1,8 +1,8 @@
 // JobThread: one thread working through a queue of jobs at nice 10, below the
 // thread that serves frames, its results taken back between dispatches. The
-// tier-1 compiler (background_compiler.hpp), the preparation of large
-// confined containers (confined_preparation.hpp), the checks of large code
-// (engine/code_vetting.hpp), the window verifier (window_verification.hpp)
+// tier-1 compiler (background_compiler.hpp), the preparation of confined
+// containers (confined_preparation.hpp), the checks of large or confined
+// code (engine/code_vetting.hpp), the window verifier (window_verification.hpp)
 // and the thread that runs the compile workers (compile_worker.hpp) are
 // each one. Each runs on JitOptions::helper_cpus where they are named, and
 // never in a real-time class (helper_cpus.hpp).

@@ -36,9 +36,10 @@ struct Envelope {
 [[nodiscard]] Confine check_code_trust(const Trust& trust, std::span<const std::byte> container);
 
 // Whether code arriving as `container` would not run as it is here: its
-// envelope names a signer `trust` does not trust with native code, or it is
-// unsigned. Read, not verified: it says only where the check runs (beside
-// the serving thread for such code), never whether the code is trusted.
+// envelope names a signer `trust` does not trust with native code (or not
+// at all), or it is unsigned and unsigned code runs confined here. Read,
+// not verified: it says only where the check runs (beside the serving
+// thread for such code), never whether the code is trusted.
 [[nodiscard]] bool claims_untrusted_signer(const Trust& trust,
                                            std::span<const std::byte> container) noexcept;
 
