@@ -227,8 +227,8 @@ TEST_CASE("a large confined container is prepared beside the thread that loads i
 
 // A small confined container goes the same way: parsing it, keying it for
 // the store and writing the worker's job took the thread that loads
-// 83-87 us of CPU for the counter's, every other peer waiting
-// (threechains-bench-compile-end, 2026-11-29; 9.5-11 us since).
+// 90-111 us of CPU for the counter's, every other peer waiting
+// (threechains-bench-compile-end, 2026-11-30; 9.5-11 us after).
 TEST_CASE("a small confined container is prepared beside the thread that loads it too",
           "[jit][compile]") {
   JitCache cache;

@@ -120,6 +120,25 @@ std::optional<Error> carry_out(Channel& channel, const Ifunc& ifunc, Order order
   }
 }
 
+// `signed_code`'s envelope (its signer and signature) in front of another
+// container's body: code changed after it was signed.
+Ifunc behind_signature_of(const Ifunc& signed_code, const Ifunc& other) {
+  std::vector<std::byte> changed(
+      signed_code.code().begin(),
+      signed_code.code().end() - container_body(signed_code.code()).size());
+  const std::span<const std::byte> body = container_body(other.code());
+  changed.insert(changed.end(), body.begin(), body.end());
+  return Ifunc::from_container(changed);
+}
+
+// `ifunc` is refused to the source as code_refused, naming `reason`.
+void check_refused(Channel& channel, const Ifunc& ifunc, Order order, const std::string& reason) {
+  const std::optional<Error> refused = carry_out(channel, ifunc, order);
+  REQUIRE(refused.has_value());
+  CHECK(refused->is(errc::code_refused));
+  CHECK_THAT(refused->what(), Catch::Contains(reason));
+}
+
 // Closes the test's channels (the target serves until they are closed) and
 // returns what the target reported.
 LimitsResult closed(ChildTarget<LimitsResult>& target, std::initializer_list<TestSource*> sources) {
@@ -498,23 +517,12 @@ TEMPLATE_TEST_CASE("large code checked beside the serving thread is refused for 
   const Ifunc big = Ifunc::load(TC_BIG_TABLE);
   REQUIRE(big.code().size() >= std::size_t{64} << 10);
   // Other code (big_table's machine code, as large) behind big's signature.
-  const Ifunc binary = Ifunc::load(TC_BIG_TABLE_BINARY);
-  const std::span<const std::byte> other = container_body(binary.code());
-  std::vector<std::byte> changed(big.code().begin(),
-                                 big.code().end() - container_body(big.code()).size());
-  changed.insert(changed.end(), other.begin(), other.end());
-  REQUIRE(changed.size() >= std::size_t{64} << 10);
-  const Ifunc forged = Ifunc::from_container(changed);
+  const Ifunc forged = behind_signature_of(big, Ifunc::load(TC_BIG_TABLE_BINARY));
+  REQUIRE(forged.code().size() >= std::size_t{64} << 10);
   const Ifunc stranger = Ifunc::from_container(sign_container(big.code(), KeyPair::generate()));
   TestSource source(TestType::transport, target.port(), options_for<TestType>());
-  const std::optional<Error> broken = carry_out(source.channel, forged, {5, 0});
-  REQUIRE(broken.has_value());
-  CHECK(broken->is(errc::code_refused));
-  CHECK_THAT(broken->what(), Catch::Contains("does not verify"));
-  const std::optional<Error> untrusted = carry_out(source.channel, stranger, {5, 0});
-  REQUIRE(untrusted.has_value());
-  CHECK(untrusted->is(errc::code_refused));
-  CHECK_THAT(untrusted->what(), Catch::Contains("does not trust"));
+  check_refused(source.channel, forged, {5, 0}, "does not verify");
+  check_refused(source.channel, stranger, {5, 0}, "does not trust");
   CHECK_FALSE(carry_out(source.channel, big, {5, 0}).has_value());  // checked, compiled, run
   CHECK_FALSE(carry_out(source.channel, big, {7, 0}).has_value());  // cached
   const LimitsResult result = closed(target, {&source});
@@ -527,7 +535,7 @@ TEMPLATE_TEST_CASE("large code checked beside the serving thread is refused for 
 // Code that would run confined is checked (tc-vet) and prepared for its
 // worker (tc-prepare) beside the serving thread whatever its size: for a
 // small container that was the Ed25519 check (70 us on the 2-core VM) and
-// 83-87 us of parsing, keying and writing, on the thread every other peer
+// 90-111 us of parsing, keying and writing, on the thread every other peer
 // waits on (docs/performance.md, "The serving thread's share of a load").
 TEMPLATE_TEST_CASE(
     "a confined signer's small code is checked and prepared beside the serving "
@@ -554,21 +562,10 @@ TEMPLATE_TEST_CASE(
   // the key's good code runs after it: another signer's small code, and
   // other code behind this key's signature.
   const Ifunc stranger = Ifunc::from_container(sign_container(escape.code(), KeyPair::generate()));
-  const Ifunc counter = Ifunc::load(TC_COUNTER_BITCODE);
-  std::vector<std::byte> changed(escape.code().begin(),
-                                 escape.code().end() - container_body(escape.code()).size());
-  const std::span<const std::byte> other = container_body(counter.code());
-  changed.insert(changed.end(), other.begin(), other.end());
-  const Ifunc forged = Ifunc::from_container(changed);
+  const Ifunc forged = behind_signature_of(escape, Ifunc::load(TC_COUNTER_BITCODE));
   REQUIRE(forged.code().size() < std::size_t{64} << 10);
-  const std::optional<Error> untrusted = carry_out(source.channel, stranger, {honest, 100});
-  REQUIRE(untrusted.has_value());
-  CHECK(untrusted->is(errc::code_refused));
-  CHECK_THAT(untrusted->what(), Catch::Contains("does not trust"));
-  const std::optional<Error> broken = carry_out(source.channel, forged, {honest, 100});
-  REQUIRE(broken.has_value());
-  CHECK(broken->is(errc::code_refused));
-  CHECK_THAT(broken->what(), Catch::Contains("does not verify"));
+  check_refused(source.channel, stranger, {honest, 100}, "does not trust");
+  check_refused(source.channel, forged, {honest, 100}, "does not verify");
   CHECK_FALSE(carry_out(source.channel, escape, {honest, 5}).has_value());
   const LimitsResult result = closed(target, {&source});
   INFO(result.first_error);

@@ -4,7 +4,7 @@
 // this host's IR image, keys it for the object store (and looks there) and
 // writes the worker's job. For a 500 KB container (2.2 MB of bitcode) that
 // is tens of milliseconds of copying and hashing, and for the counter's few
-// KB still 83-87 us (threechains-bench-compile-end), which on the thread
+// KB still 90-111 us (threechains-bench-compile-end, 2026-11-30), which on the thread
 // that serves frames stall every other peer for as long. Here it runs beside
 // that thread, at nice 10 like the tier-1 compiler; the JitCache hands in
 // the bytes and takes back what finished between dispatches.

@@ -384,11 +384,11 @@ std::optional<LoadResult> JitCache::start_load(CodeId id, CodecId codec,
 //
 // Every confined container is prepared there, small ones too: parsing it,
 // keying it for the store, looking there and writing the worker's job took
-// the serving thread 83-111 us of CPU for the counter's
-// (threechains-bench-compile-end, 2026-11-29 and -30), every other peer
+// the serving thread 90-111 us of CPU for the counter's
+// (threechains-bench-compile-end, 2026-11-30), every other peer
 // waiting. The hop to the thread and back is nothing beside a worker's
-// start (60-100 ms); a load the store answers waits for it too (a window
-// object's did already, for its verifier; not measured).
+// start (60-100 ms, docs/performance.md "The compile worker"); a load the store answers waits for
+// it too (a window object's did already, for its verifier; not measured).
 std::optional<LoadResult> JitCache::start_load_from(CodeId id, CodecId codec,
                                                     std::span<const std::byte> code,
                                                     std::vector<std::byte>* owned,
